@@ -1,0 +1,7 @@
+"""``python -m agenthold`` runs the ``agenthold`` command."""
+
+import sys
+
+from agenthold.cli import main
+
+sys.exit(main())
