@@ -1,0 +1,1443 @@
+"""The versioned state store: JSON values with per-key versions and an append-only history.
+
+This one file is the whole library layer of agenthold's state store. It uses the standard library
+only and imports nothing from the package, so it can be copied into another project as is.
+
+Decisions behind it:
+- Optimistic concurrency. A write names the version it read (``expected_version``); the check and
+  the write happen in one ``BEGIN IMMEDIATE`` transaction, so a stale write always gets a conflict.
+- Versions are never reused. A deleted key keeps a tombstone row that remembers its last version,
+  so a delete and every later write continue the same sequence.
+- History first, atomically. The history row and the live row change in the same transaction.
+- One connection per thread; WAL lets readers run beside the one writer, and threads of one process
+  queue for writing on a lock instead of in SQLite's sleeping busy handler.
+- Waiting is pushed: a commit in this process wakes waiters at once; commits from other processes
+  are seen by one poller thread per file that checks ``PRAGMA data_version`` every 2 ms while
+  anyone waits.
+- Everything SQLite-specific (pragmas, schema, connections, locking, error translation, change
+  notification) lives in ``SQLiteDatabase``: the seam that another backend would replace.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import re
+import sqlite3
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+__all__ = [
+    "DEFAULT_MAX_VALUE_BYTES",
+    "MAX_DEPTH",
+    "MAX_KEY_LENGTH",
+    "MAX_NAMESPACE_LENGTH",
+    "MAX_WAIT_SECONDS",
+    "MAX_WRITER_LENGTH",
+    "SCHEMA_VERSION",
+    "AgentholdError",
+    "BusyError",
+    "ConflictError",
+    "DeleteResult",
+    "Export",
+    "ExportedRecord",
+    "HistoryEntry",
+    "IncompatibleDatabaseError",
+    "InvalidInputError",
+    "NamespaceInfo",
+    "NotFoundError",
+    "Record",
+    "SQLiteDatabase",
+    "SetResult",
+    "StateStore",
+    "UnavailableError",
+]
+
+log = logging.getLogger("agenthold.store")
+
+# --------------------------------------------------------------------------------------------
+# Limits
+# --------------------------------------------------------------------------------------------
+
+MAX_NAMESPACE_LENGTH = 256
+MAX_KEY_LENGTH = 1024
+MAX_WRITER_LENGTH = 256
+MAX_DEPTH = 256  # nesting of lists and objects inside one value
+DEFAULT_MAX_VALUE_BYTES = 1_048_576  # UTF-8 size of a value's compact JSON text
+MAX_WAIT_SECONDS = 86_400.0  # longest watch the library accepts (the MCP tools allow 300 s)
+POLL_INTERVAL = 0.002  # how often the poller checks for commits by other processes
+
+# --------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------
+
+
+class AgentholdError(Exception):
+    """Base class of every error agenthold raises on purpose."""
+
+
+class InvalidInputError(AgentholdError, ValueError):
+    """An argument is malformed. The message names it, says what was expected and what to do."""
+
+
+class IncompatibleDatabaseError(InvalidInputError):
+    """The file is missing, is not SQLite, is not an agenthold database, or has a newer schema."""
+
+
+class NotFoundError(AgentholdError):
+    """The key has no live record."""
+
+    def __init__(self, namespace: str, key: str) -> None:
+        super().__init__(f"no record for key {key!r} in namespace {namespace!r}")
+        self.namespace = namespace
+        self.key = key
+
+
+class ConflictError(AgentholdError):
+    """The key's live version is not the one the writer expected.
+
+    ``detail`` holds what a retry needs: ``namespace``, ``key``, ``expected_version``,
+    ``actual_version`` (0 when the key has no live record), ``actual_value``,
+    ``actual_updated_by`` and ``actual_updated_at``. ``current`` is the live record, or None.
+    """
+
+    def __init__(self, expected_version: int, current: Record | None, namespace: str, key: str):
+        actual = current.version if current else 0
+        super().__init__(
+            f"version conflict on {namespace!r}/{key!r}: expected version {expected_version}, "
+            f"the live version is {actual}" + ("" if current else " (no live record)")
+        )
+        self.current = current
+        self.detail: dict[str, Any] = {
+            "namespace": namespace,
+            "key": key,
+            "expected_version": expected_version,
+            "actual_version": actual,
+            "actual_value": current.value if current else None,
+            "actual_updated_by": current.updated_by if current else None,
+            "actual_updated_at": current.updated_at if current else None,
+        }
+
+
+class UnavailableError(AgentholdError):
+    """The database cannot serve the call right now (locked, full, read-only, I/O error)."""
+
+
+class BusyError(UnavailableError):
+    """Another writer held the database longer than ``busy_timeout``."""
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A key's live value and who wrote it. ``deleted`` is True only for a watched delete."""
+
+    namespace: str
+    key: str
+    value: Any
+    version: int
+    updated_by: str
+    updated_at: str
+    deleted: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "namespace": self.namespace,
+            "key": self.key,
+            "value": self.value,
+            "version": self.version,
+            "updated_by": self.updated_by,
+            "updated_at": self.updated_at,
+        }
+        if self.deleted:
+            d["deleted"] = True
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class SetResult:
+    """The outcome of a write: the new version, and the live version it replaced (0 if none)."""
+
+    namespace: str
+    key: str
+    version: int
+    previous_version: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "key": self.key,
+            "version": self.version,
+            "previous_version": self.previous_version,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteResult:
+    """The outcome of a delete: the version that was deleted and the tombstone's own version."""
+
+    namespace: str
+    key: str
+    deleted_version: int
+    version: int
+    deleted_by: str
+    deleted_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "key": self.key,
+            "deleted_by": self.deleted_by,
+            "deleted_version": self.deleted_version,
+            "tombstone_version": self.version,
+            "deleted_at": self.deleted_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One write (``event_type`` "write") or delete ("delete", value None) of a key."""
+
+    version: int
+    value: Any
+    updated_by: str
+    updated_at: str
+    event_type: Literal["write", "delete"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "value": self.value,
+            "updated_by": self.updated_by,
+            "updated_at": self.updated_at,
+            "event_type": self.event_type,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceInfo:
+    """A namespace that holds live records, and how many."""
+
+    namespace: str
+    record_count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "record_count": self.record_count}
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedRecord:
+    """A live record with its whole history, newest first."""
+
+    record: Record
+    history: tuple[HistoryEntry, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.record.to_dict()
+        del d["namespace"]
+        d["history"] = [h.to_dict() for h in self.history]
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class Export:
+    """A consistent snapshot of a namespace: live records (sorted by key) and their histories."""
+
+    namespace: str
+    exported_at: str
+    records: tuple[ExportedRecord, ...]
+
+    @property
+    def record_count(self) -> int:
+        return len(self.records)
+
+    @property
+    def history_count(self) -> int:
+        return sum(len(r.history) for r in self.records)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "exported_at": self.exported_at,
+            "record_count": self.record_count,
+            "history_count": self.history_count,
+            "records": [r.to_dict() for r in self.records],
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _excerpt(value: str, limit: int = 60) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "…")
+
+
+def check_text(what: str, value: object, max_length: int) -> str:
+    """Return ``value`` if it is a usable name: a non-blank string of at most ``max_length``
+    characters, without control characters or lone surrogates. Else raise InvalidInputError."""
+    if (
+        type(value) is str
+        and 0 < len(value) <= max_length
+        and value.isprintable()
+        and not value.isspace()
+    ):
+        return value  # the fast path: printable strings have no control characters
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a string, got {type(value).__name__}")
+    if not value.strip():
+        raise InvalidInputError(f"{what} must not be empty or blank")
+    if len(value) > max_length:
+        raise InvalidInputError(
+            f"{what} is {len(value)} characters long; the limit is {max_length}: {_excerpt(value)}"
+        )
+    if _CONTROL.search(value):
+        raise InvalidInputError(
+            f"{what} contains a control character (newline, tab, NUL...): {_excerpt(value)}"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(
+            f"{what} is not valid Unicode (it holds a lone surrogate): {_excerpt(value)}"
+        ) from None
+    return value
+
+
+def check_int(what: str, value: object, *, minimum: int = 0) -> int:
+    """Return ``value`` if it is an int (not a bool) of at least ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputError(f"{what} must be an integer, got {type(value).__name__}")
+    if value < minimum:
+        raise InvalidInputError(f"{what} must be at least {minimum}, got {value}")
+    return value
+
+
+def check_seconds(what: str, value: object, *, maximum: float) -> float:
+    """Return ``value`` as a float if it is a finite number of seconds in [0, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputError(f"{what} must be a number of seconds, got {type(value).__name__}")
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int too large for a float
+        seconds = math.inf
+    if not 0 <= seconds <= maximum:  # also False for NaN
+        raise InvalidInputError(f"{what} must be between 0 and {maximum:g} seconds, got {value}")
+    return seconds
+
+
+def _check_json(value: Any, depth: int, path: set[int]) -> None:
+    """Raise InvalidInputError unless ``value`` is strict JSON (see ``encode_value``)."""
+    if isinstance(value, str) or value is None or isinstance(value, (bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInputError(
+                f"value contains {value!r}; JSON has no NaN or Infinity (store null or a string)"
+            )
+        return
+    if isinstance(value, (dict, list)):
+        if depth >= MAX_DEPTH:
+            raise InvalidInputError(
+                f"value is nested deeper than {MAX_DEPTH} levels of lists and objects"
+            )
+        ident = id(value)
+        if ident in path:
+            raise InvalidInputError("value contains a circular reference")
+        path.add(ident)
+        if isinstance(value, dict):
+            for k, v in value.items():
+                if not isinstance(k, str):
+                    raise InvalidInputError(
+                        f"value has an object key {k!r} of type {type(k).__name__}; "
+                        "JSON object keys must be strings"
+                    )
+                _check_json(v, depth + 1, path)
+        else:
+            for v in value:
+                _check_json(v, depth + 1, path)
+        path.discard(ident)
+        return
+    hint = "use a list" if isinstance(value, (tuple, set, frozenset)) else "convert it first"
+    raise InvalidInputError(
+        f"value contains a {type(value).__name__}, which is not a JSON type "
+        f"(null, boolean, number, string, list or object with string keys); {hint}"
+    )
+
+
+def encode_value(value: Any, max_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> str:
+    """Return the compact JSON text of ``value``, or raise InvalidInputError.
+
+    Rejected: NaN and Infinity, object keys that are not strings, types JSON lacks (sets, tuples,
+    bytes, other objects), circular structures, nesting deeper than MAX_DEPTH, integers too long
+    to convert, lone surrogates, and texts over ``max_bytes`` UTF-8 bytes.
+    """
+    _check_json(value, 0, set())
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except ValueError as exc:  # an int past sys.get_int_max_str_digits()
+        raise InvalidInputError(f"value cannot be written as JSON: {exc}") from None
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInputError("value holds a string with a lone surrogate") from None
+    if size > max_bytes:
+        raise InvalidInputError(
+            f"value is {size:,} bytes as JSON; the limit is {max_bytes:,} bytes"
+        )
+    return text
+
+
+def _decode(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def utc_iso(timestamp: float | None = None) -> str:
+    """An ISO-8601 UTC time with microseconds (fixed width, so strings sort by time)."""
+    moment = (
+        datetime.now(timezone.utc)
+        if timestamp is None
+        else datetime.fromtimestamp(timestamp, timezone.utc)
+    )
+    return moment.isoformat(timespec="microseconds")
+
+
+# --------------------------------------------------------------------------------------------
+# Schema: every table of an agenthold database, in one place
+# --------------------------------------------------------------------------------------------
+
+APPLICATION_ID = 0x41474844  # "AGHD" in PRAGMA application_id marks a file as ours
+SCHEMA_VERSION = 1  # PRAGMA user_version; MIGRATIONS[n] takes a database from version n to n+1
+
+MIGRATIONS: tuple[str, ...] = (
+    """
+    -- The live value of every key ever written. A deleted key keeps its row (deleted = 1,
+    -- value NULL) so that its version sequence continues: versions are never reused.
+    CREATE TABLE state (
+        namespace   TEXT    NOT NULL,
+        key         TEXT    NOT NULL,
+        value       TEXT,
+        version     INTEGER NOT NULL,
+        updated_by  TEXT    NOT NULL,
+        updated_at  TEXT    NOT NULL,
+        deleted     INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (namespace, key)
+    ) WITHOUT ROWID;
+
+    -- Every write and delete, append-only. id is the commit order (the change feed's cursor).
+    CREATE TABLE state_history (
+        id          INTEGER PRIMARY KEY,
+        namespace   TEXT    NOT NULL,
+        key         TEXT    NOT NULL,
+        version     INTEGER NOT NULL,
+        value       TEXT,
+        updated_by  TEXT    NOT NULL,
+        updated_at  TEXT    NOT NULL,
+        event_type  TEXT    NOT NULL CHECK (event_type IN ('write', 'delete')),
+        UNIQUE (namespace, key, version)
+    );
+
+    -- Agents and resource claims (used by agenthold.claims). An agent's lease ends at
+    -- lease_ends_at (unix seconds; NULL = no end); lease_end_outcome says what its end means.
+    CREATE TABLE agents (
+        agent_id           TEXT PRIMARY KEY,
+        name               TEXT NOT NULL,
+        model              TEXT NOT NULL,
+        purpose            TEXT NOT NULL,
+        registered_at      TEXT NOT NULL,
+        last_seen_at       TEXT NOT NULL,
+        lease_ends_at      REAL,
+        lease_end_outcome  TEXT
+    );
+
+    -- One row per resource ever claimed. version is the fencing token: it grows by one with
+    -- every claim and release and is never reused.
+    CREATE TABLE claims (
+        resource         TEXT PRIMARY KEY,
+        uri              TEXT    NOT NULL,
+        holder           TEXT,
+        claimed_at       TEXT,
+        version          INTEGER NOT NULL,
+        last_outcome     TEXT,
+        last_holder      TEXT,
+        last_outcome_at  TEXT,
+        moved_to         TEXT
+    );
+    CREATE INDEX claims_by_holder ON claims (holder) WHERE holder IS NOT NULL;
+
+    -- Registrations, claims, releases and lease ends, append-only, for audit and the inspector.
+    CREATE TABLE claim_events (
+        id        INTEGER PRIMARY KEY,
+        at        TEXT    NOT NULL,
+        agent_id  TEXT    NOT NULL,
+        event     TEXT    NOT NULL,
+        resource  TEXT,
+        uri       TEXT,
+        outcome   TEXT,
+        moved_to  TEXT,
+        version   INTEGER
+    );
+    """,
+)
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# Connection settings, applied to every connection. Durability is the caller's choice.
+PRAGMAS: dict[str, str] = {
+    "journal_mode": "wal",  # readers never wait for the writer; set once, stored in the file
+    "cache_size": "-16000",  # 16 MB page cache per connection
+    "temp_store": "memory",  # sorts and temporary indexes stay off the disk
+    "journal_size_limit": str(64 * 1024 * 1024),  # truncate a checkpointed WAL beyond 64 MB
+}
+SYNCHRONOUS = {
+    "normal": "NORMAL",  # survives a process crash; a power loss may drop the last commits
+    "full": "FULL",  # fsync at every commit: survives a power loss too
+}
+
+Topic = tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ChangeSource:
+    """An append-only table whose new rows tell the change feed what changed.
+
+    ``max_sql`` returns the newest id; ``since_sql`` takes an id and returns ``(id, ...)`` rows
+    after it; ``topics`` turns such a row into the topics to wake.
+    """
+
+    name: str
+    max_sql: str
+    since_sql: str
+    topics: Callable[[tuple[Any, ...]], Iterable[Topic]]
+
+
+class _Subscription:
+    __slots__ = ("callback", "closed", "feed", "topics")
+
+    def __init__(
+        self, feed: _ChangeFeed, topics: frozenset[Topic] | None, callback: Callable[[], None]
+    ) -> None:
+        self.feed = feed
+        self.topics = topics
+        self.callback = callback
+        self.closed = False
+
+    def update(self, topics: Iterable[Topic] | None) -> None:
+        """Listen to other topics from now on (None: every change)."""
+        self.feed._retopic(self, None if topics is None else frozenset(topics))
+
+    def close(self) -> None:
+        self.feed._remove(self)
+
+    def __enter__(self) -> _Subscription:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _ChangeFeed:
+    """Wakes subscribers when a topic they listen to changes.
+
+    Commits made through this process call ``notify`` directly. For a file database, a poller
+    thread also runs while anyone listens: it checks ``PRAGMA data_version`` every POLL_INTERVAL
+    and, when another connection committed, reads the new rows of each change source to learn the
+    topics. One feed serves every store of the process on the same file.
+    """
+
+    def __init__(self, uri: str | None) -> None:
+        self._uri = uri  # None: a private in-memory database, so there is nothing to poll
+        self._lock = threading.Lock()
+        self._by_topic: dict[Topic, set[_Subscription]] = {}
+        self._everything: set[_Subscription] = set()
+        self._count = 0
+        self._sources: dict[str, ChangeSource] = {}
+        self._cursors: dict[str, int] = {}
+        self._poller: threading.Thread | None = None
+        self._poll_conn: sqlite3.Connection | None = None
+        self._data_version = -1
+
+    def add_source(self, source: ChangeSource) -> None:
+        with self._lock:
+            if source.name in self._sources:
+                return
+            self._sources[source.name] = source
+            if self._poll_conn is not None:
+                self._cursors[source.name] = (
+                    self._poll_conn.execute(source.max_sql).fetchone()[0] or 0
+                )
+
+    def subscribe(
+        self, topics: Iterable[Topic] | None, callback: Callable[[], None]
+    ) -> _Subscription:
+        sub = _Subscription(self, None if topics is None else frozenset(topics), callback)
+        with self._lock:
+            self._attach(sub)
+            self._count += 1
+            if self._uri is not None and self._poller is None:
+                self._start_poller()
+        return sub
+
+    def _attach(self, sub: _Subscription) -> None:
+        if sub.topics is None:
+            self._everything.add(sub)
+        else:
+            for t in sub.topics:
+                self._by_topic.setdefault(t, set()).add(sub)
+
+    def _detach(self, sub: _Subscription) -> None:
+        if sub.topics is None:
+            self._everything.discard(sub)
+        else:
+            for t in sub.topics:
+                subs = self._by_topic.get(t)
+                if subs is not None:
+                    subs.discard(sub)
+                    if not subs:
+                        del self._by_topic[t]
+
+    def _retopic(self, sub: _Subscription, topics: frozenset[Topic] | None) -> None:
+        with self._lock:
+            if sub.closed:
+                return
+            self._detach(sub)
+            sub.topics = topics
+            self._attach(sub)
+
+    def _remove(self, sub: _Subscription) -> None:
+        with self._lock:
+            if sub.closed:
+                return
+            sub.closed = True
+            self._detach(sub)
+            self._count -= 1
+
+    def notify(self, topics: Iterable[Topic]) -> None:
+        if not self._count:
+            return
+        with self._lock:
+            woken = set(self._everything)
+            for t in topics:
+                subs = self._by_topic.get(t)
+                if subs:
+                    woken.update(subs)
+        for sub in woken:
+            try:
+                sub.callback()
+            except Exception:  # a subscriber's bug must not break the writer
+                log.exception("change callback failed")
+
+    # -- the poller ---------------------------------------------------------------------------
+
+    def _start_poller(self) -> None:
+        """Open the poller's connection and set its cursors. Called with the lock held, before
+        the subscriber's first check, so no commit after that check can be missed."""
+        assert self._uri is not None
+        try:
+            if self._poll_conn is None:
+                conn = sqlite3.connect(
+                    self._uri, uri=True, isolation_level=None, check_same_thread=False
+                )
+                conn.execute("PRAGMA query_only = 1")
+                self._poll_conn = conn
+            conn = self._poll_conn
+            self._data_version = conn.execute("PRAGMA data_version").fetchone()[0]
+            for name, src in self._sources.items():
+                self._cursors[name] = conn.execute(src.max_sql).fetchone()[0] or 0
+        except sqlite3.Error as exc:
+            log.warning(
+                "change feed cannot read the database (%s); waiters rely on local commits", exc
+            )
+            return
+        self._poller = threading.Thread(
+            target=self._poll, name="agenthold-change-feed", daemon=True
+        )
+        self._poller.start()
+
+    def _poll(self) -> None:
+        idle_since: float | None = None
+        failures = 0
+        while True:
+            time.sleep(POLL_INTERVAL if not failures else min(1.0, POLL_INTERVAL * 2**failures))
+            with self._lock:
+                if not self._count:
+                    now = time.monotonic()
+                    idle_since = idle_since or now
+                    if now - idle_since > 1.0:  # nobody listened for a second: stop
+                        self._poller = None
+                        return
+                    continue
+                idle_since = None
+                conn = self._poll_conn
+                assert conn is not None
+                # A cursor moves only past rows whose topics are notified below, and the data
+                # version is remembered only once every source was read: a failed read is
+                # retried at the next poll instead of waiting for another commit.
+                topics: set[Topic] = set()
+                try:
+                    version = conn.execute("PRAGMA data_version").fetchone()[0]
+                    if version != self._data_version:
+                        for name, src in self._sources.items():
+                            for row in conn.execute(src.since_sql, (self._cursors[name],)):
+                                self._cursors[name] = max(self._cursors[name], row[0])
+                                topics.update(src.topics(row))
+                        self._data_version = version
+                    failures = 0
+                except sqlite3.Error as exc:
+                    failures = min(failures + 1, 9)
+                    log.warning("change feed poll failed: %s", exc)
+            if topics:
+                self.notify(topics)
+
+    def reset_after_fork(self) -> None:
+        if self._poll_conn is not None:
+            _inherited.append(self._poll_conn)
+        self._lock = threading.Lock()
+        self._by_topic.clear()
+        self._everything.clear()
+        self._count = 0
+        self._poller = None
+        self._poll_conn = None
+
+
+class _FileState:
+    """What every store of this process shares about one database file."""
+
+    def __init__(self, uri: str | None) -> None:
+        self.write_lock = threading.Lock()
+        self.feed = _ChangeFeed(uri)
+
+
+_files: dict[str, _FileState] = {}
+_files_lock = threading.Lock()
+_open_databases: weakref.WeakSet[SQLiteDatabase] = weakref.WeakSet()
+# A connection must not be used or closed in a child process after fork(); a child keeps the
+# ones it inherited here, unused, so that garbage collection never closes them.
+_inherited: list[sqlite3.Connection] = []
+
+
+def _file_state(real_path: str, uri: str) -> _FileState:
+    with _files_lock:
+        state = _files.get(real_path)
+        if state is None:
+            state = _files[real_path] = _FileState(uri)
+        return state
+
+
+def _after_fork_in_child() -> None:
+    # Connections, locks and threads do not survive fork(): start afresh in the child.
+    global _files_lock
+    _files_lock = threading.Lock()
+    for state in _files.values():
+        state.write_lock = threading.Lock()
+        state.feed.reset_after_fork()
+    for db in list(_open_databases):
+        db._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _translate(exc: sqlite3.Error, busy_timeout: float) -> AgentholdError:
+    """Turn a SQLite error into the error a caller can act on."""
+    text = str(exc)
+    lowered = text.lower()
+    if "locked" in lowered or "busy" in lowered:
+        return BusyError(
+            f"the database stayed locked by another writer for more than {busy_timeout:g} s "
+            "(busy_timeout); retry in a moment"
+        )
+    if "disk is full" in lowered or "database or disk is full" in lowered:
+        return UnavailableError(
+            "the database cannot grow (the disk is full or its page limit is reached); "
+            "nothing was written; free space and retry"
+        )
+    if "readonly" in lowered or "read-only" in lowered:
+        return UnavailableError(
+            "the database file is read-only here; nothing was written; check the file's permissions"
+        )
+    return UnavailableError(f"the database failed: {text}")
+
+
+class SQLiteDatabase:
+    """Connections, transactions and change notification for one SQLite database.
+
+    Stores and claims use only this interface, so a different backend means a different class
+    with the same methods: ``fetchone``, ``fetchall``, ``snapshot``, ``write``, ``subscribe``,
+    ``notify``, ``add_change_source`` and ``close``.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        read_only: bool = False,
+        durability: str = "normal",
+        busy_timeout: float = 5.0,
+    ) -> None:
+        path = os.fspath(path) if isinstance(path, os.PathLike) else path
+        if not isinstance(path, str) or not path or "\x00" in path:
+            raise InvalidInputError(
+                f"path must be a file path or ':memory:' (a non-empty string without NUL "
+                f"characters), got {path!r}"
+            )
+        if not isinstance(durability, str) or durability not in SYNCHRONOUS:
+            raise InvalidInputError(f"durability must be 'normal' or 'full', got {durability!r}")
+        self.busy_timeout = check_seconds("busy_timeout", busy_timeout, maximum=3600)
+        self.path = path
+        self.read_only = read_only
+        self.durability = durability
+        self.memory = path == ":memory:"
+        self._closed = False
+        self._local = threading.local()
+        # Every connection opened, by the thread that owns it. A thread's connection is closed
+        # once the thread has ended (checked whenever a new connection opens) or at close().
+        self._connections: dict[threading.Thread, sqlite3.Connection] = {}
+        self._connections_lock = threading.Lock()
+        self._mem_lock: threading.RLock | None = None
+        if self.memory:
+            if read_only:
+                raise InvalidInputError("a ':memory:' database cannot be opened read-only")
+            self._uri = f"file:agenthold-{uuid.uuid4().hex}?mode=memory&cache=private"
+            self._file = _FileState(None)
+            self._mem_lock = threading.RLock()
+            self._shared: sqlite3.Connection | None = self._connect()
+        else:
+            self._shared = None
+            self._check_file()
+            real = os.path.realpath(path)
+            mode = "ro" if read_only else "rwc"
+            self._uri = f"file:{_quote_path(real)}?mode={mode}"
+            self._file = _file_state(real, f"file:{_quote_path(real)}?mode=ro")
+        self._prepare_schema()
+        _open_databases.add(self)
+
+    # -- opening -----------------------------------------------------------------------------
+
+    def _check_file(self) -> None:
+        path = self.path
+        # The directory named in the path, and the one a symbolic link at the path points into.
+        for parent in dict.fromkeys(
+            os.path.dirname(p) for p in (os.path.abspath(path), os.path.realpath(path))
+        ):
+            if not os.path.isdir(parent):
+                raise IncompatibleDatabaseError(
+                    f"cannot open database {path!r}: the directory {parent!r} does not exist"
+                )
+        if os.path.isdir(path):
+            raise IncompatibleDatabaseError(f"cannot open database {path!r}: it is a directory")
+        if not os.path.exists(path):
+            if self.read_only:
+                raise IncompatibleDatabaseError(
+                    f"no database at {path!r} (read-only opening never creates one)"
+                )
+            return
+        try:
+            with open(path, "rb") as f:
+                header = f.read(len(SQLITE_MAGIC))
+        except OSError as exc:
+            raise IncompatibleDatabaseError(
+                f"cannot read database {path!r}: {exc.strerror}"
+            ) from None
+        if header and header != SQLITE_MAGIC:
+            raise IncompatibleDatabaseError(
+                f"{path!r} is not a SQLite database, so not an agenthold database; "
+                "give another --db path"
+            )
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self._uri,
+                uri=True,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=256,
+            )
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.busy_timeout) from None
+        try:
+            conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS[self.durability]}")
+            for name, value in PRAGMAS.items():
+                if name != "journal_mode":
+                    conn.execute(f"PRAGMA {name} = {value}")
+            if self.read_only:
+                conn.execute("PRAGMA query_only = 1")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise self._opening_error(exc) from None
+        with self._connections_lock:
+            for thread in [t for t in self._connections if not t.is_alive()]:
+                self._connections.pop(thread).close()
+            self._connections[threading.current_thread()] = conn
+        return conn
+
+    def _opening_error(self, exc: sqlite3.Error) -> AgentholdError:
+        """Translate an error met while opening: a file SQLite cannot read as a database
+        (SQLITE_NOTADB, SQLITE_CORRUPT) is incompatible; busy and I/O errors stay what they are."""
+        if type(exc) is sqlite3.DatabaseError:
+            return IncompatibleDatabaseError(f"cannot open database {self.path!r}: {exc}")
+        return _translate(exc, self.busy_timeout)
+
+    def _prepare_schema(self) -> None:
+        """Check that the file is ours (or empty) and bring its schema up to date. On any
+        error every connection is closed before the error is raised."""
+        try:
+            conn = self._shared or self._thread_conn()
+            app_id, version, tables = _describe(conn)
+            self._check_identity(app_id, version, tables)
+            if self.read_only:
+                if version < SCHEMA_VERSION:
+                    raise IncompatibleDatabaseError(
+                        f"{self.path!r} has schema version {version}, older than this "
+                        f"agenthold's {SCHEMA_VERSION}; open it once without read-only to "
+                        "migrate it"
+                    )
+                return
+            if not self.memory:
+                mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+                if mode.lower() != "wal":
+                    conn.execute("PRAGMA journal_mode = wal")
+            if version < SCHEMA_VERSION:
+                with self._file.write_lock:
+                    conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        app_id, version, tables = _describe(conn)  # another process may have won
+                        self._check_identity(app_id, version, tables)
+                        for step in range(version, SCHEMA_VERSION):
+                            for statement in _split_sql(MIGRATIONS[step]):
+                                conn.execute(statement)
+                        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                        raise
+        except sqlite3.Error as exc:
+            self.close()
+            raise self._opening_error(exc) from None
+        except AgentholdError:
+            self.close()
+            raise
+
+    def _check_identity(self, app_id: int, version: int, tables: list[str]) -> None:
+        """Raise IncompatibleDatabaseError unless the database is ours (at a schema version this
+        code knows) or, when we may create the schema, a new and empty one."""
+        if app_id == APPLICATION_ID:
+            if version > SCHEMA_VERSION:
+                raise IncompatibleDatabaseError(
+                    f"{self.path!r} has schema version {version}, newer than this agenthold "
+                    f"supports ({SCHEMA_VERSION}); upgrade agenthold to open it"
+                )
+            return
+        if app_id == 0 and not tables and not self.read_only:
+            return  # a new, empty database
+        held = f"it holds tables {', '.join(sorted(tables)[:5])}" if tables else "it is empty"
+        raise IncompatibleDatabaseError(
+            f"{self.path!r} is a SQLite database but not an agenthold database ({held}); "
+            "give another --db path"
+        )
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _thread_conn(self) -> sqlite3.Connection:
+        try:
+            conn: sqlite3.Connection = self._local.conn
+            return conn
+        except AttributeError:
+            return self._thread_cursor().connection
+
+    def _thread_cursor(self) -> sqlite3.Cursor:
+        """This thread's connection (opened on first use) and the cursor reads reuse."""
+        try:
+            cursor: sqlite3.Cursor = self._local.cursor
+            return cursor
+        except AttributeError:
+            if self._closed:
+                raise AgentholdError("the store is closed") from None
+            conn = self._local.conn = self._connect()
+            cursor = self._local.cursor = conn.cursor()
+            return cursor
+
+    def _reset_after_fork(self) -> None:
+        _inherited.extend(self._connections.values())
+        if self._shared is not None:
+            _inherited.append(self._shared)
+            self._shared = None
+            self._closed = True  # a private in-memory database does not survive fork()
+        self._local = threading.local()
+        self._connections = {}
+        self._connections_lock = threading.Lock()
+        if self._mem_lock is not None:
+            self._mem_lock = threading.RLock()
+
+    # -- the interface -------------------------------------------------------------------------
+
+    def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Run one read statement and return its first row (or None)."""
+        try:
+            if self._mem_lock is None:
+                try:
+                    cursor: sqlite3.Cursor = self._local.cursor
+                except AttributeError:
+                    cursor = self._thread_cursor()
+                return cursor.execute(sql, params).fetchone()
+            with self._mem_lock:
+                return self._live_shared().execute(sql, params).fetchone()
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.busy_timeout) from None
+
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Run one read statement and return all its rows."""
+        try:
+            if self._mem_lock is None:
+                try:
+                    cursor: sqlite3.Cursor = self._local.cursor
+                except AttributeError:
+                    cursor = self._thread_cursor()
+                return cursor.execute(sql, params).fetchall()
+            with self._mem_lock:
+                return self._live_shared().execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise _translate(exc, self.busy_timeout) from None
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction: every statement inside sees the same committed state."""
+        with self._exclusive_if_memory():
+            conn = self._shared_or_thread()
+            try:
+                conn.execute("BEGIN")
+                try:
+                    yield conn
+                finally:
+                    if conn.in_transaction:
+                        conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.busy_timeout) from None
+
+    @contextmanager
+    def write(self) -> Iterator[tuple[sqlite3.Connection, list[Topic]]]:
+        """A write transaction (``BEGIN IMMEDIATE``), committed when the block ends normally and
+        rolled back if it raises. Append the topics the block changed to the yielded list; they
+        are notified after the commit."""
+        if self.read_only:
+            raise UnavailableError("the store was opened read-only; it cannot write")
+        lock = self._mem_lock or self._file.write_lock
+        if not lock.acquire(timeout=self.busy_timeout):
+            raise BusyError(
+                f"another writer in this process held the database for more than "
+                f"{self.busy_timeout:g} s (busy_timeout); retry in a moment"
+            )
+        changed: list[Topic] = []
+        try:
+            conn = self._shared_or_thread()
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.busy_timeout) from None
+            try:
+                yield conn, changed
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    with suppress(sqlite3.Error):  # SQLite may have rolled back already
+                        conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise _translate(exc, self.busy_timeout) from None
+                raise
+        finally:
+            lock.release()
+        if changed:
+            self._file.feed.notify(changed)
+
+    def subscribe(
+        self, topics: Iterable[Topic] | None, callback: Callable[[], None]
+    ) -> _Subscription:
+        """Call ``callback`` (from any thread, so it must be quick) whenever one of ``topics``
+        changes, in this process or another; None listens to every change."""
+        return self._file.feed.subscribe(topics, callback)
+
+    def notify(self, topics: Iterable[Topic]) -> None:
+        self._file.feed.notify(topics)
+
+    def add_change_source(self, source: ChangeSource) -> None:
+        self._file.feed.add_source(source)
+
+    def close(self) -> None:
+        self._closed = True
+        with self._connections_lock:
+            conns, self._connections = list(self._connections.values()), {}
+        for conn in conns:
+            with suppress(sqlite3.Error):
+                conn.close()
+        self._shared = None
+        self._local = threading.local()
+        _open_databases.discard(self)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _live_shared(self) -> sqlite3.Connection:
+        if self._shared is None:
+            raise AgentholdError("the store is closed")
+        return self._shared
+
+    def _shared_or_thread(self) -> sqlite3.Connection:
+        return self._live_shared() if self._mem_lock is not None else self._thread_conn()
+
+    @contextmanager
+    def _exclusive_if_memory(self) -> Iterator[None]:
+        if self._mem_lock is None:
+            yield
+        else:
+            with self._mem_lock:
+                yield
+
+
+def _quote_path(path: str) -> str:
+    return path.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+
+
+def _split_sql(script: str) -> list[str]:
+    statements, current = [], []
+    for line in script.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("--"):
+            continue
+        current.append(line)
+        if stripped.endswith(";"):
+            statements.append("\n".join(current))
+            current = []
+    return statements
+
+
+def _describe(conn: sqlite3.Connection) -> tuple[int, int, list[str]]:
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    tables = [
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    ]
+    return app_id, version, tables
+
+
+# --------------------------------------------------------------------------------------------
+# The store
+# --------------------------------------------------------------------------------------------
+
+_GET = (
+    "SELECT value, version, updated_by, updated_at FROM state "
+    "WHERE namespace = ? AND key = ? AND deleted = 0"
+)
+_CURRENT = (
+    "SELECT version, deleted, value, updated_by, updated_at FROM state "
+    "WHERE namespace = ? AND key = ?"
+)
+_INSERT_HISTORY = (
+    "INSERT INTO state_history (namespace, key, version, value, updated_by, updated_at, "
+    "event_type) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_UPSERT = (
+    "INSERT INTO state (namespace, key, value, version, updated_by, updated_at, deleted) "
+    "VALUES (?, ?, ?, ?, ?, ?, 0) ON CONFLICT (namespace, key) DO UPDATE SET "
+    "value = excluded.value, version = excluded.version, updated_by = excluded.updated_by, "
+    "updated_at = excluded.updated_at, deleted = 0"
+)
+_TOMBSTONE = (
+    "UPDATE state SET value = NULL, version = ?, updated_by = ?, updated_at = ?, deleted = 1 "
+    "WHERE namespace = ? AND key = ?"
+)
+_LIST = (
+    "SELECT key, value, version, updated_by, updated_at FROM state "
+    "WHERE namespace = ? AND deleted = 0 ORDER BY key"
+)
+_HISTORY = (
+    "SELECT version, value, updated_by, updated_at, event_type FROM state_history "
+    "WHERE namespace = ? AND key = ? ORDER BY version DESC LIMIT ?"
+)
+
+STATE_CHANGES = ChangeSource(
+    name="state",
+    max_sql="SELECT max(id) FROM state_history",
+    since_sql="SELECT id, namespace, key FROM state_history WHERE id > ? ORDER BY id",
+    topics=lambda row: (("k", row[1], row[2]),),
+)
+
+
+def key_topic(namespace: str, key: str) -> Topic:
+    """The change-feed topic of one key."""
+    return ("k", namespace, key)
+
+
+class StateStore:
+    """A versioned key-value store of JSON values, safe across threads and processes.
+
+    ``path`` is a file path or ``":memory:"`` (one process only; gone when closed).
+    ``read_only`` opens an existing database without ever writing or creating it.
+    ``durability`` is "normal" (survives a process crash; a power loss may drop the last
+    commits) or "full" (fsync on every commit). ``busy_timeout`` is how long a write waits for
+    another writer before raising BusyError. ``max_value_bytes`` caps one value's JSON size.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        durability: Literal["normal", "full"] = "normal",
+        busy_timeout: float = 5.0,
+        max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+    ) -> None:
+        self.max_value_bytes = check_int("max_value_bytes", max_value_bytes, minimum=1)
+        self.db = SQLiteDatabase(
+            os.fspath(path) if isinstance(path, os.PathLike) else path,
+            read_only=read_only,
+            durability=durability,
+            busy_timeout=busy_timeout,
+        )
+        self.db.add_change_source(STATE_CHANGES)
+
+    @property
+    def path(self) -> str:
+        return self.db.path
+
+    @property
+    def read_only(self) -> bool:
+        return self.db.read_only
+
+    def close(self) -> None:
+        """Close every connection. The store cannot be used afterwards."""
+        self.db.close()
+
+    def __enter__(self) -> StateStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"StateStore({self.path!r}, read_only={self.read_only})"
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def get(self, namespace: str, key: str) -> Record:
+        """Return the live record of ``key``. Raises NotFoundError if it has none."""
+        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        check_text("key", key, MAX_KEY_LENGTH)
+        row = self.db.fetchone(_GET, (namespace, key))
+        if row is None:
+            raise NotFoundError(namespace, key)
+        return Record(namespace, key, json.loads(row[0]), row[1], row[2], row[3])
+
+    def list_keys(self, namespace: str) -> list[Record]:
+        """Return the live records of ``namespace``, sorted by key (empty if there are none)."""
+        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        return [
+            Record(namespace, k, json.loads(v), ver, by, at)
+            for k, v, ver, by, at in self.db.fetchall(_LIST, (namespace,))
+        ]
+
+    def list_namespaces(self) -> list[NamespaceInfo]:
+        """Return every namespace with live records and how many it holds, sorted by name."""
+        rows = self.db.fetchall(
+            "SELECT namespace, count(*) FROM state WHERE deleted = 0 "
+            "GROUP BY namespace ORDER BY namespace"
+        )
+        return [NamespaceInfo(ns, n) for ns, n in rows]
+
+    def history(self, namespace: str, key: str, limit: int = 10) -> list[HistoryEntry]:
+        """Return up to ``limit`` writes and deletes of ``key``, newest first. A key that was
+        never written has an empty history."""
+        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        check_text("key", key, MAX_KEY_LENGTH)
+        check_int("limit", limit, minimum=1)
+        rows = self.db.fetchall(_HISTORY, (namespace, key, min(limit, 2**62)))
+        return [HistoryEntry(v, _decode(val), by, at, ev) for v, val, by, at, ev in rows]
+
+    def export(self, namespace: str) -> Export:
+        """Return the live records of ``namespace`` with their full histories, read in one
+        snapshot so no write can slip between the records and their histories."""
+        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        with self.db.snapshot() as conn:
+            exported_at = utc_iso()
+            live = conn.execute(_LIST, (namespace,)).fetchall()
+            rows = conn.execute(
+                "SELECT h.key, h.version, h.value, h.updated_by, h.updated_at, h.event_type "
+                "FROM state_history AS h JOIN state AS s "
+                "ON s.namespace = h.namespace AND s.key = h.key "
+                "WHERE s.namespace = ? AND s.deleted = 0 ORDER BY h.key, h.version DESC",
+                (namespace,),
+            ).fetchall()
+        histories: dict[str, list[HistoryEntry]] = {}
+        for k, v, val, by, at, ev in rows:
+            histories.setdefault(k, []).append(HistoryEntry(v, _decode(val), by, at, ev))
+        records = tuple(
+            ExportedRecord(
+                Record(namespace, k, json.loads(v), ver, by, at), tuple(histories.get(k, ()))
+            )
+            for k, v, ver, by, at in live
+        )
+        return Export(namespace, exported_at, records)
+
+    def changed_since(self, namespace: str, key: str, since_version: int) -> Record | None:
+        """Return the key's state if its version is above ``since_version``: the live record,
+        or, if the newest event was a delete, a Record with ``deleted=True`` and value None."""
+        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        check_text("key", key, MAX_KEY_LENGTH)
+        check_int("since_version", since_version)
+        return self._changed_since(namespace, key, since_version)
+
+    def _changed_since(self, namespace: str, key: str, since_version: int) -> Record | None:
+        row = self.db.fetchone(_CURRENT, (namespace, key))
+        if row is None or row[0] <= since_version:
+            return None
+        version, deleted, value, by, at = row
+        return Record(namespace, key, _decode(value), version, by, at, bool(deleted))
+
+    def watch(
+        self, namespace: str, key: str, *, since_version: int, timeout: float
+    ) -> Record | None:
+        """Wait until ``key``'s version goes above ``since_version`` and return its new state
+        (see ``changed_since``), or None after ``timeout`` seconds. Returns at once if the key
+        is already past ``since_version``. Woken by commits, not by polling the key."""
+        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        check_text("key", key, MAX_KEY_LENGTH)
+        check_int("since_version", since_version)
+        seconds = check_seconds("timeout", timeout, maximum=MAX_WAIT_SECONDS)
+        deadline = time.monotonic() + seconds
+        woken = threading.Event()
+        with self.db.subscribe([key_topic(namespace, key)], woken.set):
+            while True:
+                woken.clear()
+                record = self._changed_since(namespace, key, since_version)
+                if record is not None:
+                    return record
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                woken.wait(remaining)
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def set(
+        self,
+        namespace: str,
+        key: str,
+        value: Any,
+        *,
+        updated_by: str,
+        expected_version: int | None = None,
+    ) -> SetResult:
+        """Write ``value`` and return the new version.
+
+        ``expected_version``: None writes unconditionally; 0 writes only if the key has no live
+        record; N writes only if the live version is N. Otherwise raises ConflictError, whose
+        ``detail`` carries the current version, value, writer and time.
+        """
+        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        check_text("key", key, MAX_KEY_LENGTH)
+        check_text("updated_by", updated_by, MAX_WRITER_LENGTH)
+        if expected_version is not None:
+            check_int("expected_version", expected_version)
+        text = encode_value(value, self.max_value_bytes)
+        now = utc_iso()
+        with self.db.write() as (conn, changed):
+            row = conn.execute(_CURRENT, (namespace, key)).fetchone()
+            if row is None:
+                last, live = 0, 0
+            else:
+                last = row[0]
+                live = 0 if row[1] else last
+            if expected_version is not None and expected_version != live:
+                raise ConflictError(
+                    expected_version, _live_record(namespace, key, row), namespace, key
+                )
+            version = last + 1
+            conn.execute(_INSERT_HISTORY, (namespace, key, version, text, updated_by, now, "write"))
+            conn.execute(_UPSERT, (namespace, key, text, version, updated_by, now))
+            changed.append(("k", namespace, key))
+        return SetResult(namespace, key, version, live)
+
+    def delete(
+        self,
+        namespace: str,
+        key: str,
+        *,
+        deleted_by: str,
+        expected_version: int | None = None,
+    ) -> DeleteResult:
+        """Delete ``key``'s live record, leaving a tombstone in its history.
+
+        Raises NotFoundError if the key has no live record, and ConflictError if
+        ``expected_version`` is given and is not the live version.
+        """
+        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        check_text("key", key, MAX_KEY_LENGTH)
+        check_text("deleted_by", deleted_by, MAX_WRITER_LENGTH)
+        if expected_version is not None:
+            check_int("expected_version", expected_version)
+        now = utc_iso()
+        with self.db.write() as (conn, changed):
+            row = conn.execute(_CURRENT, (namespace, key)).fetchone()
+            if row is None or row[1]:
+                raise NotFoundError(namespace, key)
+            live = row[0]
+            if expected_version is not None and expected_version != live:
+                raise ConflictError(
+                    expected_version, _live_record(namespace, key, row), namespace, key
+                )
+            version = live + 1
+            conn.execute(
+                _INSERT_HISTORY, (namespace, key, version, None, deleted_by, now, "delete")
+            )
+            conn.execute(_TOMBSTONE, (version, deleted_by, now, namespace, key))
+            changed.append(("k", namespace, key))
+        return DeleteResult(namespace, key, live, version, deleted_by, now)
+
+    def clear_namespace(self, namespace: str, *, deleted_by: str) -> list[str]:
+        """Delete every live record of ``namespace`` in one transaction, a tombstone per key.
+        Returns the deleted keys, sorted. There is no version check."""
+        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        check_text("deleted_by", deleted_by, MAX_WRITER_LENGTH)
+        now = utc_iso()
+        with self.db.write() as (conn, changed):
+            rows = conn.execute(
+                "SELECT key, version FROM state WHERE namespace = ? AND deleted = 0 ORDER BY key",
+                (namespace,),
+            ).fetchall()
+            conn.executemany(
+                _INSERT_HISTORY,
+                [(namespace, k, v + 1, None, deleted_by, now, "delete") for k, v in rows],
+            )
+            conn.executemany(_TOMBSTONE, [(v + 1, deleted_by, now, namespace, k) for k, v in rows])
+            changed.extend(("k", namespace, k) for k, _ in rows)
+        return [k for k, _ in rows]
+
+
+def _live_record(namespace: str, key: str, row: Any) -> Record | None:
+    if row is None or row[1]:
+        return None
+    version, _, value, by, at = row
+    return Record(namespace, key, json.loads(value), version, by, at)
