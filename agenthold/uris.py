@@ -1,0 +1,382 @@
+"""Canonical resource names: one physical resource, one name.
+
+Agents name a resource as a bare path, an absolute path, ``file://<workspace>/<path>`` or
+``custom://<name>``; :class:`Resolver` turns every spelling of one resource into one
+:class:`Resource`. Input is NFC-normalised, "/" and "\\" both separate path segments, "." and ".."
+segments are rejected rather than collapsed, and percent-escapes are never decoded, so a canonical
+URI resolves to itself.
+
+``Resource.uri`` is what agents see and carries the workspace name. ``Resource.key``, the identity
+claims are keyed on, carries the realpath of the workspace root instead: two processes sharing one
+database may give one name (say "default") to different directories, and must not share claims on
+different files. So one root under two names is one key, and one name over two roots is two keys,
+even though both show agents the same uri.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from agenthold.store import InvalidInputError
+
+__all__ = [
+    "MAX_INPUT_LENGTH",
+    "WORKSPACE_NAME_RE",
+    "Resolver",
+    "Resource",
+    "Workspace",
+    "default_workspace",
+]
+
+MAX_INPUT_LENGTH = 1024
+"""Longest resource name accepted, in characters, once surrounding whitespace is stripped."""
+
+WORKSPACE_NAME_RE: re.Pattern[str] = re.compile(r"[A-Za-z0-9_-]+")
+"""What a workspace name may be; match it with ``fullmatch``."""
+
+_SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+_SEPARATOR_RE = re.compile(r"[/\\]")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_SURROGATE_RE = re.compile(r"[\ud800-\udfff]")  # not encodable as UTF-8, so never storable
+_SHOWN_LENGTH = 80  # characters of a bad input quoted back in an error message
+_DOT_SEGMENTS = (
+    "path traversal/dot segments are not allowed; give the path relative to the workspace root"
+)
+
+
+def _show(text: str) -> str:
+    """Quote ``text`` for an error message, cut short if it is long."""
+    if len(text) <= _SHOWN_LENGTH:
+        return repr(text)
+    return f"{text[:_SHOWN_LENGTH]!r}..."
+
+
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
+
+
+def _names(workspaces: Sequence[Workspace]) -> str:
+    return ", ".join(repr(ws.name) for ws in workspaces)
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    """A named directory that file resources live in.
+
+    ``root`` is absolute. Build one with :meth:`parse`, which also normalises the root and checks
+    that it is an existing directory.
+    """
+
+    name: str
+    root: str
+
+    def __post_init__(self) -> None:
+        if not WORKSPACE_NAME_RE.fullmatch(self.name):
+            raise InvalidInputError(
+                f"workspace name {self.name!r} is not valid; use letters, digits, '_' and '-'"
+            )
+        if not os.path.isabs(self.root):
+            raise InvalidInputError(
+                f"workspace root {self.root!r} is not an absolute path; use Workspace.parse, "
+                "which resolves a relative path against the current directory"
+            )
+
+    @classmethod
+    def parse(cls, spec: str, *, cwd: str | None = None) -> Workspace:
+        """Parse ``name=path`` or an absolute path (named after its last directory).
+
+        A relative path is made absolute against ``cwd`` (default: the current directory) and the
+        result is normalised lexically (symlinks are kept). Raises InvalidInputError if the spec
+        is malformed, the name is not valid, or the root is not an existing directory.
+        """
+        if not spec:
+            raise InvalidInputError(
+                "workspace spec is empty; use name=path or an absolute directory path"
+            )
+        name, equals, path = spec.partition("=")
+        if equals and not _SEPARATOR_RE.search(name):
+            if not WORKSPACE_NAME_RE.fullmatch(name):
+                raise InvalidInputError(
+                    f"workspace name {name!r} in {spec!r} is not valid; "
+                    "use letters, digits, '_' and '-', as in name=path"
+                )
+            if not path:
+                raise InvalidInputError(
+                    f"workspace spec {spec!r} has no path; use name=path, e.g. {name}=/path/to/dir"
+                )
+        elif os.path.isabs(spec):
+            name, path = "", spec
+        else:
+            raise InvalidInputError(
+                f"workspace spec {spec!r} is neither name=path nor an absolute path; "
+                f"use name=path, e.g. app={spec}"
+            )
+        root = os.path.abspath(os.path.join(cwd or os.getcwd(), path))
+        if not name:
+            name = os.path.basename(root)
+            if not WORKSPACE_NAME_RE.fullmatch(name):
+                raise InvalidInputError(
+                    f"cannot name workspace {spec!r} after its directory {name!r} "
+                    "(a name is letters, digits, '_' and '-'); "
+                    f"name it explicitly with name=path, e.g. app={root}"
+                )
+        if not os.path.isdir(root):
+            raise InvalidInputError(
+                f"workspace root {root!r} (from {spec!r}) is not an existing directory; "
+                "create it or fix the path"
+            )
+        return cls(name=name, root=root)
+
+
+def default_workspace(cwd: str | None = None) -> Workspace:
+    """The workspace used when none is configured: "default" at ``cwd`` or the current directory."""
+    return Workspace.parse("default=" + (cwd or os.getcwd()))
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A resolved resource.
+
+    ``uri`` is the canonical name shown to agents; ``key`` is the identity claims are keyed on (see
+    the module docstring). ``workspace`` and ``path`` (relative, "/"-separated) are set for files
+    and None for custom resources.
+    """
+
+    uri: str
+    key: str
+    kind: Literal["file", "custom"]
+    workspace: str | None
+    path: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Anchor:
+    """One spelling of a workspace root, split for matching absolute paths against it."""
+
+    drive: str
+    segments: tuple[str, ...]
+    workspace: Workspace
+
+
+class Resolver:
+    """Turns the ways agents name a resource into one canonical :class:`Resource`.
+
+    With no workspaces, a single "default" workspace at ``cwd`` (or the current directory) is
+    used. ``case_insensitive`` says whether file paths match regardless of case; None follows
+    the platform (True on macOS and Windows). Raises InvalidInputError on duplicate names.
+    """
+
+    def __init__(
+        self,
+        workspaces: Sequence[Workspace] = (),
+        *,
+        case_insensitive: bool | None = None,
+        cwd: str | None = None,
+    ) -> None:
+        chosen = tuple(workspaces) or (default_workspace(cwd),)
+        by_name: dict[str, Workspace] = {}
+        for ws in chosen:
+            if ws.name in by_name:
+                raise InvalidInputError(
+                    f"workspace name {ws.name!r} is configured twice "
+                    f"({by_name[ws.name].root!r} and {ws.root!r}); give each workspace its own name"
+                )
+            by_name[ws.name] = ws
+        if case_insensitive is None:
+            case_insensitive = sys.platform in ("darwin", "win32")
+        self._workspaces = chosen
+        self._by_name = by_name
+        self._case_insensitive = case_insensitive
+        self._bare = by_name.get("default") or (chosen[0] if len(chosen) == 1 else None)
+        self._key_prefixes: dict[str, str] = {}
+        anchors: list[_Anchor] = []
+        for ws in chosen:
+            real = os.path.realpath(ws.root)
+            posix_real = _nfc(real).replace(os.sep, "/").rstrip("/")
+            self._key_prefixes[ws.name] = self._fold(f"file://{posix_real}/")
+            for spelling in dict.fromkeys((os.path.normpath(ws.root), real)):
+                drive, rest = os.path.splitdrive(_nfc(spelling))
+                segments = tuple(self._fold(s) for s in _SEPARATOR_RE.split(rest) if s)
+                anchors.append(_Anchor(drive.lower(), segments, ws))
+        # Longest root first; the stable sort keeps configuration order between equal lengths.
+        anchors.sort(key=lambda anchor: -len(anchor.segments))
+        self._anchors = tuple(anchors)
+
+    @property
+    def workspaces(self) -> tuple[Workspace, ...]:
+        """The configured workspaces, in configuration order."""
+        return self._workspaces
+
+    @property
+    def case_insensitive(self) -> bool:
+        """Whether file paths match regardless of case (custom:// names never do)."""
+        return self._case_insensitive
+
+    def resolve(self, text: str) -> Resource:
+        """Canonicalise a bare path, an absolute path, a file:// URI or a custom:// URI.
+
+        Raises InvalidInputError, naming the input and what to do, when it is empty, too long,
+        contains control characters or unpaired surrogates, has "." or ".." segments, names a
+        workspace root, lies outside every workspace, names an unknown workspace or scheme, or
+        is a malformed URI.
+        """
+        text = self._clean(text)
+        resource = self._resolve(text)
+        if len(resource.uri) > MAX_INPUT_LENGTH:
+            raise InvalidInputError(
+                f"resource {_show(text)} would have a canonical URI of {len(resource.uri)} "
+                f"characters; the limit is {MAX_INPUT_LENGTH}, use a shorter path or name"
+            )
+        return resource
+
+    def filesystem_path(self, resource: Resource) -> str | None:
+        """The absolute path on disk of a file resource; None for a custom resource.
+
+        The resource's uri is resolved again first, so a Resource built by hand cannot point
+        outside its workspace. On a case-insensitive resolver the path is in lower case.
+        """
+        checked = self.resolve(resource.uri)
+        if checked.workspace is None or checked.path is None:
+            return None
+        root = self._by_name[checked.workspace].root
+        return os.path.normpath(os.path.join(root, *checked.path.split("/")))
+
+    def _resolve(self, text: str) -> Resource:
+        drive, rest = os.path.splitdrive(text)
+        if drive or rest.startswith(("/", "\\")):
+            return self._resolve_absolute(text, text)
+        scheme = _SCHEME_RE.match(text)
+        if scheme is None:
+            return self._resolve_bare(text)
+        remainder = text[scheme.end() :]
+        match scheme.group(1).lower():
+            case "file":
+                return self._resolve_file_uri(text, remainder)
+            case "custom":
+                if not remainder:
+                    raise InvalidInputError(f"{_show(text)} has no name; use custom://<name>")
+                uri = "custom://" + remainder
+                return Resource(uri=uri, key=uri, kind="custom", workspace=None, path=None)
+            case other:
+                raise InvalidInputError(
+                    f"unsupported scheme {other!r} in {_show(text)}; use a path, "
+                    "file://<workspace>/<path> or custom://<name>"
+                )
+
+    def _fold(self, text: str) -> str:
+        """Lower-case ``text`` on a case-insensitive resolver (re-normalised, as lower() may
+        decompose); leave it alone otherwise."""
+        return _nfc(text.lower()) if self._case_insensitive else text
+
+    @staticmethod
+    def _clean(text: str) -> str:
+        if not isinstance(text, str):
+            raise InvalidInputError(
+                f"a resource must be a string, not {type(text).__name__}; "
+                "pass a path, file://<workspace>/<path> or custom://<name>"
+            )
+        text = text.strip()
+        if not text:
+            raise InvalidInputError(
+                "resource is empty; pass a path, file://<workspace>/<path> or custom://<name>"
+            )
+        if len(text) > MAX_INPUT_LENGTH:
+            raise InvalidInputError(
+                f"resource {_show(text)} is {len(text)} characters long; "
+                f"the limit is {MAX_INPUT_LENGTH}, use a shorter path or name"
+            )
+        control = _CONTROL_RE.search(text)
+        if control is not None:
+            raise InvalidInputError(
+                f"resource {_show(text)} contains the control character {control.group()!r} "
+                f"at index {control.start()}; remove it"
+            )
+        surrogate = _SURROGATE_RE.search(text)
+        if surrogate is not None:
+            raise InvalidInputError(
+                f"resource {_show(text)} contains the unpaired surrogate {surrogate.group()!r} "
+                f"at index {surrogate.start()}; send valid Unicode text"
+            )
+        return _nfc(text)
+
+    def _resolve_bare(self, text: str) -> Resource:
+        if self._bare is None:
+            raise InvalidInputError(
+                f"bare path {_show(text)} is ambiguous: no workspace is named 'default' and "
+                f"several are configured ({_names(self._workspaces)}); "
+                "use file://<name>/<path> with one of them"
+            )
+        parts = _SEPARATOR_RE.split(text)
+        if parts[0] == ".":  # a leading "./" is the one dot segment allowed
+            parts = parts[1:]
+        return self._file(self._bare, parts, text)
+
+    def _resolve_file_uri(self, text: str, remainder: str) -> Resource:
+        if not remainder:
+            raise InvalidInputError(
+                f"{_show(text)} has no workspace or path; use file://<workspace>/<path>"
+            )
+        separator = _SEPARATOR_RE.search(remainder)
+        if separator is None:
+            name, path = remainder, ""
+        else:
+            name, path = remainder[: separator.start()], remainder[separator.end() :]
+        if not name:  # file:///absolute/path
+            return self._resolve_absolute(text, remainder)
+        ws = self._by_name.get(name)
+        if ws is None:
+            raise InvalidInputError(
+                f"unknown workspace {name!r} in {_show(text)}; configured workspaces: "
+                f"{_names(self._workspaces)}. Use file://<name>/<path> with one of them"
+            )
+        return self._file(ws, _SEPARATOR_RE.split(path), text)
+
+    def _resolve_absolute(self, text: str, path: str) -> Resource:
+        drive, rest = os.path.splitdrive(path)
+        segments = _segments(_SEPARATOR_RE.split(rest), text)
+        folded = tuple(self._fold(s) for s in segments)
+        drive = drive.lower()
+        for anchor in self._anchors:
+            length = len(anchor.segments)
+            if anchor.drive == drive and folded[:length] == anchor.segments:
+                return self._file(anchor.workspace, segments[length:], text)
+        roots = ", ".join(repr(ws.root) for ws in self._workspaces)
+        raise InvalidInputError(
+            f"path {_show(text)} is outside every workspace (roots: {roots}); "
+            "give a path inside a workspace root, or a path relative to one"
+        )
+
+    def _file(self, ws: Workspace, parts: Sequence[str], text: str) -> Resource:
+        segments = _segments(parts, text)
+        if not segments:
+            raise InvalidInputError(
+                f"{_show(text)} names the root of workspace {ws.name!r}, not a file in it; "
+                "give a path inside the workspace"
+            )
+        if segments[-1] != segments[-1].rstrip():
+            raise InvalidInputError(
+                f"{_show(text)}: the last path segment {segments[-1]!r} ends in whitespace, "
+                "which a canonical URI cannot keep; remove the trailing whitespace"
+            )
+        path = self._fold("/".join(segments))
+        return Resource(
+            uri=f"file://{ws.name}/{path}",
+            key=self._key_prefixes[ws.name] + path,
+            kind="file",
+            workspace=ws.name,
+            path=path,
+        )
+
+
+def _segments(parts: Sequence[str], text: str) -> list[str]:
+    """Drop empty segments; reject "." and ".." ones."""
+    segments = [part for part in parts if part]
+    if any(segment in (".", "..") for segment in segments):
+        raise InvalidInputError(f"{_show(text)}: {_DOT_SEGMENTS}")
+    return segments
