@@ -82,7 +82,10 @@ POLL_INTERVAL = 0.002  # how often the poller checks for commits by other proces
 
 
 class AgentholdError(Exception):
-    """Base class of every error agenthold raises on purpose."""
+    """Base class of every error agenthold raises on purpose. ``hint``, where set, says what
+    the caller can do about it."""
+
+    hint: str | None = None
 
 
 class InvalidInputError(AgentholdError, ValueError):
@@ -278,6 +281,51 @@ class Export:
         }
 
 
+# Reads build many records. A frozen dataclass's __init__ sets every field through
+# object.__setattr__; setting the slots directly builds the same object in half the time.
+_new = object.__new__
+(
+    _set_namespace,
+    _set_key,
+    _set_value,
+    _set_version,
+    _set_updated_by,
+    _set_updated_at,
+    _set_deleted,
+) = (
+    Record.__dict__[name].__set__
+    for name in ("namespace", "key", "value", "version", "updated_by", "updated_at", "deleted")
+)
+_set_h_version, _set_h_value, _set_h_by, _set_h_at, _set_h_event = (
+    HistoryEntry.__dict__[name].__set__
+    for name in ("version", "value", "updated_by", "updated_at", "event_type")
+)
+
+
+def _record(
+    namespace: str, key: str, value: Any, version: int, by: str, at: str, deleted: bool = False
+) -> Record:
+    r: Record = _new(Record)
+    _set_namespace(r, namespace)
+    _set_key(r, key)
+    _set_value(r, value)
+    _set_version(r, version)
+    _set_updated_by(r, by)
+    _set_updated_at(r, at)
+    _set_deleted(r, deleted)
+    return r
+
+
+def _history_entry(version: int, value: Any, by: str, at: str, event: str) -> HistoryEntry:
+    h: HistoryEntry = _new(HistoryEntry)
+    _set_h_version(h, version)
+    _set_h_value(h, value)
+    _set_h_by(h, by)
+    _set_h_at(h, at)
+    _set_h_event(h, event)
+    return h
+
+
 # --------------------------------------------------------------------------------------------
 # Validation
 # --------------------------------------------------------------------------------------------
@@ -343,16 +391,12 @@ def check_seconds(what: str, value: object, *, maximum: float) -> float:
 
 
 def _check_json(value: Any, depth: int, path: set[int]) -> None:
-    """Raise InvalidInputError unless ``value`` is strict JSON (see ``encode_value``)."""
-    if isinstance(value, str) or value is None or isinstance(value, (bool, int)):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidInputError(
-                f"value contains {value!r}; JSON has no NaN or Infinity (store null or a string)"
-            )
-        return
-    if isinstance(value, (dict, list)):
+    """Raise InvalidInputError unless ``value`` is strict JSON (see ``encode_value``).
+
+    Strings, ints, booleans and None inside lists and objects are skipped without a call,
+    which keeps the walk cheap next to the JSON encoding it guards."""
+    kind = type(value)
+    if kind is dict or kind is list or isinstance(value, (dict, list)):
         if depth >= MAX_DEPTH:
             raise InvalidInputError(
                 f"value is nested deeper than {MAX_DEPTH} levels of lists and objects"
@@ -363,16 +407,28 @@ def _check_json(value: Any, depth: int, path: set[int]) -> None:
         path.add(ident)
         if isinstance(value, dict):
             for k, v in value.items():
-                if not isinstance(k, str):
+                if type(k) is not str and not isinstance(k, str):
                     raise InvalidInputError(
                         f"value has an object key {k!r} of type {type(k).__name__}; "
                         "JSON object keys must be strings"
                     )
-                _check_json(v, depth + 1, path)
+                leaf = type(v)
+                if leaf is not str and leaf is not int and leaf is not bool and v is not None:
+                    _check_json(v, depth + 1, path)
         else:
             for v in value:
-                _check_json(v, depth + 1, path)
+                leaf = type(v)
+                if leaf is not str and leaf is not int and leaf is not bool and v is not None:
+                    _check_json(v, depth + 1, path)
         path.discard(ident)
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInputError(
+                f"value contains {value!r}; JSON has no NaN or Infinity (store null or a string)"
+            )
+        return
+    if isinstance(value, (str, int)) or value is None:  # bool is an int
         return
     hint = "use a list" if isinstance(value, (tuple, set, frozenset)) else "convert it first"
     raise InvalidInputError(
@@ -968,16 +1024,13 @@ class SQLiteDatabase:
             return self._thread_cursor().connection
 
     def _thread_cursor(self) -> sqlite3.Cursor:
-        """This thread's connection (opened on first use) and the cursor reads reuse."""
-        try:
-            cursor: sqlite3.Cursor = self._local.cursor
-            return cursor
-        except AttributeError:
-            if self._closed:
-                raise AgentholdError("the store is closed") from None
-            conn = self._local.conn = self._connect()
-            cursor = self._local.cursor = conn.cursor()
-            return cursor
+        """Open this thread's connection and the cursor its reads reuse (on first use)."""
+        if self._closed:
+            raise AgentholdError("the store is closed")
+        conn = self._local.conn = self._connect()
+        cursor: sqlite3.Cursor = conn.cursor()
+        self._local.cursor = cursor
+        return cursor
 
     def _reset_after_fork(self) -> None:
         _inherited.extend(self._connections.values())
@@ -1044,16 +1097,28 @@ class SQLiteDatabase:
         if self.read_only:
             raise UnavailableError("the store was opened read-only; it cannot write")
         lock = self._mem_lock or self._file.write_lock
-        if not lock.acquire(timeout=self.busy_timeout):
-            raise BusyError(
-                f"another writer in this process held the database for more than "
-                f"{self.busy_timeout:g} s (busy_timeout); retry in a moment"
-            )
+        waited = 0.0
+        if not lock.acquire(blocking=False):
+            started = time.monotonic()
+            if not lock.acquire(timeout=self.busy_timeout):
+                raise BusyError(
+                    f"another writer in this process held the database for more than "
+                    f"{self.busy_timeout:g} s (busy_timeout); retry in a moment"
+                )
+            waited = time.monotonic() - started
         changed: list[Topic] = []
         try:
             conn = self._shared_or_thread()
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                if waited > 0.001:  # the wait for the lock counts against busy_timeout
+                    left = max(0, int((self.busy_timeout - waited) * 1000))
+                    conn.execute(f"PRAGMA busy_timeout = {left}")
+                    try:
+                        conn.execute("BEGIN IMMEDIATE")
+                    finally:
+                        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                else:
+                    conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
                 raise _translate(exc, self.busy_timeout) from None
             try:
@@ -1249,13 +1314,13 @@ class StateStore:
         row = self.db.fetchone(_GET, (namespace, key))
         if row is None:
             raise NotFoundError(namespace, key)
-        return Record(namespace, key, json.loads(row[0]), row[1], row[2], row[3])
+        return _record(namespace, key, json.loads(row[0]), row[1], row[2], row[3])
 
     def list_keys(self, namespace: str) -> list[Record]:
         """Return the live records of ``namespace``, sorted by key (empty if there are none)."""
         check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
         return [
-            Record(namespace, k, json.loads(v), ver, by, at)
+            _record(namespace, k, json.loads(v), ver, by, at)
             for k, v, ver, by, at in self.db.fetchall(_LIST, (namespace,))
         ]
 
@@ -1274,7 +1339,7 @@ class StateStore:
         check_text("key", key, MAX_KEY_LENGTH)
         check_int("limit", limit, minimum=1)
         rows = self.db.fetchall(_HISTORY, (namespace, key, min(limit, 2**62)))
-        return [HistoryEntry(v, _decode(val), by, at, ev) for v, val, by, at, ev in rows]
+        return [_history_entry(v, _decode(val), by, at, ev) for v, val, by, at, ev in rows]
 
     def export(self, namespace: str) -> Export:
         """Return the live records of ``namespace`` with their full histories, read in one
@@ -1292,10 +1357,10 @@ class StateStore:
             ).fetchall()
         histories: dict[str, list[HistoryEntry]] = {}
         for k, v, val, by, at, ev in rows:
-            histories.setdefault(k, []).append(HistoryEntry(v, _decode(val), by, at, ev))
+            histories.setdefault(k, []).append(_history_entry(v, _decode(val), by, at, ev))
         records = tuple(
             ExportedRecord(
-                Record(namespace, k, json.loads(v), ver, by, at), tuple(histories.get(k, ()))
+                _record(namespace, k, json.loads(v), ver, by, at), tuple(histories.get(k, ()))
             )
             for k, v, ver, by, at in live
         )
