@@ -1,0 +1,29 @@
+"""The errors agenthold raises, importable from one documented place.
+
+They are defined next to the code that raises them (``store.py`` must stay a single copyable
+file); this module only gathers them. Every error derives from ``AgentholdError``; every error
+about a bad argument also derives from ``ValueError`` through ``InvalidInputError``.
+"""
+
+from agenthold.claims import NotHolderError, UnknownAgentError
+from agenthold.store import (
+    AgentholdError,
+    BusyError,
+    ConflictError,
+    IncompatibleDatabaseError,
+    InvalidInputError,
+    NotFoundError,
+    UnavailableError,
+)
+
+__all__ = [
+    "AgentholdError",
+    "BusyError",
+    "ConflictError",
+    "IncompatibleDatabaseError",
+    "InvalidInputError",
+    "NotFoundError",
+    "NotHolderError",
+    "UnavailableError",
+    "UnknownAgentError",
+]

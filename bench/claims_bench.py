@@ -1,0 +1,435 @@
+"""Speed of agenthold's claims: claim-and-release throughput, and how fast a wait is woken.
+
+    python bench/claims_bench.py            # the full run, about ten seconds
+    python bench/claims_bench.py --quick    # a smoke run of a few seconds (too small to judge)
+    python bench/claims_bench.py --json     # the same results as JSON instead of tables
+
+What is measured, on files in a temporary directory, with the default durability ("normal": WAL
+and synchronous NORMAL):
+
+1. Claim + release pairs per second: one agent claims one file resource and releases it, again
+   and again, through ``Coordinator`` (resolving the path, checking the agent id, renewing the
+   lease, writing the claim and its event row). Once without a claim TTL and once with one (the
+   ``--claim-ttl`` setting of an HTTP server). The baseline is a raw ``sqlite3`` connection on a
+   database of the same schema running the statements claims.py runs for the same pair, imported
+   from it where they are constants so they cannot drift apart: per call BEGIN IMMEDIATE, the
+   agent lookup, the claim row SELECT, the UPDATE, the event INSERT and COMMIT. Rates are the best
+   of several runs, library and raw taking turns, because on a shared machine the best run is the
+   one least disturbed by other work.
+2. Wake-up latency of ``wait``: this process waits on a resource that another process holds;
+   that process releases it after a short random delay. The latency is the waiter's time.time()
+   when ``wait`` returns minus the releaser's time.time() right after its release committed
+   (time.time reads one system-wide clock, so both processes read the same clock). A release by
+   another thread of this process is measured the same way, for comparison: it wakes the waiter
+   directly, while a release by another process is seen by the change feed's poller.
+
+The exit status is 1 only when a correctness check fails (a wait that did not see its release);
+a missed speed target is reported, not fatal, since speed depends on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import random
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+try:
+    import agenthold.claims  # noqa: F401
+except ImportError:  # run from a source checkout without installing agenthold
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# The private SQL constants are imported on purpose: the baseline must run exactly these.
+from agenthold.claims import _CLAIM_ROW, _EVENT, _FREE, Coordinator
+from agenthold.store import StateStore, utc_iso
+from agenthold.uris import Resolver, Workspace
+
+RESOURCE = "src/app.py"
+TTL = 1800.0  # the claim TTL of the "with a TTL" run, as an HTTP server might use
+# claims.py's claim UPDATE is not a module constant; this is its text.
+_TAKE = "UPDATE claims SET holder = ?, claimed_at = ?, version = ?, uri = ? WHERE resource = ?"
+_TOUCH = "SELECT last_seen_at, lease_ends_at, lease_end_outcome FROM agents WHERE agent_id = ?"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    label: str
+    repeats: int  # runs of each rate measurement; the best counts
+    pairs: int  # claim + release pairs per run
+    trials: int  # wake-ups measured for each releaser (another process, another thread)
+
+
+FULL = Sizes("full", 3, 5_000, 200)
+QUICK = Sizes("quick", 2, 300, 20)
+
+
+def coordinator(path: Path, root: Path, claim_ttl: float | None = None) -> Coordinator:
+    resolver = Resolver([Workspace("default", str(root))])
+    return Coordinator(StateStore(path), resolver=resolver, claim_ttl=claim_ttl)
+
+
+# --------------------------------------------------------------------------------------------
+# 1: claim + release pairs per second
+# --------------------------------------------------------------------------------------------
+
+
+class RawClaims:
+    """The statements of one claim and one release, on one plain sqlite3 connection."""
+
+    def __init__(self, path: Path, key: str, uri: str, agent_id: str) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
+        self.conn.execute("PRAGMA journal_mode = wal")
+        self.conn.execute("PRAGMA synchronous = NORMAL")
+        self.cur = self.conn.cursor()
+        self.key, self.uri, self.agent_id = key, uri, agent_id
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def claim(self) -> int:
+        cur, at = self.cur, utc_iso()
+        cur.execute("BEGIN IMMEDIATE")
+        cur.execute(_TOUCH, (self.agent_id,)).fetchone()
+        row = cur.execute(_CLAIM_ROW + "WHERE c.resource = ?", (self.key,)).fetchone()
+        version = row[4] + 1
+        cur.execute(_TAKE, (self.agent_id, at, version, self.uri, self.key))
+        cur.execute(_EVENT, (at, self.agent_id, "claimed", self.key, self.uri, None, None, version))
+        cur.execute("COMMIT")
+        return int(version)
+
+    def release(self) -> int:
+        cur, at = self.cur, utc_iso()
+        cur.execute("BEGIN IMMEDIATE")
+        cur.execute(_TOUCH, (self.agent_id,)).fetchone()
+        row = cur.execute(_CLAIM_ROW + "WHERE c.resource = ?", (self.key,)).fetchone()
+        version = row[4] + 1
+        cur.execute(_FREE, (version, "released", self.agent_id, at, None, self.key))
+        cur.execute(
+            _EVENT,
+            (at, self.agent_id, "released", self.key, self.uri, "released", None, version),
+        )
+        cur.execute("COMMIT")
+        return int(version)
+
+
+Loop = Callable[[int], None]  # performs n claim + release pairs
+
+
+def library_loop(coord: Coordinator, agent_id: str) -> Loop:
+    def run(n: int) -> None:
+        claim, release = coord.claim, coord.release
+        for _ in range(n):
+            if claim(RESOURCE, agent_id)["status"] != "claimed":
+                raise RuntimeError("the benchmark's own claim was refused")
+            release(RESOURCE, agent_id)
+
+    return run
+
+
+def raw_loop(raw: RawClaims) -> Loop:
+    def run(n: int) -> None:
+        for _ in range(n):
+            raw.claim()
+            raw.release()
+
+    return run
+
+
+def best_rates(loops: dict[str, Loop], n: int, repeats: int) -> dict[str, float]:
+    """Pairs per second of each loop, the best of ``repeats`` runs, the loops taking turns."""
+    best = dict.fromkeys(loops, 0.0)
+    for _ in range(repeats):
+        for name, loop in loops.items():
+            started = time.perf_counter()
+            loop(n)
+            best[name] = max(best[name], n / (time.perf_counter() - started))
+    return best
+
+
+def measure_pairs(tmp: Path, sizes: Sizes) -> dict[str, float]:
+    root = tmp / "workspace"
+    root.mkdir(exist_ok=True)
+    plain = coordinator(tmp / "pairs.db", root)
+    timed = coordinator(tmp / "pairs-ttl.db", root, claim_ttl=TTL)
+    raw_db = coordinator(tmp / "pairs-raw.db", root)
+    loops: dict[str, Loop] = {}
+    for name, coord in (("library", plain), ("library_ttl", timed)):
+        loops[name] = library_loop(coord, coord.register(name)["agent_id"])
+    raw_agent = raw_db.register("raw")["agent_id"]
+    resource = raw_db.resolver.resolve(RESOURCE)
+    raw_db.claim(RESOURCE, raw_agent)  # create the claim row; the raw loop then reuses it
+    raw_db.release(RESOURCE, raw_agent)
+    raw = RawClaims(tmp / "pairs-raw.db", resource.key, resource.uri, raw_agent)
+    loops["raw"] = raw_loop(raw)
+    try:
+        for loop in loops.values():
+            loop(min(100, sizes.pairs))  # warm up connections and statement caches
+        rates = best_rates(loops, sizes.pairs, sizes.repeats)
+    finally:
+        raw.close()
+        for coord in (plain, timed, raw_db):
+            coord.store.close()
+    return rates
+
+
+# --------------------------------------------------------------------------------------------
+# 2: wake-up latency of wait
+# --------------------------------------------------------------------------------------------
+
+
+def releaser(path: str, root: str, conn: Any) -> None:
+    """Another process: holds the resource when told to, and releases it after a delay,
+    answering with its time.time() right after the release committed."""
+    coord = coordinator(Path(path), Path(root))
+    agent = coord.register("releaser")["agent_id"]
+    conn.send("ready")
+    while True:
+        command = conn.recv()
+        if command[0] == "claim":
+            conn.send(coord.claim(RESOURCE, agent)["status"])
+        elif command[0] == "release":
+            time.sleep(command[1])
+            coord.release(RESOURCE, agent, "modified")
+            conn.send(time.time())
+        else:
+            break
+    coord.store.close()
+
+
+def percentile(values: list[float], p: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+def summary(latencies: list[float], early: int) -> dict[str, Any]:
+    ms = [x * 1000 for x in latencies]
+    return {
+        "trials": len(ms),
+        "released_before_wait": early,
+        "median_ms": statistics.median(ms),
+        "p99_ms": percentile(ms, 99),
+        "max_ms": max(ms),
+    }
+
+
+def one_wake(coord: Coordinator, release_at: Callable[[], float]) -> tuple[float, bool]:
+    """Wait for the release that ``release_at`` starts; return the latency and whether the
+    wait really blocked (False: the release came first, so the trial does not count)."""
+    result: list[Any] = []
+    waiter = threading.Event()
+
+    def wait() -> None:
+        waiter.set()
+        reply = coord.wait(RESOURCE, 10)
+        result.append((time.time(), reply))
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    waiter.wait()
+    released = release_at()
+    thread.join()
+    returned, reply = result[0]
+    if reply["status"] != "available" or reply.get("previous_outcome") != "modified":
+        raise RuntimeError(f"the wait did not see its release: {reply}")
+    return returned - released, reply["elapsed_seconds"] > 0.002
+
+
+def measure_wake(tmp: Path, sizes: Sizes) -> dict[str, Any]:
+    root = tmp / "workspace"
+    root.mkdir(exist_ok=True)
+    path = tmp / "wake.db"
+    coord = coordinator(path, root)
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter, as another server is
+    mine, theirs = ctx.Pipe()
+    proc = ctx.Process(target=releaser, args=(str(path), str(root), theirs))
+    proc.start()
+    rng = random.Random(7)
+    out: dict[str, Any] = {}
+    try:
+        if not mine.poll(60):
+            raise RuntimeError("the releasing process did not start")
+        mine.recv()
+
+        def by_process() -> float:
+            mine.send(("release", rng.uniform(0.005, 0.015)))
+            released: float = mine.recv()
+            return released
+
+        latencies, early = [], 0
+        for _ in range(sizes.trials):
+            mine.send(("claim",))
+            if mine.recv() != "claimed":
+                raise RuntimeError("the releasing process could not claim")
+            latency, blocked = one_wake(coord, by_process)
+            if blocked:
+                latencies.append(latency)
+            else:
+                early += 1
+        out["process"] = summary(latencies, early)
+
+        agent = coord.register("thread")["agent_id"]
+
+        def by_thread() -> float:
+            time.sleep(rng.uniform(0.005, 0.015))
+            coord.release(RESOURCE, agent, "modified")
+            return time.time()
+
+        latencies, early = [], 0
+        for _ in range(sizes.trials):
+            coord.claim(RESOURCE, agent)
+            latency, blocked = one_wake(coord, by_thread)
+            if blocked:
+                latencies.append(latency)
+            else:
+                early += 1
+        out["thread"] = summary(latencies, early)
+    finally:
+        mine.send(("stop",))
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+        coord.store.close()
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------
+
+
+def machine() -> dict[str, Any]:
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "load_average_at_start": load,
+    }
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    pairs, wake = results["pairs"], results["wake"]["process"]
+    checks = [
+        (
+            "claim + release >= 5,000 pairs/s",
+            pairs["library"] >= 5_000,
+            f"{pairs['library']:,.0f}/s",
+        ),
+        (
+            "wake-up by another process: median <= 10 ms",
+            wake["median_ms"] <= 10,
+            f"{wake['median_ms']:.2f} ms",
+        ),
+        (
+            "wake-up by another process: p99 <= 30 ms",
+            wake["p99_ms"] <= 30,
+            f"{wake['p99_ms']:.2f} ms",
+        ),
+    ]
+    return [{"target": t, "passed": ok, "measured": m} for t, ok, m in checks]
+
+
+def table(rows: list[list[str]]) -> str:
+    """Rows of cells as aligned text: the first column left, the others right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def report(results: dict[str, Any]) -> str:
+    m, sizes, pairs, wake = results["machine"], results["sizes"], results["pairs"], results["wake"]
+    load = m["load_average_at_start"]
+    raw = pairs["raw"]
+    out = [
+        f"agenthold claims benchmark ({sizes['label']} run)",
+        f"machine: {m['cpus']} CPUs, {m['platform']}, Python {m['python']}, "
+        f"SQLite {m['sqlite']}"
+        + (f", load average {load:.2f} at start" if load is not None else ""),
+        f"rates: best of {sizes['repeats']} runs of {sizes['pairs']:,} pairs, taking turns",
+        "",
+        table(
+            [
+                ["claim + release pairs (file database, durability normal)", "pairs/s", "of raw"],
+                [
+                    "agenthold Coordinator, no claim TTL",
+                    f"{pairs['library']:,.0f}",
+                    f"{pairs['library'] / raw:.0%}",
+                ],
+                [
+                    f"agenthold Coordinator, claim TTL {TTL:g} s",
+                    f"{pairs['library_ttl']:,.0f}",
+                    f"{pairs['library_ttl'] / raw:.0%}",
+                ],
+                ["raw sqlite3, the same statements", f"{raw:,.0f}", "100%"],
+            ]
+        ),
+        "",
+    ]
+    rows = [["wake-up latency of wait (release committed -> wait returned)"]]
+    rows[0] += ["median", "p99", "max", "trials"]
+    for key, label in (
+        ("process", "release in another process"),
+        ("thread", "release in a thread"),
+    ):
+        w = wake[key]
+        rows.append(
+            [
+                label,
+                f"{w['median_ms']:.2f} ms",
+                f"{w['p99_ms']:.2f} ms",
+                f"{w['max_ms']:.2f} ms",
+                f"{w['trials']}"
+                + (f" (+{w['released_before_wait']} early)" if w["released_before_wait"] else ""),
+            ]
+        )
+    out.append(table(rows))
+    out += [
+        "",
+        "targets"
+        + (" (a quick run is too small to judge them)" if sizes["label"] == "quick" else ""),
+    ]
+    for t in results["targets"]:
+        out.append(f"  {'pass' if t['passed'] else 'FAIL'}  {t['target']}: {t['measured']}")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    results: dict[str, Any] = {"machine": machine(), "sizes": sizes.__dict__}
+    try:
+        with tempfile.TemporaryDirectory(prefix="agenthold-claims-bench-") as tmp:
+            results["pairs"] = measure_pairs(Path(tmp), sizes)
+            results["wake"] = measure_wake(Path(tmp), sizes)
+    except RuntimeError as exc:
+        print(f"correctness check failed: {exc}", file=sys.stderr)
+        return 1
+    results["targets"] = targets(results)
+    print(json.dumps(results, indent=2) if args.json else report(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
