@@ -979,9 +979,14 @@ class SQLiteDatabase:
                     try:
                         app_id, version, tables = _describe(conn)  # another process may have won
                         self._check_identity(app_id, version, tables)
+                        legacy = app_id == 0 and "state_records" in tables
+                        if legacy:
+                            conn.execute("ALTER TABLE state_history RENAME TO legacy_history")
                         for step in range(version, SCHEMA_VERSION):
                             for statement in _split_sql(MIGRATIONS[step]):
                                 conn.execute(statement)
+                        if legacy:
+                            _import_legacy(conn)
                         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                         conn.execute("COMMIT")
@@ -1008,6 +1013,13 @@ class SQLiteDatabase:
             return
         if app_id == 0 and not tables and not self.read_only:
             return  # a new, empty database
+        if app_id == 0 and version == 0 and set(tables) == LEGACY_TABLES:
+            if self.read_only:
+                raise IncompatibleDatabaseError(
+                    f"{self.path!r} was written by agenthold 0.10 or older; open it once without "
+                    "read-only (for example, start the server on it) to upgrade it"
+                )
+            return  # an agenthold 0.10 database: its records are imported
         held = f"it holds tables {', '.join(sorted(tables)[:5])}" if tables else "it is empty"
         raise IncompatibleDatabaseError(
             f"{self.path!r} is a SQLite database but not an agenthold database ({held}); "
@@ -1194,6 +1206,88 @@ def _split_sql(script: str) -> list[str]:
             statements.append("\n".join(current))
             current = []
     return statements
+
+
+LEGACY_TABLES = {"state_records", "state_history"}  # agenthold 0.10 and older
+LEGACY_INTERNAL = ("claims", "_agents")  # namespaces where 0.10 kept claims and agents
+
+
+def _import_legacy(conn: sqlite3.Connection) -> None:
+    """Import the records of an agenthold 0.10 database (tables state_records and, renamed
+    before this runs, legacy_history) into the current schema, then drop the old tables.
+
+    0.10 restarted a key's versions at 1 after a delete and gave a delete the deleted version.
+    Each key's events are renumbered 1, 2, 3... in commit order, so every version is unique
+    and a writer holding a version from before the upgrade gets a conflict, never a silent
+    overwrite. Claims and agents (0.10 kept them as records) are not imported: agents
+    register again. NaN and Infinity, which 0.10 let through, become null.
+    """
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(legacy_history)")}
+    event = "event_type" if "event_type" in columns else "'write'"
+    skip = ", ".join("?" for _ in LEGACY_INTERNAL)
+    last: dict[tuple[str, str], tuple[int, str | None, str, str, bool]] = {}
+
+    def history_rows() -> Iterator[tuple[Any, ...]]:
+        rows = conn.execute(
+            f"SELECT namespace, key, value, updated_by, updated_at, {event} FROM legacy_history "
+            f"WHERE namespace NOT IN ({skip}) ORDER BY namespace, key, id",
+            LEGACY_INTERNAL,
+        )
+        for ns, key, value, by, at, kind in rows:
+            deleted = kind == "delete"
+            version = last[(ns, key)][0] + 1 if (ns, key) in last else 1
+            text = None if deleted else _strict_json(value)
+            last[(ns, key)] = (version, text, by, at, deleted)
+            yield ns, key, version, text, by, at, "delete" if deleted else "write"
+
+    conn.executemany(_INSERT_HISTORY, history_rows())
+    live = conn.execute(
+        f"SELECT namespace, key, value, updated_by, updated_at FROM state_records "
+        f"WHERE namespace NOT IN ({skip})",
+        LEGACY_INTERNAL,
+    ).fetchall()
+    for ns, key, value, by, at in live:
+        text = _strict_json(value)
+        known = last.get((ns, key))
+        if known is None or known[4] or known[1] != text:  # the history misses this write
+            version = known[0] + 1 if known else 1
+            conn.execute(_INSERT_HISTORY, (ns, key, version, text, by, at, "write"))
+            last[(ns, key)] = (version, text, by, at, False)
+    conn.executemany(
+        "INSERT INTO state (namespace, key, value, version, updated_by, updated_at, deleted) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [(ns, key, text, v, by, at, int(d)) for (ns, key), (v, text, by, at, d) in last.items()],
+    )
+    conn.execute("DROP TABLE legacy_history")
+    conn.execute("DROP TABLE state_records")
+
+
+def _strict_json(text: str | None) -> str:
+    """``text`` if it is strict JSON; else the same value with NaN and Infinity as null."""
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(constant)
+
+    try:
+        json.loads(text or "null", parse_constant=refuse)
+        return text or "null"
+    except ValueError:
+        pass
+    try:
+        value = json.loads(text or "null")
+    except ValueError:
+        return json.dumps(text)  # not JSON at all: keep the text as a string
+    return json.dumps(_finite(value), ensure_ascii=False, separators=(",", ":"))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value
 
 
 def _describe(conn: sqlite3.Connection) -> tuple[int, int, list[str]]:

@@ -1790,3 +1790,96 @@ def test_a_forked_child_writes_through_fresh_locks_and_connections(db_path: Path
         "watched": "from parent",
     }
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+# --------------------------------------------------------------------------------------------
+# Upgrading an agenthold 0.10 database
+# --------------------------------------------------------------------------------------------
+
+LEGACY_SCHEMA = """
+CREATE TABLE state_records (
+    namespace TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, version INTEGER NOT NULL,
+    updated_by TEXT NOT NULL, updated_at TEXT NOT NULL, PRIMARY KEY (namespace, key));
+CREATE TABLE state_history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, namespace TEXT NOT NULL, key TEXT NOT NULL,
+    value TEXT NOT NULL, version INTEGER NOT NULL, updated_by TEXT NOT NULL,
+    updated_at TEXT NOT NULL, event_type TEXT NOT NULL DEFAULT 'write');
+CREATE INDEX idx_history_ns_key ON state_history (namespace, key);
+"""
+
+
+def make_legacy_database(path: Path) -> None:
+    """A database as agenthold 0.10 leaves it: versions restart at 1 after a delete, a delete
+    records the deleted version, claims live as records, and NaN slipped through."""
+
+    def at(second: int) -> str:
+        return f"2026-01-01T00:00:0{second}.000000+00:00"
+
+    conn = sqlite3.connect(path)
+    conn.executescript(LEGACY_SCHEMA)
+    history = [
+        ("orders", "o1", '{"status": "new"}', 1, "intake", at(1), "write"),
+        ("orders", "o1", '{"status": "paid"}', 2, "billing", at(2), "write"),
+        ("orders", "o1", "null", 2, "cleanup", at(3), "delete"),
+        ("orders", "o1", '{"status": "again"}', 1, "intake", at(4), "write"),
+        ("orders", "o2", "NaN", 1, "pricing", at(5), "write"),
+        ("gone", "k", "1", 1, "a", at(6), "write"),
+        ("gone", "k", "null", 1, "a", at(7), "delete"),
+        ("claims", "file://default/x", '{"status": "claimed"}', 1, "a", at(8), "write"),
+    ]
+    conn.executemany(
+        "INSERT INTO state_history (namespace, key, value, version, updated_by, updated_at, "
+        "event_type) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        history,
+    )
+    conn.executemany(
+        "INSERT INTO state_records VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            ("orders", "o1", '{"status": "again"}', 1, "intake", at(4)),
+            ("orders", "o2", "NaN", 1, "pricing", at(5)),
+            ("claims", "file://default/x", '{"status": "claimed"}', 1, "a", at(8)),
+        ],
+    )
+    conn.commit()
+    conn.close()
+
+
+def test_an_agenthold_0_10_database_is_imported_with_versions_renumbered(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    make_legacy_database(path)
+    with StateStore(path) as store:
+        record = store.get("orders", "o1")
+        assert record.value == {"status": "again"}
+        assert record.version == 4  # write 1, write 2, delete 3, write 4: never reused
+        assert [(h.version, h.event_type, h.updated_by) for h in store.history("orders", "o1")] == [
+            (4, "write", "intake"),
+            (3, "delete", "cleanup"),
+            (2, "write", "billing"),
+            (1, "write", "intake"),
+        ]
+        assert store.get("orders", "o2").value is None  # NaN is not JSON
+        with pytest.raises(NotFoundError):
+            store.get("gone", "k")
+        assert store.set("gone", "k", 2, updated_by="b", expected_version=0).version == 3
+        # 0.10 kept claims as records; they are not state and are not imported
+        assert [n.namespace for n in store.list_namespaces()] == ["gone", "orders"]
+        with pytest.raises(ConflictError) as caught:  # a version held from before the upgrade
+            store.set("orders", "o1", "stale", updated_by="x", expected_version=1)
+        assert caught.value.detail["actual_version"] == 4
+    conn = sqlite3.connect(path)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    conn.close()
+    assert "state_records" not in tables and "legacy_history" not in tables
+    assert tables >= OUR_TABLES
+
+
+def test_an_agenthold_0_10_database_is_refused_read_only_and_left_untouched(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "old.db"
+    make_legacy_database(path)
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    with pytest.raises(IncompatibleDatabaseError, match=r"0\.10 or older.*upgrade"):
+        StateStore(path, read_only=True)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
