@@ -1,0 +1,338 @@
+"""The ``agenthold`` command: with no subcommand it serves MCP; with one it inspects a database.
+
+Decisions behind it:
+- Every flag is checked, and the database opened, before any transport starts, so a bad value
+  fails with one line naming it and a non-zero exit, never a traceback.
+- Nothing here imports ``mcp`` (half a second): the server module is imported only to serve,
+  and the inspector subcommands never import it, so ``--help`` and the inspector start fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from agenthold.claims import Coordinator
+    from agenthold.uris import Workspace
+
+DEFAULT_DB = "./agenthold.db"
+DEFAULT_PORT = 8417
+DEFAULT_DISCONNECT_GRACE = 300.0
+DEFAULT_REAP_IDLE = 86_400.0
+HTTP_ONLY = ("host", "port", "path", "json_response", "allowed_hosts")
+
+
+@dataclass
+class ServeOptions:
+    """Everything the server needs to know, checked."""
+
+    db: str = DEFAULT_DB
+    tools: str = "standard"
+    claim_ttl: float | None = None
+    workspaces: list[Workspace] = field(default_factory=list)
+    transport: str = "stdio"
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    path: str = "/mcp"
+    json_response: bool = False
+    allowed_hosts: list[str] = field(default_factory=list)
+    auth_tokens: list[str] = field(default_factory=list)
+    disconnect_grace: float | None = DEFAULT_DISCONNECT_GRACE
+    reap_idle: float | None = DEFAULT_REAP_IDLE
+    durability: str = "normal"
+    busy_timeout: float = 5.0
+    log_level: str = "warning"
+
+
+class UsageError(Exception):
+    """A bad command-line value: printed as one line, exit status 2."""
+
+
+def _seconds(text: str, *, flag: str, allow_off: bool = False, allow_zero: bool = False) -> float:
+    if allow_off and text.strip().lower() == "off":
+        return math.inf
+    try:
+        value = float(text)
+    except ValueError:
+        extra = " or 'off'" if allow_off else ""
+        raise UsageError(f"{flag}: {text!r} is not a number of seconds{extra}") from None
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        bound = "0 or more" if allow_zero else "more than 0"
+        raise UsageError(f"{flag}: {text!r} must be a number of seconds, {bound}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agenthold",
+        allow_abbrev=False,
+        description=(
+            "Shared, versioned state and resource claims for AI agents. With no subcommand, "
+            "serve MCP (stdio by default); with a subcommand, show what is in a database "
+            "(read-only)."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "examples:\n"
+            "  agenthold --db ./state.db                      serve the five standard tools\n"
+            "  agenthold --db ./state.db --tools advanced     serve the state-store tools\n"
+            "  agenthold --transport http --claim-ttl 1800    one server for many agents\n"
+            "  agenthold claims --db ./state.db               who holds what, right now\n"
+        ),
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    # `agenthold --json claims` means `agenthold claims --json` (the inspector reads args.json)
+    parser.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
+    parser.add_argument(
+        "--db",
+        default=DEFAULT_DB,
+        metavar="PATH",
+        help="SQLite database file, created if missing (default: %(default)s); ':memory:' "
+        "keeps everything in this process only",
+    )
+    serve = parser.add_argument_group("serving")
+    serve.add_argument(
+        "--tools",
+        choices=("standard", "advanced"),
+        default="standard",
+        help="standard: register/claim/release/status/wait (default); advanced: the "
+        "versioned state store (get/set/list/history/delete/watch/clear_namespace/export)",
+    )
+    serve.add_argument(
+        "--claim-ttl",
+        metavar="SECONDS",
+        help="an agent's claims expire this long after its last call that names it "
+        "(default: never)",
+    )
+    serve.add_argument(
+        "--workspace",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a workspace that file paths resolve in: NAME=PATH, or an absolute PATH named "
+        "after its last component; repeatable (default: 'default' at the current directory)",
+    )
+    serve.add_argument(
+        "--disconnect-grace",
+        metavar="SECONDS",
+        default=str(int(DEFAULT_DISCONNECT_GRACE)),
+        help="when a client goes away, the claims of the agents it served are freed as "
+        "'abandoned' unless one of those agents makes a call within this time (default: "
+        "%(default)s); 'off' leaves it to --claim-ttl",
+    )
+    serve.add_argument(
+        "--reap-idle",
+        metavar="SECONDS",
+        default=str(int(DEFAULT_REAP_IDLE)),
+        help="remove agents that hold no claim and made no call for this long (default: "
+        "%(default)s); 'off' keeps them forever",
+    )
+    serve.add_argument(
+        "--durability",
+        choices=("normal", "full"),
+        default="normal",
+        help="normal: survive a crash of the process (default); full: also a power loss "
+        "(fsync on every commit, slower)",
+    )
+    serve.add_argument(
+        "--busy-timeout",
+        metavar="SECONDS",
+        default="5",
+        help="how long a write waits for another writer before the call answers "
+        "'unavailable' (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--transport",
+        choices=("stdio", "http"),
+        default="stdio",
+        help="stdio: a server per client process (default); http: one long-lived Streamable "
+        "HTTP server for many agents",
+    )
+    serve.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="warning",
+        help="what the server logs to standard error (default: %(default)s)",
+    )
+    http = parser.add_argument_group("HTTP (with --transport http)")
+    http.add_argument("--host", help="address to bind (default: 127.0.0.1)")
+    http.add_argument("--port", help=f"port to bind (default: {DEFAULT_PORT})")
+    http.add_argument("--path", help="endpoint path of the MCP transport (default: /mcp)")
+    http.add_argument(
+        "--json-response",
+        action="store_true",
+        default=None,
+        help="answer with plain JSON instead of SSE streams",
+    )
+    http.add_argument(
+        "--allowed-host",
+        action="append",
+        dest="allowed_hosts",
+        metavar="HOST",
+        help="accept only this Host header (DNS-rebinding protection); repeatable",
+    )
+    http.add_argument(
+        "--auth-token",
+        action="append",
+        dest="auth_tokens",
+        metavar="TOKEN",
+        help="require 'Authorization: Bearer TOKEN' on every request; repeatable. Prefer the "
+        "AGENTHOLD_AUTH_TOKEN variable (comma-separated): flags show in process listings",
+    )
+
+    from agenthold import inspect as inspector
+
+    subcommands = parser.add_subparsers(
+        dest="command", title="inspecting a database (read-only)", metavar="COMMAND"
+    )
+    inspector.add_subcommands(subcommands)
+    return parser
+
+
+def serve_options(
+    args: argparse.Namespace, environ: dict[str, str]
+) -> tuple[ServeOptions, list[str]]:
+    """Check the serving flags; returns the options and the warnings to print."""
+    from agenthold.store import InvalidInputError
+    from agenthold.uris import Workspace
+
+    warnings: list[str] = []
+    opts = ServeOptions(db=args.db, tools=args.tools, transport=args.transport)
+    if args.claim_ttl is not None:
+        opts.claim_ttl = _seconds(args.claim_ttl, flag="--claim-ttl")
+    grace = _seconds(
+        args.disconnect_grace, flag="--disconnect-grace", allow_off=True, allow_zero=True
+    )
+    opts.disconnect_grace = None if math.isinf(grace) else grace
+    reap = _seconds(args.reap_idle, flag="--reap-idle", allow_off=True)
+    opts.reap_idle = None if math.isinf(reap) else reap
+    opts.busy_timeout = _seconds(args.busy_timeout, flag="--busy-timeout", allow_zero=True)
+    opts.durability = args.durability
+    opts.log_level = args.log_level
+    for spec in args.workspace:
+        try:
+            opts.workspaces.append(Workspace.parse(spec))
+        except InvalidInputError as exc:
+            raise UsageError(f"--workspace: {exc}") from None
+    names = [w.name for w in opts.workspaces]
+    if len(set(names)) != len(names):
+        dup = sorted({n for n in names if names.count(n) > 1})
+        raise UsageError(f"--workspace: the name {dup[0]!r} is given more than once")
+
+    given_http = [name for name in HTTP_ONLY if getattr(args, name) is not None]
+    env_tokens = environ.get("AGENTHOLD_AUTH_TOKEN")
+    if opts.transport == "stdio":
+        if given_http:
+            flags = ", ".join("--" + n.replace("_", "-").removesuffix("s") for n in given_http)
+            warnings.append(f"warning: {flags} only apply with --transport http; ignored")
+        if args.auth_tokens or env_tokens:
+            warnings.append(
+                "warning: auth tokens apply to --transport http only; stdio is a local, "
+                "trusted transport, so they are ignored"
+            )
+        return opts, warnings
+
+    opts.host = args.host if args.host is not None else "127.0.0.1"
+    if not opts.host.strip():
+        raise UsageError("--host: an empty address")
+    if args.port is not None:
+        try:
+            opts.port = int(args.port)
+        except ValueError:
+            raise UsageError(f"--port: {args.port!r} is not a port number") from None
+        if not 0 < opts.port < 65536:
+            raise UsageError(f"--port: {args.port!r} must be between 1 and 65535")
+    if args.path is not None:
+        opts.path = args.path
+        bad = any(c in opts.path for c in " ?#\\") or "//" in opts.path
+        if not opts.path.startswith("/") or bad:
+            raise UsageError(
+                f"--path: {args.path!r} must be an absolute URL path such as /mcp "
+                "(no spaces, '?', '#' or '//')"
+            )
+        if len(opts.path) > 1 and opts.path.endswith("/"):
+            opts.path = opts.path.rstrip("/")
+    opts.json_response = bool(args.json_response)
+    opts.allowed_hosts = list(args.allowed_hosts or [])
+    requested = list(args.auth_tokens or [])
+    if env_tokens is not None:
+        requested += env_tokens.split(",")
+    opts.auth_tokens = [t.strip() for t in requested if t.strip()]
+    if requested and not opts.auth_tokens:
+        raise UsageError(
+            "authentication was requested (--auth-token or AGENTHOLD_AUTH_TOKEN) but every "
+            "token is blank; refusing to serve without authentication"
+        )
+    if not opts.auth_tokens and not _is_loopback(opts.host):
+        warnings.append(
+            f"warning: serving on {opts.host} beyond this machine without an auth token: anyone "
+            "who can reach the port can use it; set AGENTHOLD_AUTH_TOKEN"
+        )
+    if opts.claim_ttl is None:
+        warnings.append(
+            "warning: --transport http without --claim-ttl: claims of agents that vanish "
+            "without a session end are never reclaimed; consider --claim-ttl 1800"
+        )
+    return opts, warnings
+
+
+def _is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    print(f"agenthold: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from agenthold import _installed_version
+
+        print(f"agenthold {_installed_version()}")
+        return 0
+    if args.command is None and getattr(args, "json", False):
+        _fail("--json is for the inspector subcommands, as in 'agenthold claims --json'")
+    if args.command is not None:
+        from agenthold import inspect as inspector
+
+        return inspector.run(args)
+    try:
+        opts, warnings = serve_options(args, dict(os.environ))
+    except UsageError as exc:
+        _fail(str(exc))
+    for line in warnings:
+        print(f"agenthold: {line}", file=sys.stderr)
+    coordinator = open_coordinator(opts)
+    from agenthold.server import serve
+
+    return serve(opts, coordinator)
+
+
+def open_coordinator(opts: ServeOptions) -> Coordinator:
+    """Open the database and set up claims as ``opts`` says; a problem ends the process with
+    one line on standard error (exit status 1), before any transport opens."""
+    from agenthold.claims import Coordinator
+    from agenthold.store import AgentholdError, StateStore
+    from agenthold.uris import Resolver
+
+    try:
+        store = StateStore(opts.db, durability=opts.durability, busy_timeout=opts.busy_timeout)  # type: ignore[arg-type]
+    except AgentholdError as exc:
+        _fail(f"--db: {exc}", code=1)
+    try:
+        resolver = Resolver(opts.workspaces)
+        return Coordinator(store, resolver=resolver, claim_ttl=opts.claim_ttl)
+    except AgentholdError as exc:
+        store.close()
+        _fail(str(exc), code=1)

@@ -1,0 +1,860 @@
+"""The read-only inspector: ``agenthold agents|claims|namespaces|keys|history|log``.
+
+A person debugging a multi-agent run sees who is registered, what is claimed, what changed and
+who changed it, without an MCP client. Decisions behind it:
+- Strictly read-only. The database is opened with ``StateStore(path, read_only=True)``: a
+  ``mode=ro`` connection with ``query_only``, which never creates a missing file, never migrates
+  a schema and refuses files that are not agenthold databases. Claims and agents are read through
+  ``Coordinator``, whose reads never write and which reports a claim whose holder's lease ended
+  as free ("expired" or "abandoned"), so an expired claim is never shown as claimed.
+- Fast to start. At module level only ``argparse`` and ``sys`` are imported, because
+  ``agenthold --help`` builds these parsers; the store, the claims code and the rest of the
+  standard library are imported inside ``run``. Nothing here imports ``mcp``.
+- One set of records per command: each command builds the list of dicts that ``--json`` prints
+  (documented in docs/inspector.md), and the table for people is drawn from the same dicts.
+- ``log --follow`` is woken by the store's change feed (``SQLiteDatabase.subscribe``), which
+  notices commits by any process within milliseconds; it also looks once a second on its own as
+  a safety net. New rows are found by id (both event tables are append-only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    import sqlite3
+    import threading
+    from collections.abc import Callable, Sequence
+
+    from agenthold.claims import Coordinator
+    from agenthold.store import StateStore
+
+__all__ = ["COMMANDS", "DEFAULT_LIMIT", "add_subcommands", "run"]
+
+DEFAULT_LIMIT = 20  # lines of `history` and `log` when --limit is not given
+MAX_LIMIT = 2**62  # larger limits are treated as "everything" (SQLite takes 64-bit integers)
+FALLBACK_COLUMNS = 100  # terminal width assumed when the output is not a terminal
+FOLLOW_RECHECK = 1.0  # seconds: `log --follow` looks for new events at least this often
+GAP = "  "  # between table columns
+
+COMMANDS = ("agents", "claims", "namespaces", "keys", "history", "log")
+
+
+# --------------------------------------------------------------------------------------------
+# The command line
+# --------------------------------------------------------------------------------------------
+
+
+def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the inspector's subcommands to the ``agenthold`` parser.
+
+    ``--db`` and ``--json`` default to ``argparse.SUPPRESS`` so that, given after the
+    subcommand, they override the top-level options and, not given, they leave them alone.
+    """
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--db",
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="the agenthold database to read, never created or changed (default: "
+        "./agenthold.db; may also be given before the subcommand)",
+    )
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print JSON for programs instead of a table",
+    )
+
+    def add(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = subparsers.add_parser(
+            name, parents=[common], help=summary, description=description
+        )
+        return parser
+
+    add(
+        "agents",
+        "who is registered, their leases and how many claims they hold",
+        "List every registered agent, oldest registration first: id, name, model, when it "
+        "registered and last made a call, when its lease ends and how many claims it holds.",
+    )
+    claims = add(
+        "claims",
+        "what is claimed right now, and by whom",
+        "List the resources held right now. An agent whose lease has ended holds nothing.",
+    )
+    claims.add_argument(
+        "--all",
+        action="store_true",
+        help="every resource ever claimed: free ones show how their last claim ended",
+    )
+    add(
+        "namespaces",
+        "namespaces with their key counts",
+        "List every namespace ever written: live keys, deleted keys, the last change and who "
+        "made it. A namespace whose keys were all deleted is listed with 0 keys.",
+    )
+    keys = add(
+        "keys",
+        "the live keys of a namespace",
+        "List the live keys of NAMESPACE with their versions, writers and values.",
+    )
+    keys.add_argument("namespace", metavar="NAMESPACE")
+    history = add(
+        "history",
+        "the writes and deletes of one key, newest first",
+        "Show the writes and deletes of KEY in NAMESPACE, newest first. A deleted key still "
+        "has its history.",
+    )
+    history.add_argument("namespace", metavar="NAMESPACE")
+    history.add_argument("key", metavar="KEY")
+    history.add_argument(
+        "--limit", metavar="N", help=f"show at most N entries (default: {DEFAULT_LIMIT})"
+    )
+    log = add(
+        "log",
+        "the latest events in the whole database; --follow to watch",
+        "Show the latest events, oldest first: writes and deletes of keys, registrations, "
+        "claims, releases with their outcomes, lease ends and removals of idle agents. "
+        "With --follow, keep printing new events as agents make them, until Ctrl-C.",
+    )
+    log.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="keep printing new events as they are committed, until Ctrl-C",
+    )
+    log.add_argument(
+        "--namespace",
+        metavar="NS",
+        help="only writes and deletes in namespace NS (no claim events)",
+    )
+    log.add_argument(
+        "--limit", metavar="N", help=f"show the last N events (default: {DEFAULT_LIMIT})"
+    )
+
+
+class UsageError(Exception):
+    """A bad command-line value: one line on standard error, exit status 2."""
+
+
+def parse_limit(text: str | None) -> int:
+    """The value of ``--limit``: a whole number, 1 or more."""
+    if text is None:
+        return DEFAULT_LIMIT
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"--limit: {text!r} is not a whole number; give 1 or more") from None
+    if value < 1:
+        raise UsageError(f"--limit: {text!r} must be 1 or more")
+    return min(value, MAX_LIMIT)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the inspector subcommand ``args.command``; returns the exit status.
+
+    Errors are one line on standard error: 2 for a bad command-line value, 1 for a database
+    that cannot be read as asked (missing, not agenthold's, newer schema, unknown name).
+    """
+    from agenthold.store import AgentholdError
+
+    try:
+        limit = parse_limit(getattr(args, "limit", None))
+    except UsageError as exc:
+        return _error(str(exc), 2)
+    _protect_stdout()
+    try:
+        inspector = Inspector.open(args.db, as_json=getattr(args, "json", False))
+        try:
+            commands: dict[str, Callable[[argparse.Namespace, int], int]] = {
+                "agents": inspector.agents,
+                "claims": inspector.claims,
+                "namespaces": inspector.namespaces,
+                "keys": inspector.keys,
+                "history": inspector.history,
+                "log": inspector.log,
+            }
+            return commands[args.command](args, limit)
+        finally:
+            inspector.close()
+    except AgentholdError as exc:
+        return _error(str(exc), 1)
+    except BrokenPipeError:
+        # The reader went away (`agenthold log -f | head`): stop quietly. Python would report
+        # the failed flush of sys.stdout at exit, so point it at /dev/null first.
+        _silence_stdout()
+        return 0
+    except KeyboardInterrupt:  # pragma: no cover - Ctrl-C during a one-shot read
+        return 130
+
+
+def _error(message: str, status: int) -> int:
+    print(f"agenthold: {message}", file=sys.stderr)
+    return status
+
+
+def _protect_stdout() -> None:
+    """Make sure any text can be printed: on a terminal that cannot show a character (say an
+    ASCII-only one), print an escape instead of failing."""
+    out = sys.stdout
+    try:
+        "…→é".encode(out.encoding or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        reconfigure = getattr(out, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
+def _silence_stdout() -> None:
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - stdout is not a file
+        pass
+
+
+# --------------------------------------------------------------------------------------------
+# Showing text: widths, cuts, ages
+# --------------------------------------------------------------------------------------------
+
+
+def _char_width(char: str) -> int:
+    """Terminal cells one character takes: 2 for wide (CJK, most emoji), 0 for combining."""
+    import unicodedata
+
+    if unicodedata.combining(char) or char in "\u200b\u200c\u200d\ufeff":
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def text_width(text: str) -> int:
+    """Terminal cells ``text`` takes."""
+    if text.isascii():
+        return len(text)
+    return sum(_char_width(c) for c in text)
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` if it fits in ``width`` cells, else its start and "…" in ``width`` cells."""
+    if text_width(text) <= width:
+        return text
+    if width <= 0:
+        return ""
+    kept: list[str] = []
+    used = 0
+    for char in text:
+        w = _char_width(char)
+        if used + w > width - 1:
+            break
+        kept.append(char)
+        used += w
+    return "".join(kept) + "…"
+
+
+def clean(text: str, limit: int) -> str:
+    """``text`` made safe for a terminal (control characters shown as escapes, so a value can
+    never move the cursor or change colours) and cut to at most about ``limit`` cells."""
+    import re
+
+    if len(text) > limit:
+        text = text[:limit] + "…"
+    return re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def compact_json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def parse_time(iso: str) -> float | None:
+    """Unix time of an ISO-8601 string the store wrote, or None if it is not one."""
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(iso).timestamp()
+    except ValueError:
+        return None
+
+
+def span(seconds: float) -> str:
+    """A short duration: "4s", "5m", "3h", "2d"."""
+    s = int(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86_400:
+        return f"{s // 3600}h"
+    return f"{s // 86_400}d"
+
+
+def age(iso: str | None, now: float) -> str:
+    """How long ago ``iso`` was: "2s ago" (or "in 2s" for a time ahead of this clock)."""
+    if not iso:
+        return "-"
+    moment = parse_time(iso)
+    if moment is None:
+        return iso
+    delta = now - moment
+    return f"{span(delta)} ago" if delta >= 0 else f"in {span(-delta)}"
+
+
+def clock(iso: str) -> str:
+    """A stored UTC time as "2026-05-09 07:35:25.123" (the log's TIME column)."""
+    if len(iso) >= 23 and iso[10] == "T":
+        return f"{iso[:10]} {iso[11:23]}"
+    return iso
+
+
+# --------------------------------------------------------------------------------------------
+# Tables
+# --------------------------------------------------------------------------------------------
+
+
+class Column(NamedTuple):
+    """A table column. One with a ``cut`` rank may be cut short (with "…") when the table is
+    wider than the terminal: rank 1 first, down to MIN_CUT cells, then rank 2, and so on. A
+    ``right`` column is right-aligned (numbers)."""
+
+    header: str
+    cut: int = 0
+    right: bool = False
+
+
+MIN_CUT = 12  # a column is never cut narrower than this (or its header)
+
+
+def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], total: int) -> list[int]:
+    """Column widths: each as wide as its widest cell; then, while the table is wider than
+    ``total`` cells, the widest column of the lowest cut rank that can still shrink loses one."""
+    widths = [text_width(c.header) for c in columns]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], text_width(cell))
+    excess = sum(widths) + len(GAP) * (len(columns) - 1) - total
+    for rank in sorted({c.cut for c in columns if c.cut}):
+        members = [i for i, c in enumerate(columns) if c.cut == rank]
+        floors = {i: min(widths[i], max(MIN_CUT, text_width(columns[i].header))) for i in members}
+        while excess > 0:
+            shrinkable = [i for i in members if widths[i] > floors[i]]
+            if not shrinkable:
+                break
+            widest = max(shrinkable, key=lambda i: widths[i])
+            widths[widest] -= 1
+            excess -= 1
+    return widths
+
+
+def format_row(columns: Sequence[Column], widths: Sequence[int], cells: Sequence[str]) -> str:
+    parts = []
+    for column, width, cell in zip(columns, widths, cells, strict=True):
+        text = cut(cell, width)
+        pad = " " * (width - text_width(text))
+        parts.append(pad + text if column.right else text + pad)
+    return GAP.join(parts).rstrip()
+
+
+def header_lines(columns: Sequence[Column], widths: Sequence[int]) -> list[str]:
+    return [
+        format_row(columns, widths, [c.header for c in columns]),
+        GAP.join("-" * w for w in widths),
+    ]
+
+
+def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], total: int) -> list[str]:
+    """The lines of an aligned table with a header and a dashed rule."""
+    widths = layout(columns, rows, total)
+    return header_lines(columns, widths) + [format_row(columns, widths, r) for r in rows]
+
+
+# --------------------------------------------------------------------------------------------
+# The commands
+# --------------------------------------------------------------------------------------------
+
+AGENT_COLUMNS = (
+    Column("ID"),
+    Column("NAME", cut=2),
+    Column("MODEL", cut=2),
+    Column("REGISTERED"),
+    Column("LAST SEEN"),
+    Column("LEASE"),
+    Column("CLAIMS", right=True),
+)
+CLAIM_COLUMNS = (
+    Column("RESOURCE", cut=3),
+    Column("STATE", cut=1),
+    Column("BY", cut=2),
+    Column("SINCE"),
+)
+NAMESPACE_COLUMNS = (
+    Column("NAMESPACE", cut=2),
+    Column("KEYS", right=True),
+    Column("DELETED", right=True),
+    Column("LAST CHANGE"),
+    Column("BY", cut=2),
+)
+KEY_COLUMNS = (
+    Column("KEY", cut=3),
+    Column("VERSION", right=True),
+    Column("UPDATED BY", cut=2),
+    Column("UPDATED"),
+    Column("VALUE", cut=1),
+)
+HISTORY_COLUMNS = (
+    Column("VERSION", right=True),
+    Column("EVENT"),
+    Column("BY", cut=2),
+    Column("WHEN"),
+    Column("VALUE", cut=1),
+)
+LOG_COLUMNS = (
+    Column("TIME (UTC)"),
+    Column("ACTOR", cut=2),
+    Column("EVENT"),
+    Column("VERSION", right=True),
+    Column("WHAT", cut=1),
+)
+EVENT_NAMES = ("write", "delete", "registered", "claimed", "released", "lease_ends", "reaped")
+LOG_ACTOR_WIDTH = (16, 24)  # the ACTOR column is fixed at start: this wide at least, at most
+
+_STATE_EVENTS = (
+    "SELECT id, namespace, key, version, value, updated_by, updated_at, event_type "
+    "FROM state_history "
+)
+_CLAIM_EVENTS = "SELECT id, at, agent_id, event, uri, outcome, moved_to, version FROM claim_events "
+
+
+class Inspector:
+    """One open, read-only database and the commands that read it."""
+
+    def __init__(self, store: StateStore, *, as_json: bool) -> None:
+        import time
+
+        from agenthold.claims import Coordinator
+
+        self.store = store
+        self.coordinator: Coordinator = Coordinator(store)
+        self.as_json = as_json
+        self.now = time.time()
+
+    @classmethod
+    def open(cls, path: str, *, as_json: bool) -> Inspector:
+        from agenthold.store import StateStore
+
+        store = StateStore(path, read_only=True)
+        try:
+            return cls(store, as_json=as_json)
+        except BaseException:  # pragma: no cover - Coordinator only reads settings here
+            store.close()
+            raise
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- output ----------------------------------------------------------------------------------
+
+    @property
+    def columns(self) -> int:
+        import shutil
+
+        return shutil.get_terminal_size((FALLBACK_COLUMNS, 24)).columns
+
+    def emit(self, lines: Sequence[str]) -> None:
+        out = sys.stdout
+        out.write("".join(line + "\n" for line in lines))
+        out.flush()
+
+    def show(self, records: list[dict[str, Any]], columns: Sequence[Column], rows: Any) -> int:
+        """Print ``records`` as JSON, or the table of ``rows(records)``; exit status 0."""
+        if self.as_json:
+            import json
+
+            self.emit([json.dumps(records, ensure_ascii=False, indent=2)])
+        else:
+            width = self.columns
+            self.emit(table(columns, [[clean(c, width) for c in r] for r in rows()], width))
+        return 0
+
+    # -- checks ----------------------------------------------------------------------------------
+
+    def check_namespace(self, namespace: str) -> None:
+        """Raise unless ``namespace`` was ever written (a namespace of deleted keys counts)."""
+        from agenthold.store import MAX_NAMESPACE_LENGTH, AgentholdError, check_text
+
+        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        if not self.store.db.fetchone(
+            "SELECT EXISTS (SELECT 1 FROM state WHERE namespace = ?)", (namespace,)
+        )[0]:
+            raise AgentholdError(
+                f"no namespace {namespace!r} in {self.store.path}: nothing was ever written "
+                "to it ('agenthold namespaces' lists the namespaces)"
+            )
+
+    def check_key(self, namespace: str, key: str) -> None:
+        """Raise unless ``key`` was ever written in ``namespace`` (deleted keys count)."""
+        import shlex
+
+        from agenthold.store import MAX_KEY_LENGTH, AgentholdError, check_text
+
+        self.check_namespace(namespace)
+        check_text("key", key, MAX_KEY_LENGTH)
+        if not self.store.db.fetchone(
+            "SELECT EXISTS (SELECT 1 FROM state WHERE namespace = ? AND key = ?)",
+            (namespace, key),
+        )[0]:
+            raise AgentholdError(
+                f"no key {key!r} in namespace {namespace!r}: it was never written "
+                f"('agenthold keys {shlex.quote(namespace)}' lists its keys)"
+            )
+
+    def agent_names(self) -> dict[str, str]:
+        return dict(self.store.db.fetchall("SELECT agent_id, name FROM agents"))
+
+    # -- agents ----------------------------------------------------------------------------------
+
+    def agents(self, args: argparse.Namespace, limit: int) -> int:
+        held: dict[str, int] = {}
+        for info in self.coordinator.list_claims():
+            assert info.holder is not None
+            held[info.holder] = held.get(info.holder, 0) + 1
+        records = []
+        for agent in self.coordinator.list_agents():
+            end = agent.lease_ends_at
+            lease_state = "none" if end is None else "active" if end > self.now else "ended"
+            records.append(
+                {
+                    **agent.to_dict(),
+                    "lease_state": lease_state,
+                    "claims_held": held.get(agent.agent_id, 0),
+                }
+            )
+
+        def rows() -> list[list[str]]:
+            return [
+                [
+                    r["agent_id"],
+                    r["name"],
+                    r["model"] or "-",
+                    age(r["registered_at"], self.now),
+                    age(r["last_seen_at"], self.now),
+                    self.lease_text(r),
+                    str(r["claims_held"]),
+                ]
+                for r in records
+            ]
+
+        return self.show(records, AGENT_COLUMNS, rows)
+
+    def lease_text(self, record: dict[str, Any]) -> str:
+        """The LEASE cell: "no expiry", "ends in 4m", "ends in 5m (disconnected)" or
+        "ended 2s ago (expired)"."""
+        if record["lease_state"] == "none":
+            return "no expiry"
+        end = parse_time(record["lease_ends_at"]) or 0.0
+        outcome = record["lease_end_outcome"] or "expired"
+        if record["lease_state"] == "active":
+            left = f"ends in {span(end - self.now)}"
+            return left + " (disconnected)" if outcome == "abandoned" else left
+        return f"ended {span(self.now - end)} ago ({outcome})"
+
+    # -- claims ----------------------------------------------------------------------------------
+
+    def claims(self, args: argparse.Namespace, limit: int) -> int:
+        names = self.agent_names()
+        records = []
+        for info in self.coordinator.list_claims(include_free=args.all):
+            record = info.to_dict()
+            record["last_holder_name"] = names.get(info.last_holder or "")
+            records.append(record)
+
+        def rows() -> list[list[str]]:
+            shown = []
+            for r in records:
+                if r["state"] == "claimed":
+                    by, since = r["agent_name"], r["claimed_at"]
+                else:
+                    by = r["last_holder_name"] or r["last_holder"] or "-"
+                    since = r["last_outcome_at"]
+                shown.append([r["resource"], claim_state(r), by, age(since, self.now)])
+            return shown
+
+        return self.show(records, CLAIM_COLUMNS, rows)
+
+    # -- namespaces, keys, history ---------------------------------------------------------------
+
+    def namespaces(self, args: argparse.Namespace, limit: int) -> int:
+        # SQLite takes a bare column (updated_by) from the row that holds the max() of the group.
+        rows_ = self.store.db.fetchall(
+            "SELECT namespace, sum(deleted = 0), sum(deleted), max(updated_at), updated_by "
+            "FROM state GROUP BY namespace ORDER BY namespace"
+        )
+        records = [
+            {
+                "namespace": ns,
+                "record_count": live,
+                "deleted_count": deleted,
+                "updated_at": at,
+                "updated_by": by,
+            }
+            for ns, live, deleted, at, by in rows_
+        ]
+
+        def rows() -> list[list[str]]:
+            return [
+                [
+                    r["namespace"],
+                    str(r["record_count"]),
+                    str(r["deleted_count"]),
+                    age(r["updated_at"], self.now),
+                    r["updated_by"],
+                ]
+                for r in records
+            ]
+
+        return self.show(records, NAMESPACE_COLUMNS, rows)
+
+    def keys(self, args: argparse.Namespace, limit: int) -> int:
+        self.check_namespace(args.namespace)
+        records = [r.to_dict() for r in self.store.list_keys(args.namespace)]
+
+        def rows() -> list[list[str]]:
+            return [
+                [
+                    r["key"],
+                    str(r["version"]),
+                    r["updated_by"],
+                    age(r["updated_at"], self.now),
+                    compact_json(r["value"]),
+                ]
+                for r in records
+            ]
+
+        return self.show(records, KEY_COLUMNS, rows)
+
+    def history(self, args: argparse.Namespace, limit: int) -> int:
+        self.check_key(args.namespace, args.key)
+        entries = self.store.history(args.namespace, args.key, limit=limit)
+        records = [e.to_dict() for e in entries]
+
+        def rows() -> list[list[str]]:
+            return [
+                [
+                    str(r["version"]),
+                    r["event_type"],
+                    r["updated_by"],
+                    age(r["updated_at"], self.now),
+                    "-" if r["event_type"] == "delete" else compact_json(r["value"]),
+                ]
+                for r in records
+            ]
+
+        return self.show(records, HISTORY_COLUMNS, rows)
+
+    # -- log ---------------------------------------------------------------------------------
+
+    def log(self, args: argparse.Namespace, limit: int) -> int:
+        namespace: str | None = args.namespace
+        if args.follow:
+            return self.follow(namespace, limit)  # the namespace may be written later
+        if namespace is not None:
+            self.check_namespace(namespace)
+        with self.store.db.snapshot() as conn:
+            events = self.latest_events(conn, namespace, limit)
+        return self.show(events, LOG_COLUMNS, lambda: [self.log_row(e) for e in events])
+
+    def latest_events(
+        self, conn: sqlite3.Connection, namespace: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        """The last ``limit`` events recorded, in time order.
+
+        Rows are picked newest id first (the primary key, so a large history is not sorted):
+        ids follow the commits, which follow time, except that a release recorded for a lapsed
+        lease carries the earlier time the lease ended; it is shown at that time."""
+        where = "WHERE namespace = ? " if namespace is not None else ""
+        params: tuple[Any, ...] = (namespace, limit) if namespace is not None else (limit,)
+        state = conn.execute(_STATE_EVENTS + where + "ORDER BY id DESC LIMIT ?", params).fetchall()
+        claims: list[Any] = []
+        if namespace is None:
+            claims = conn.execute(_CLAIM_EVENTS + "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        names = dict(conn.execute("SELECT agent_id, name FROM agents").fetchall())
+        events = self.events(state, claims, names)
+        return events[-limit:]
+
+    def events(
+        self, state: Sequence[Any], claims: Sequence[Any], names: dict[str, str]
+    ) -> list[dict[str, Any]]:
+        """State-history and claim-event rows as log records, in time order."""
+        import json
+
+        keyed: list[tuple[tuple[str, int, int], dict[str, Any]]] = []
+        for row_id, ns, key, version, value, by, at, event in state:
+            record = {
+                "at": at,
+                "event": event,
+                "actor": by,
+                "agent_id": None,
+                "namespace": ns,
+                "key": key,
+                "resource": None,
+                "version": version,
+                "value": None if value is None else json.loads(value),
+                "outcome": None,
+                "moved_to": None,
+            }
+            keyed.append(((at, 0, row_id), record))
+        for row_id, at, agent_id, event, uri, outcome, moved_to, version in claims:
+            record = {
+                "at": at,
+                "event": event,
+                "actor": names.get(agent_id, agent_id),
+                "agent_id": agent_id,
+                "namespace": None,
+                "key": None,
+                "resource": uri,
+                "version": version,
+                "value": None,
+                "outcome": outcome,
+                "moved_to": moved_to,
+            }
+            keyed.append(((at, 1, row_id), record))
+        keyed.sort(key=lambda pair: pair[0])
+        return [record for _, record in keyed]
+
+    def log_row(self, e: dict[str, Any]) -> list[str]:
+        """TIME, ACTOR, EVENT, VERSION and WHAT of one event."""
+        event = e["event"]
+        if e["namespace"] is not None:
+            what = f"{e['namespace']}/{e['key']}"
+            if event == "write":
+                what += " = " + compact_json(e["value"])
+        elif event == "claimed":
+            what = e["resource"]
+        elif event == "released":
+            detail = e["outcome"]
+            if detail == "moved":
+                detail = f"moved → {e['moved_to']}"
+            what = f"{e['resource']} ({detail})"
+        elif event == "registered":
+            what = f"as {e['agent_id']}"
+        elif event == "lease_ends":
+            what = f"its claims end as {e['outcome']} unless it acts again"
+        elif event == "reaped":
+            what = f"{e['agent_id']} removed after a long idle time"
+        else:  # an event this version does not know
+            what = e["resource"] or ""
+        version = "-" if e["version"] is None else str(e["version"])
+        return [clock(e["at"]), e["actor"], event, version, what]
+
+    def follow(self, namespace: str | None, limit: int) -> int:
+        """Print the last ``limit`` events, then every new event as it is committed, until
+        SIGINT or SIGTERM (exit status 0). One line per event, flushed at once; with --json,
+        one JSON object per line (JSON Lines)."""
+        import signal
+        import threading
+
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, _interrupt)
+        woken = threading.Event()
+        try:
+            # Subscribed first, then one snapshot for the last events and the cursors, so no
+            # commit falls between what is printed now and what is printed next.
+            with self.store.db.subscribe(None, woken.set):
+                with self.store.db.snapshot() as conn:
+                    events = self.latest_events(conn, namespace, limit)
+                    cursors = [
+                        conn.execute("SELECT max(id) FROM state_history").fetchone()[0] or 0,
+                        conn.execute("SELECT max(id) FROM claim_events").fetchone()[0] or 0,
+                    ]
+                show = self.follow_printer(events)
+                show(events)
+                self.follow_loop(namespace, cursors, woken, show)
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def follow_printer(self, first: list[dict[str, Any]]) -> Callable[[list[dict[str, Any]]], None]:
+        """Print the table header (column widths fixed by ``first`` and the terminal) and
+        return the function that prints a batch of events, one flushed line each."""
+        import json
+
+        width = self.columns
+        if self.as_json:
+
+            def show_json(batch: list[dict[str, Any]]) -> None:
+                self.emit([json.dumps(e, ensure_ascii=False) for e in batch])
+
+            return show_json
+        rows = [[clean(c, width) for c in self.log_row(e)] for e in first]
+        widths = layout(LOG_COLUMNS, rows, width)
+        low, high = LOG_ACTOR_WIDTH
+        widths[1] = min(max(widths[1], low), high)
+        widths[2] = max(widths[2], max(map(len, EVENT_NAMES)))
+        widths[4] = max(MIN_CUT, width - sum(widths[:4]) - len(GAP) * 4)
+        self.emit(header_lines(LOG_COLUMNS, widths))
+
+        def show_table(batch: list[dict[str, Any]]) -> None:
+            for e in batch:
+                cells = [clean(c, width) for c in self.log_row(e)]
+                self.emit([format_row(LOG_COLUMNS, widths, cells)])
+
+        return show_table
+
+    def follow_loop(
+        self,
+        namespace: str | None,
+        cursors: list[int],
+        woken: threading.Event,
+        show: Callable[[list[dict[str, Any]]], None],
+    ) -> None:
+        """Wait for commits and print the events after ``cursors`` (last ids seen), forever."""
+        names = self.agent_names()
+        state_sql = _STATE_EVENTS + "WHERE id > ? "
+        if namespace is not None:
+            state_sql += "AND namespace = ? "
+        while True:
+            woken.wait(FOLLOW_RECHECK)
+            woken.clear()
+            params = (cursors[0],) if namespace is None else (cursors[0], namespace)
+            state = self.store.db.fetchall(state_sql + "ORDER BY id", params)
+            claims: list[Any] = []
+            if namespace is None:
+                claims = self.store.db.fetchall(
+                    _CLAIM_EVENTS + "WHERE id > ? ORDER BY id", (cursors[1],)
+                )
+            if state:
+                cursors[0] = state[-1][0]
+            if claims:
+                cursors[1] = claims[-1][0]
+                if any(row[2] not in names for row in claims):
+                    names = self.agent_names()
+            if state or claims:
+                show(self.events(state, claims, names))
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def claim_state(record: dict[str, Any]) -> str:
+    """A claim's state in words: "claimed", "free", "free (modified)", "free (moved → URI)",
+    "expired" or "abandoned" (the holder's lease ended while it held the claim)."""
+    if record["state"] == "claimed":
+        return "claimed"
+    outcome = record["last_outcome"]
+    if outcome in (None, "released"):
+        return "free"
+    if outcome in ("expired", "abandoned"):
+        return str(outcome)
+    if outcome == "moved":
+        return f"free (moved → {record['moved_to']})"
+    return f"free ({outcome})"
