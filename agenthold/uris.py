@@ -44,6 +44,11 @@ _SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _SEPARATOR_RE = re.compile(r"[/\\]")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SURROGATE_RE = re.compile(r"[\ud800-\udfff]")  # not encodable as UTF-8, so never storable
+RESOURCE_HINT = (
+    "Name the resource as a path relative to the workspace (src/main.py), an absolute path "
+    "inside a workspace, file://<workspace>/<path>, or custom://<name> for things that are "
+    "not files."
+)
 _SHOWN_LENGTH = 80  # characters of a bad input quoted back in an error message
 _DOT_SEGMENTS = (
     "path traversal/dot segments are not allowed; give the path relative to the workspace root"
@@ -226,8 +231,12 @@ class Resolver:
         workspace root, lies outside every workspace, names an unknown workspace or scheme, or
         is a malformed URI.
         """
-        text = self._clean(text)
-        resource = self._resolve(text)
+        try:
+            text = self._clean(text)
+            resource = self._resolve(text)
+        except InvalidInputError as exc:
+            exc.hint = exc.hint or RESOURCE_HINT
+            raise
         if len(resource.uri) > MAX_INPUT_LENGTH:
             raise InvalidInputError(
                 f"resource {_show(text)} would have a canonical URI of {len(resource.uri)} "
