@@ -970,9 +970,7 @@ class SQLiteDatabase:
                     )
                 return
             if not self.memory:
-                mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-                if mode.lower() != "wal":
-                    conn.execute("PRAGMA journal_mode = wal")
+                self._enable_wal(conn)
             if version < SCHEMA_VERSION:
                 with self._file.write_lock:
                     conn.execute("BEGIN IMMEDIATE")
@@ -1000,6 +998,21 @@ class SQLiteDatabase:
         except AgentholdError:
             self.close()
             raise
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        """Switch the file to WAL (a lasting setting). Processes opening a new file together
+        can make SQLite refuse the switch at once, without waiting: retry for busy_timeout."""
+        deadline = time.monotonic() + self.busy_timeout
+        while conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            try:
+                conn.execute("PRAGMA journal_mode = wal")
+                continue
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc).lower():
+                    raise
+            if time.monotonic() > deadline:
+                raise sqlite3.OperationalError("database is locked")
+            time.sleep(0.005)
 
     def _check_identity(self, app_id: int, version: int, tables: list[str]) -> None:
         """Raise IncompatibleDatabaseError unless the database is ours (at a schema version this
@@ -1291,14 +1304,23 @@ def _finite(value: Any) -> Any:
 
 
 def _describe(conn: sqlite3.Connection) -> tuple[int, int, list[str]]:
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    tables = [
-        r[0]
-        for r in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-    ]
+    """The file's application id, schema version and tables, read in one snapshot (another
+    process may be creating the schema at this very moment)."""
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        ]
+    finally:
+        if own:
+            conn.execute("COMMIT")
     return app_id, version, tables
 
 
