@@ -1,0 +1,800 @@
+"""Speed of agenthold over MCP stdio: what a call costs, how fast a wait wakes, how fast it starts.
+
+    python bench/mcp_bench.py            # the full run, about three minutes
+    python bench/mcp_bench.py --quick    # a smoke run of about ten seconds (too small to judge)
+    python bench/mcp_bench.py --json     # the same results as JSON instead of tables
+    python bench/mcp_bench.py --baseline-venv /work/baseline-venv   # also agenthold 0.10.0
+
+The client is the mcp SDK's ``Client`` in this process; servers are child processes on stdio. Every
+measurement runs in both protocol eras: mode "auto" (which settles on 2026-07-28) and "legacy"
+(the 2025-11-25 initialize handshake). Times are read with time.perf_counter in this process.
+
+1. Per-call cost. The servers are bench/mcp_bench_server.py: the real agenthold stdio server with
+   one extra tool, bench_noop, that goes through the same dispatch but does no database work. So
+   "tool minus no-op", measured on the same server in the same run, is what the tool's own work
+   costs, and what the SDK, the pipes and the client cost cancels out. Calls are made one at a
+   time in rounds of one measured call and one no-op (which goes first alternates), so load from
+   other work on the machine hits both alike:
+   - agenthold_get of an existing key, against bench_noop (--tools advanced);
+   - agenthold_set with the expected_version of the last write, so every write succeeds;
+   - agenthold_claim + agenthold_release of one resource as a pair, against two no-ops.
+2. Wake-up of agenthold_wait by a release in another server process: two servers on one database
+   file; agent A holds a resource through one, agent B waits for it through the other, and A
+   releases after a random 20-120 ms. The wake-up is B's wait reply arriving minus A's release
+   reply arriving (clamped at 0; how often the wait answered first is counted). A trial whose wait
+   did not block (elapsed under 10 ms) does not count.
+3. Spawn to first answered call: from starting the client, which spawns the server, to the first
+   tools/call reply, for ``python -m agenthold`` (agenthold_status) and, as the floor any Python
+   server on this SDK pays, a bare low-level mcp Server with one tool (bench_noop).
+
+With --baseline-venv, this script also runs with that venv's python (--baseline-client, which
+uses only the stdlib and that venv's mcp 1.x client, nothing of this repo) and measures the
+agenthold installed there the same way, minus the no-op it does not have: absolute times only.
+
+The exit status is 1 only when a correctness check fails (a refused write, a wait that did not
+see its release); a missed speed target is reported, not fatal, since speed depends on the machine
+and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+# Only the standard library at module level: --baseline-client runs under another venv's python.
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+LAUNCHER = HERE / "mcp_bench_server.py"
+NOOP = "bench_noop"
+MODES = ("auto", "legacy")
+NS, KEY = "bench", "counter"
+PAIR_RESOURCE = "custom://bench-pair"
+WAKE_RESOURCE = "custom://bench-wake"
+STATUS_RESOURCE = "custom://bench-status"
+WAIT_TIMEOUT = 10.0  # seconds; a wake-up never takes this long unless something is broken
+BLOCKED = 0.010  # seconds: a wait that answered sooner did not block, so its trial is void
+
+# The issue's targets: a tool's median over the no-op's (ms), and the wake-up median and p99.
+OVER_NOOP_MS = {"get": 0.3, "set": 0.5, "pair": 1.0}
+WAKE_MEDIAN_MS, WAKE_P99_MS = 10.0, 30.0
+LABELS = {
+    "get": ("agenthold_get", "bench_noop"),
+    "set": ("agenthold_set", "bench_noop"),
+    "pair": ("claim + release", "two no-ops"),
+}
+
+
+@dataclass(frozen=True)
+class Sizes:
+    label: str
+    warmup: int  # unmeasured rounds before each per-call measurement
+    rounds: int  # measured calls of each kind
+    trials: int  # wake-ups per era
+    spawns: int  # measured spawns of each server per era
+
+
+FULL = Sizes("full", 50, 1000, 200, 10)
+QUICK = Sizes("quick", 10, 50, 10, 1)
+
+
+class BenchError(Exception):
+    """A reply that was not what the benchmark relies on: the run is not valid."""
+
+
+def bench_error(exc: BaseException) -> BenchError | None:
+    """The BenchError in ``exc``, which may come wrapped in (nested) exception groups."""
+    if isinstance(exc, BenchError):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = bench_error(inner)
+        if found is not None:
+            return found
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics
+# --------------------------------------------------------------------------------------------
+
+
+def percentile(values: list[float], p: int) -> float:
+    if len(values) < 2:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+def summary(seconds: list[float]) -> dict[str, Any]:
+    ms = [s * 1000 for s in seconds]
+    return {
+        "n": len(ms),
+        "median_ms": statistics.median(ms),
+        "p99_ms": percentile(ms, 99),
+        "min_ms": min(ms),
+        "max_ms": max(ms),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# This agenthold, through the mcp 2.x Client
+# --------------------------------------------------------------------------------------------
+
+
+def server_env() -> dict[str, str]:
+    """The servers import agenthold from this checkout, installed or not."""
+    path = os.environ.get("PYTHONPATH")
+    return {"PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
+
+
+def bench_server(db: Path, tools: str) -> Any:
+    from mcp import StdioServerParameters
+
+    args = [str(LAUNCHER), "--db", str(db), "--tools", tools]
+    return StdioServerParameters(
+        command=sys.executable, args=args, env=server_env(), cwd=str(db.parent)
+    )
+
+
+def agenthold_server(db: Path) -> Any:
+    from mcp import StdioServerParameters
+
+    args = ["-m", "agenthold", "--db", str(db)]
+    return StdioServerParameters(
+        command=sys.executable, args=args, env=server_env(), cwd=str(db.parent)
+    )
+
+
+def bare_server(tmp: Path) -> Any:
+    from mcp import StdioServerParameters
+
+    args = [str(LAUNCHER), "--bare"]
+    return StdioServerParameters(command=sys.executable, args=args, cwd=str(tmp))
+
+
+async def call(client: Any, name: str, args: dict[str, Any], *expect: str) -> dict[str, Any]:
+    """Call a tool; its reply, which must have one of the ``expect`` statuses (default ok)."""
+    result = await client.call_tool(name, args)
+    reply = result.structured_content
+    if reply is None and result.content:  # the bare server answers with text only
+        reply = json.loads(result.content[0].text)
+    if (
+        result.is_error
+        or not isinstance(reply, dict)
+        or reply.get("status") not in (expect or ("ok",))
+    ):
+        raise BenchError(f"{name} answered {reply if reply is not None else result.content}")
+    return reply
+
+
+Step = Callable[[], Awaitable[Any]]
+
+
+async def in_rounds(steps: dict[str, Step], warmup: int, rounds: int) -> dict[str, list[float]]:
+    """Each step once per round, in turns (which goes first alternates); their times."""
+    names = list(steps)
+    for _ in range(warmup):
+        for name in names:
+            await steps[name]()
+    times: dict[str, list[float]] = {name: [] for name in names}
+    clock = time.perf_counter
+    for i in range(rounds):
+        for name in names if i % 2 == 0 else reversed(names):
+            started = clock()
+            await steps[name]()
+            times[name].append(clock() - started)
+    return times
+
+
+def against_noop(times: dict[str, list[float]], kind: str) -> dict[str, Any]:
+    tool, noop = summary(times["tool"]), summary(times["noop"])
+    over = tool["median_ms"] - noop["median_ms"]
+    return {
+        "tool": tool,
+        "noop": noop,
+        "over_noop_ms": over,
+        "target_ms": OVER_NOOP_MS[kind],
+        "passed": over <= OVER_NOOP_MS[kind],
+    }
+
+
+async def measure_calls(client: Any, sizes: Sizes) -> dict[str, Any]:
+    """agenthold_get and agenthold_set against the no-op, on an advanced-tools server."""
+
+    async def noop() -> None:
+        await call(client, NOOP, {})
+
+    first = await call(
+        client,
+        "agenthold_set",
+        {"namespace": NS, "key": KEY, "value": {"n": 0}, "updated_by": "bench", "force": True},
+    )
+    version = first["version"]
+
+    async def get() -> None:
+        await call(client, "agenthold_get", {"namespace": NS, "key": KEY})
+
+    async def set_() -> None:
+        nonlocal version
+        args = {
+            "namespace": NS,
+            "key": KEY,
+            "value": {"n": version},
+            "updated_by": "bench",
+            "expected_version": version,
+        }
+        version = (await call(client, "agenthold_set", args))["version"]
+
+    out = {}
+    for kind, step in (("get", get), ("set", set_)):
+        times = await in_rounds({"tool": step, "noop": noop}, sizes.warmup, sizes.rounds)
+        out[kind] = against_noop(times, kind)
+    return out
+
+
+async def measure_pairs(client: Any, agent_id: str, sizes: Sizes) -> dict[str, Any]:
+    """A claim + release pair against two no-ops, on a standard-tools server."""
+
+    async def two_noops() -> None:
+        await call(client, NOOP, {})
+        await call(client, NOOP, {})
+
+    args = {"resource": PAIR_RESOURCE, "agent_id": agent_id}
+
+    async def pair() -> None:
+        await call(client, "agenthold_claim", args, "claimed")
+        await call(client, "agenthold_release", args, "released")
+
+    times = await in_rounds({"tool": pair, "noop": two_noops}, sizes.warmup, sizes.rounds)
+    return against_noop(times, "pair")
+
+
+async def wait_for_release(waiter: Any, woken: list[tuple[float, dict[str, Any]]]) -> None:
+    args = {"resource": WAKE_RESOURCE, "timeout_seconds": WAIT_TIMEOUT}
+    reply = await call(waiter, "agenthold_wait", args, "available")
+    woken.append((time.perf_counter(), reply))
+
+
+async def measure_wake(
+    holder: Any, waiter: Any, agent_id: str, trials: int, rng: random.Random
+) -> dict[str, Any]:
+    import anyio
+
+    args = {"resource": WAKE_RESOURCE, "agent_id": agent_id}
+    latencies: list[float] = []
+    void = first = 0
+    await call(waiter, "agenthold_status", {"resource": WAKE_RESOURCE}, "available", "claimed")
+    for _ in range(trials):
+        await call(holder, "agenthold_claim", args, "claimed")
+        woken: list[tuple[float, dict[str, Any]]] = []
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_for_release, waiter, woken)
+            await anyio.sleep(rng.uniform(0.020, 0.120))
+            await call(holder, "agenthold_release", {**args, "outcome": "modified"}, "released")
+            released = time.perf_counter()
+        arrived, reply = woken[0]
+        if reply.get("previous_outcome") != "modified":
+            raise BenchError(f"the wait did not see its release: {reply}")
+        if reply["elapsed_seconds"] < BLOCKED:
+            void += 1
+            continue
+        if arrived < released:
+            first += 1
+        latencies.append(max(0.0, arrived - released))
+    if not latencies:
+        raise BenchError("no wait blocked: every one answered before its release")
+    return {
+        **summary(latencies),
+        "void_trials": void,
+        "wait_answered_first": first,
+        "passed_median": statistics.median(latencies) * 1000 <= WAKE_MEDIAN_MS,
+        "passed_p99": percentile(latencies, 99) * 1000 <= WAKE_P99_MS,
+    }
+
+
+async def first_call(
+    server: Any, mode: str, tool: str, args: dict[str, Any], *expect: str
+) -> float:
+    """Seconds from starting a client (it spawns the server) to the first tools/call reply."""
+    from mcp import Client
+
+    started = time.perf_counter()
+    async with Client(server, mode=mode) as client:
+        await call(client, tool, args, *expect)
+        return time.perf_counter() - started
+
+
+async def measure_spawns(tmp: Path, mode: str, sizes: Sizes) -> dict[str, Any]:
+    db = tmp / f"spawn-{mode}.db"
+    kinds: dict[str, Callable[[], Awaitable[float]]] = {
+        "agenthold": lambda: first_call(
+            agenthold_server(db), mode, "agenthold_status", {"resource": STATUS_RESOURCE},
+            "available",
+        ),
+        "bare_sdk": lambda: first_call(bare_server(tmp), mode, NOOP, {}),
+    }  # fmt: skip
+    if sizes.label == "full":  # one unmeasured start each: creates the database, warms caches
+        for spawn in kinds.values():
+            await spawn()
+    times: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for i in range(sizes.spawns):
+        for kind in kinds if i % 2 == 0 else reversed(list(kinds)):
+            times[kind].append(await kinds[kind]())
+    return {kind: summary(t) for kind, t in times.items()}
+
+
+@contextlib.asynccontextmanager
+async def open_clients(servers: list[Any], mode: str) -> AsyncIterator[list[Any]]:
+    """Clients of ``servers``, started together and closed together, since a server takes half
+    a second to start. Each client lives in a task of its own, as its streams require."""
+    import anyio
+    from mcp import Client
+
+    clients: list[Any] = [None] * len(servers)
+    opened = [anyio.Event() for _ in servers]
+    done = anyio.Event()
+
+    async def hold(i: int) -> None:
+        async with Client(servers[i], mode=mode) as client:
+            clients[i] = client
+            opened[i].set()
+            await done.wait()
+
+    async with anyio.create_task_group() as tg:
+        for i in range(len(servers)):
+            tg.start_soon(hold, i)
+        try:
+            for event in opened:
+                await event.wait()
+            yield clients
+        finally:
+            done.set()
+
+
+async def measure_era(tmp: Path, mode: str, sizes: Sizes, rng: random.Random) -> dict[str, Any]:
+    """Everything for one protocol era. The measured servers start together but are measured
+    one at a time; the idle ones wait on their pipes and use no CPU."""
+    advanced = bench_server(tmp / f"calls-{mode}.db", "advanced")
+    standard = bench_server(tmp / f"claims-{mode}.db", "standard")
+    out: dict[str, Any] = {"mode": mode}
+    async with open_clients([advanced, standard, standard], mode) as (client, holder, waiter):
+        out["protocol_version"] = client.protocol_version
+        out["calls"] = await measure_calls(client, sizes)
+        registered = await call(holder, "agenthold_register", {"name": "bench"}, "registered")
+        agent_id = registered["agent_id"]
+        out["calls"]["pair"] = await measure_pairs(holder, agent_id, sizes)
+        out["wake"] = await measure_wake(holder, waiter, agent_id, sizes.trials, rng)
+    out["spawn"] = await measure_spawns(tmp, mode, sizes)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Another agenthold (0.10.0) through that venv's mcp 1.x client: --baseline-client
+# --------------------------------------------------------------------------------------------
+
+
+async def baseline_client(server: str, tmp: Path, sizes: Sizes) -> dict[str, Any]:
+    """Run under the baseline venv's python: only the stdlib and its mcp 1.x."""
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    @contextlib.asynccontextmanager
+    async def session(*args: str) -> AsyncIterator[Any]:
+        params = StdioServerParameters(command=server, args=list(args), cwd=str(tmp))
+        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+            await s.initialize()
+            yield s
+
+    async def call1(s: Any, name: str, args: dict[str, Any], *expect: str) -> dict[str, Any]:
+        result = await s.call_tool(name, args)
+        text = result.content[0].text if result.content else ""
+        try:
+            reply = json.loads(text)
+        except ValueError:
+            raise BenchError(f"{name} answered {text!r}") from None
+        if (
+            result.isError
+            or not isinstance(reply, dict)
+            or reply.get("status") not in (expect or ("ok",))
+        ):
+            raise BenchError(f"{name} answered {reply if reply is not None else result.content}")
+        return reply
+
+    async def wait_for(waiter: Any, woken: list[tuple[float, dict[str, Any]]]) -> None:
+        args = {"resource": WAKE_RESOURCE, "timeout_seconds": WAIT_TIMEOUT}
+        reply = await call1(waiter, "agenthold_wait", args, "available")
+        woken.append((time.perf_counter(), reply))
+
+    async def timed(step: Step, warmup: int, n: int) -> dict[str, Any]:
+        for _ in range(warmup):
+            await step()
+        times = []
+        for _ in range(n):
+            started = time.perf_counter()
+            await step()
+            times.append(time.perf_counter() - started)
+        return summary(times)
+
+    out: dict[str, Any] = {}
+    db = str(tmp / "baseline-calls.db")
+    async with session("--db", db, "--tools", "advanced") as s:
+        version = (
+            await call1(
+                s,
+                "agenthold_set",
+                {
+                    "namespace": NS,
+                    "key": KEY,
+                    "value": {"n": 0},
+                    "updated_by": "bench",
+                    "expected_version": 0,
+                },
+            )
+        )["version"]
+
+        async def get() -> None:
+            await call1(s, "agenthold_get", {"namespace": NS, "key": KEY})
+
+        async def set_() -> None:
+            nonlocal version
+            args = {
+                "namespace": NS,
+                "key": KEY,
+                "value": {"n": version},
+                "updated_by": "bench",
+                "expected_version": version,
+            }
+            version = (await call1(s, "agenthold_set", args))["version"]
+
+        out["get"] = await timed(get, sizes.warmup, sizes.rounds)
+        out["set"] = await timed(set_, sizes.warmup, sizes.rounds)
+
+    db = str(tmp / "baseline-claims.db")
+    rng = random.Random(11)
+    async with session("--db", db) as holder, session("--db", db) as waiter:
+        agent_id = (await call1(holder, "agenthold_register", {"name": "bench"}, "registered"))[
+            "agent_id"
+        ]
+        pair_args = {"resource": PAIR_RESOURCE, "agent_id": agent_id}
+
+        async def pair() -> None:
+            await call1(holder, "agenthold_claim", pair_args, "claimed")
+            await call1(holder, "agenthold_release", pair_args, "released")
+
+        out["pair"] = await timed(pair, sizes.warmup, sizes.rounds)
+
+        wake_args = {"resource": WAKE_RESOURCE, "agent_id": agent_id}
+        latencies: list[float] = []
+        for _ in range(sizes.trials):
+            await call1(holder, "agenthold_claim", wake_args, "claimed")
+            woken: list[tuple[float, dict[str, Any]]] = []
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait_for, waiter, woken)
+                await anyio.sleep(rng.uniform(0.020, 0.120))
+                await call1(
+                    holder, "agenthold_release", {**wake_args, "outcome": "modified"}, "released"
+                )
+                released = time.perf_counter()
+            arrived, reply = woken[0]
+            if reply.get("elapsed_seconds", 1.0) >= BLOCKED:
+                latencies.append(max(0.0, arrived - released))
+        if not latencies:
+            raise BenchError("no wait blocked: every one answered before its release")
+        out["wake"] = summary(latencies)
+
+    spawns = []
+    for i in range(sizes.spawns + (sizes.label == "full")):
+        started = time.perf_counter()
+        async with session("--db", db) as s:
+            await call1(s, "agenthold_status", {"resource": STATUS_RESOURCE}, "available")
+            took = time.perf_counter() - started
+        if i or sizes.label != "full":  # the first full-run spawn only warms caches
+            spawns.append(took)
+    out["spawn"] = summary(spawns)
+    return out
+
+
+def baseline_commands(venv: Path) -> tuple[Path, Path]:
+    """The python and the agenthold command of ``venv``; BenchError if either is missing."""
+    python, server = venv / "bin" / "python", venv / "bin" / "agenthold"
+    for needed in (python, server):
+        if not needed.exists():
+            raise BenchError(f"--baseline-venv: {needed} does not exist")
+    return python, server
+
+
+def run_baseline(venv: Path, tmp: Path, quick: bool) -> dict[str, Any]:
+    """Measure the agenthold installed in ``venv`` with that venv's python and mcp."""
+    python, server = baseline_commands(venv)
+    argv = [str(python), str(Path(__file__).resolve()), "--baseline-client", str(server)]
+    argv += ["--tmp", str(tmp)] + (["--quick"] if quick else [])
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=str(tmp))
+    if done.returncode != 0:
+        raise BenchError(f"the baseline run failed:\n{done.stderr.strip()[-2000:]}")
+    facts = subprocess.run(  # -I: not this checkout's metadata, whatever the directory
+        [str(python), "-I", "-c", "import importlib.metadata as m, platform; "
+         "print(m.version('agenthold'), m.version('mcp'), platform.python_version())"],
+        capture_output=True, text=True, check=True, cwd=str(tmp),
+    ).stdout.split()  # fmt: skip
+    results: dict[str, Any] = json.loads(done.stdout)
+    results["versions"] = {"agenthold": facts[0], "mcp": facts[1], "python": facts[2]}
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------
+
+
+def version_of(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def load_average() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def machine() -> dict[str, Any]:
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "mcp": version_of("mcp"),
+        "agenthold": version_of("agenthold"),
+        "sqlite": sqlite3.sqlite_version,
+        "load_average_at_start": load_average(),
+    }
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for era in results["eras"]:
+        mode = era["mode"]
+        for kind, (tool, noop) in LABELS.items():
+            c = era["calls"][kind]
+            rows.append(
+                {
+                    "target": f"{mode}: {tool} median <= {noop} median + {c['target_ms']:g} ms",
+                    "measured": f"{c['over_noop_ms']:+.2f} ms",
+                    "passed": c["passed"],
+                }
+            )
+        w = era["wake"]
+        rows.append(
+            {
+                "target": f"{mode}: wake-up by another process: median <= {WAKE_MEDIAN_MS:g} ms",
+                "measured": f"{w['median_ms']:.2f} ms",
+                "passed": w["passed_median"],
+            }
+        )
+        rows.append(
+            {
+                "target": f"{mode}: wake-up by another process: p99 <= {WAKE_P99_MS:g} ms",
+                "measured": f"{w['p99_ms']:.2f} ms",
+                "passed": w["passed_p99"],
+            }
+        )
+    return rows
+
+
+def table(rows: list[list[str]]) -> str:
+    """Rows of cells as aligned text: the first column left, the others right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def ms(value: float) -> str:
+    return f"{value:.2f} ms"
+
+
+def report(results: dict[str, Any]) -> str:
+    m, sizes = results["machine"], results["sizes"]
+    start, end = m["load_average_at_start"], m["load_average_at_end"]
+    out = [
+        f"agenthold MCP stdio benchmark ({sizes['label']} run)",
+        f"machine: {m['cpus']} CPUs, {m['platform']}, Python {m['python']}, mcp {m['mcp']}, "
+        f"agenthold {m['agenthold']}, SQLite {m['sqlite']}",
+        (
+            f"load average (1 min): {start:.2f} at start, {end:.2f} at end"
+            if start is not None
+            else "load average: unknown"
+        ),
+        f"per-call: {sizes['rounds']} calls of each kind after {sizes['warmup']} warm-up rounds, "
+        f"tool and no-op taking turns; wake-up: {sizes['trials']} trials; "
+        f"spawn: {sizes['spawns']} starts of each",
+        "",
+    ]
+    for era in results["eras"]:
+        rows = [
+            [
+                f"per-call cost, mode {era['mode']} (protocol {era['protocol_version']})",
+                "median",
+                "p99",
+                "against",
+                "median",
+                "p99",
+                "over",
+                "target",
+                "",
+            ]
+        ]
+        for kind, (tool, noop) in LABELS.items():
+            c = era["calls"][kind]
+            rows.append(
+                [
+                    tool,
+                    ms(c["tool"]["median_ms"]),
+                    ms(c["tool"]["p99_ms"]),
+                    noop,
+                    ms(c["noop"]["median_ms"]),
+                    ms(c["noop"]["p99_ms"]),
+                    f"{c['over_noop_ms']:+.2f} ms",
+                    f"<= {c['target_ms']:g} ms",
+                    "pass" if c["passed"] else "MISS",
+                ]
+            )
+        out += [table(rows), ""]
+    rows = [["wake-up of agenthold_wait by another process", "median", "p99", "max", "trials"]]
+    rows[0] += ["void", "wait first"]
+    for era in results["eras"]:
+        w = era["wake"]
+        rows.append(
+            [
+                f"mode {era['mode']}",
+                ms(w["median_ms"]),
+                ms(w["p99_ms"]),
+                ms(w["max_ms"]),
+                str(w["n"]),
+                str(w["void_trials"]),
+                str(w["wait_answered_first"]),
+            ]
+        )
+    out += [
+        table(rows),
+        f"(targets: median <= {WAKE_MEDIAN_MS:g} ms, p99 <= {WAKE_P99_MS:g} ms; void: the wait "
+        "did not block; wait first: its reply beat the release reply, counted as 0)",
+        "",
+    ]
+    rows = [["spawn -> first answered tools/call", "median", "min", "max", "starts"]]
+    for era in results["eras"]:
+        for kind, label in (("agenthold", "python -m agenthold"), ("bare_sdk", "bare mcp Server")):
+            s = era["spawn"][kind]
+            rows.append(
+                [
+                    f"mode {era['mode']}: {label}",
+                    ms(s["median_ms"]),
+                    ms(s["min_ms"]),
+                    ms(s["max_ms"]),
+                    str(s["n"]),
+                ]
+            )
+    out += [table(rows), ""]
+    base = results.get("baseline")
+    if base is not None:
+        v = base["versions"]
+        ours = {era["mode"]: era for era in results["eras"]}
+        head = f"agenthold {v['agenthold']} (mcp {v['mcp']})"
+        rows = [["medians (p99)", "this, auto", "this, legacy", head]]
+        for kind, label in (
+            ("get", "agenthold_get"),
+            ("set", "agenthold_set"),
+            ("pair", "claim + release"),
+        ):
+            cells = [label]
+            for mode in MODES:
+                t = ours[mode]["calls"][kind]["tool"]
+                cells.append(f"{t['median_ms']:.2f} ({t['p99_ms']:.2f}) ms")
+            cells.append(f"{base[kind]['median_ms']:.2f} ({base[kind]['p99_ms']:.2f}) ms")
+            rows.append(cells)
+        cells = ["wake-up by another process"]
+        for mode in MODES:
+            w = ours[mode]["wake"]
+            cells.append(f"{w['median_ms']:.2f} ({w['p99_ms']:.2f}) ms")
+        cells.append(f"{base['wake']['median_ms']:.2f} ({base['wake']['p99_ms']:.2f}) ms")
+        rows.append(cells)
+        cells = ["spawn -> first answered call"]
+        for mode in MODES:
+            s = ours[mode]["spawn"]["agenthold"]
+            cells.append(f"{s['median_ms']:.0f} ({s['max_ms']:.0f} max) ms")
+        cells.append(f"{base['spawn']['median_ms']:.0f} ({base['spawn']['max_ms']:.0f} max) ms")
+        rows.append(cells)
+        out += [
+            table(rows),
+            f"({head} runs with its own client, on Python {v['python']}; no no-op there)",
+            "",
+        ]
+    rows = [["target", "measured", ""]]
+    for t in results["targets"]:
+        rows.append([t["target"], t["measured"], "pass" if t["passed"] else "MISS"])
+    out.append(table(rows))
+    return "\n".join(out)
+
+
+# --------------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------------
+
+
+async def run_all(tmp: Path, sizes: Sizes) -> list[dict[str, Any]]:
+    rng = random.Random(7)
+    return [await measure_era(tmp, mode, sizes, rng) for mode in MODES]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run of about ten seconds")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--baseline-venv",
+        type=Path,
+        metavar="DIR",
+        help="also measure the agenthold installed in this venv (e.g. 0.10.0 with mcp 1.x)",
+    )
+    parser.add_argument("--baseline-client", metavar="SERVER", help=argparse.SUPPRESS)
+    parser.add_argument("--tmp", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    import anyio
+
+    if args.baseline_client:  # run by run_baseline, with the other venv's python
+        try:
+            results = anyio.run(baseline_client, args.baseline_client, args.tmp, sizes)
+        except Exception as exc:
+            if (error := bench_error(exc)) is None:
+                raise
+            print(f"mcp_bench: {error}", file=sys.stderr)
+            return 1
+        print(json.dumps(results))
+        return 0
+
+    if args.baseline_venv is not None:
+        try:
+            baseline_commands(args.baseline_venv)  # before minutes of measuring, not after
+        except BenchError as exc:
+            print(f"mcp_bench: {exc}", file=sys.stderr)
+            return 2
+    results = {"machine": machine(), "sizes": asdict(sizes)}
+    with tempfile.TemporaryDirectory(prefix="agenthold-mcp-bench-") as tmp:
+        try:
+            results["eras"] = anyio.run(run_all, Path(tmp), sizes)
+            if args.baseline_venv is not None:
+                results["baseline"] = run_baseline(args.baseline_venv, Path(tmp), args.quick)
+        except Exception as exc:
+            if (error := bench_error(exc)) is None:
+                raise
+            print(f"mcp_bench: {error}", file=sys.stderr)
+            return 1
+    results["machine"]["load_average_at_end"] = load_average()
+    results["targets"] = targets(results)
+    print(json.dumps(results, indent=2) if args.json else report(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Smoke test of bench/mcp_bench.py: its quick run completes and prints every table.
+
+The benchmark is run as a user runs it, in a process of its own that spawns real agenthold
+servers over stdio in both protocol eras. Nothing here judges speed: the numbers of a quick run
+on a shared machine mean nothing, only that each measurement ran and was reported.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench" / "mcp_bench.py"
+MS = r"\d+\.\d\d ms"
+
+
+def test_quick_run_prints_every_table_and_exits_zero() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "agenthold MCP stdio benchmark (quick run)" in out
+    assert re.search(r"machine: \d+ CPUs, .*mcp \d", out)
+    assert "per-call cost, mode auto (protocol 2026-07-28)" in out
+    assert "per-call cost, mode legacy (protocol 2025-11-25)" in out
+    for mode in ("auto", "legacy"):
+        for row in (
+            rf"agenthold_get +{MS} +{MS} +bench_noop +{MS} +{MS} +[+-]{MS}",
+            rf"agenthold_set +{MS} +{MS} +bench_noop +{MS} +{MS} +[+-]{MS}",
+            rf"claim \+ release +{MS} +{MS} +two no-ops +{MS} +{MS} +[+-]{MS}",
+        ):
+            assert re.search(row, out.split(f"per-call cost, mode {mode}")[1]), row
+        assert re.search(rf"mode {mode} +{MS} +{MS} +{MS} +\d+ +\d+ +\d+", out)
+        assert re.search(rf"mode {mode}: python -m agenthold +{MS} +{MS} +{MS} +1\n", out)
+        assert re.search(rf"mode {mode}: bare mcp Server +{MS} +{MS} +{MS} +1\n", out)
+        assert re.search(rf"{mode}: wake-up by another process: p99 <= 30 ms +{MS} +", out)
+    assert len(re.findall(r"  (pass|MISS)$", out, re.MULTILINE)) == 16  # 6 rows + 10 targets
