@@ -26,6 +26,8 @@ DEFAULT_PORT = 8417
 DEFAULT_DISCONNECT_GRACE = 300.0
 DEFAULT_REAP_IDLE = 86_400.0
 HTTP_ONLY = ("host", "port", "path", "json_response", "allowed_hosts")
+MAX_SECONDS = 10 * 365 * 86400  # the longest TTL, grace or idle time the claims layer takes
+MAX_BUSY_TIMEOUT = 3600  # the longest busy timeout the store takes
 
 
 @dataclass
@@ -54,7 +56,14 @@ class UsageError(Exception):
     """A bad command-line value: printed as one line, exit status 2."""
 
 
-def _seconds(text: str, *, flag: str, allow_off: bool = False, allow_zero: bool = False) -> float:
+def _seconds(
+    text: str,
+    *,
+    flag: str,
+    allow_off: bool = False,
+    allow_zero: bool = False,
+    maximum: float = MAX_SECONDS,
+) -> float:
     if allow_off and text.strip().lower() == "off":
         return math.inf
     try:
@@ -65,11 +74,21 @@ def _seconds(text: str, *, flag: str, allow_off: bool = False, allow_zero: bool 
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         bound = "0 or more" if allow_zero else "more than 0"
         raise UsageError(f"{flag}: {text!r} must be a number of seconds, {bound}")
+    if value > maximum:
+        raise UsageError(f"{flag}: {text!r} is too long; the most is {maximum:.0f} seconds")
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag or value is one line naming it (exit status 2), without the
+    usage block; the subcommands' parsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        _fail(f"{message} (see '{self.prog} --help')")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="agenthold",
         allow_abbrev=False,
         description=(
@@ -214,7 +233,9 @@ def serve_options(
     opts.disconnect_grace = None if math.isinf(grace) else grace
     reap = _seconds(args.reap_idle, flag="--reap-idle", allow_off=True)
     opts.reap_idle = None if math.isinf(reap) else reap
-    opts.busy_timeout = _seconds(args.busy_timeout, flag="--busy-timeout", allow_zero=True)
+    opts.busy_timeout = _seconds(
+        args.busy_timeout, flag="--busy-timeout", allow_zero=True, maximum=MAX_BUSY_TIMEOUT
+    )
     opts.durability = args.durability
     opts.log_level = args.log_level
     for spec in args.workspace:

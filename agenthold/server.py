@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import socket
 import stat
@@ -65,6 +66,7 @@ log = logging.getLogger("agenthold.server")
 MAX_WAIT_SECONDS = 300.0  # longest agenthold_wait / agenthold_watch a tool call may ask for
 DEFAULT_WAIT_SECONDS = 30.0
 MAX_HISTORY_LIMIT = 1000
+MAX_VERSION = 2**63 - 1  # SQLite's largest integer: no key's version can be above it
 REAP_EVERY = 600.0  # seconds between two looks for idle agents to remove
 Reply = dict[str, Any]
 
@@ -130,10 +132,11 @@ class Param:
             ok = isinstance(value, int) and not isinstance(value, bool)
         else:
             ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if ok and not math.isfinite(value):
+            # an int is always finite (math.isfinite would overflow on a 5,000-digit one)
+            if ok and isinstance(value, float) and not math.isfinite(value):
                 raise ToolError(
                     f"{self.name} must be a finite number, got {value!r}",
-                    f"Pass a number between {self.minimum:g} and {self.maximum:g}."
+                    f"Pass a number between {_bound(self.minimum)} and {_bound(self.maximum)}."
                     if self.minimum is not None and self.maximum is not None
                     else "Pass a finite number.",
                 )
@@ -150,14 +153,19 @@ class Param:
         if (self.minimum is not None and value < self.minimum) or (
             self.maximum is not None and value > self.maximum
         ):
-            low = "" if self.minimum is None else f"{self.minimum:g}"
-            high = "" if self.maximum is None else f"{self.maximum:g}"
+            low = "" if self.minimum is None else _bound(self.minimum)
+            high = "" if self.maximum is None else _bound(self.maximum)
             bounds = f"from {low} to {high}" if low and high else f"at least {low or high}"
             raise ToolError(
                 f"{self.name} must be {bounds}, got {_short(value)}",
                 f"Call {tool} again with {self.name} {bounds}.",
             )
         return value
+
+
+def _bound(limit: float) -> str:
+    """A schema bound as people write it: 300, not 300.0; 9223372036854775807, not 9.2e+18."""
+    return str(int(limit)) if float(limit).is_integer() else f"{limit:g}"
 
 
 def _a(kind: str) -> str:
@@ -170,7 +178,8 @@ def _json_type(value: Any) -> str:
     if isinstance(value, bool):
         return "a boolean"
     if isinstance(value, (int, float)):
-        return f"the number {_short(value)}"
+        shown = _short(value)
+        return shown if shown.startswith("a very") else f"the number {shown}"
     if isinstance(value, str):
         return f"the string {_short(value)}"
     return "an array" if isinstance(value, list) else "an object"
@@ -866,6 +875,7 @@ def advanced_tools(a: Agenthold) -> list[ToolSpec]:
         "the version you read with agenthold_get, or 0 for a key that must not exist yet",
         required=False,
         minimum=0,
+        maximum=MAX_VERSION,
     )
     force = Param(
         "force",
@@ -977,6 +987,7 @@ def advanced_tools(a: Agenthold) -> list[ToolSpec]:
                     "integer",
                     "the version you already know (0: none)",
                     minimum=0,
+                    maximum=MAX_VERSION,
                 ),
                 WAIT_TIMEOUT,
             ),
@@ -1098,18 +1109,35 @@ class _PipeLines:
                 if buffer and not skipping:
                     yield buffer.decode("utf-8", errors="replace")
                 return
-            buffer += chunk
-            while (end := buffer.find(b"\n")) >= 0:
+            searched = len(buffer)  # holds no newline: look only at the new chunk (a long
+            buffer += chunk  # line would otherwise be scanned again for every chunk of it)
+            while (end := buffer.find(b"\n", searched)) >= 0:
+                searched = 0
                 line = bytes(buffer[: end + 1])
                 del buffer[: end + 1]
                 if skipping:
                     skipping = False
                     continue
                 yield line.decode("utf-8", errors="replace")
-            if len(buffer) > MAX_LINE_BYTES:
+            if len(buffer) > MAX_LINE_BYTES and not skipping:
                 log.warning("dropped a message longer than %d bytes", MAX_LINE_BYTES)
+                yield _oversize_marker(bytes(buffer[:4096]))  # answered with an error
                 buffer.clear()
                 skipping = True
+            elif skipping and len(buffer) > MAX_LINE_BYTES:
+                buffer.clear()
+
+
+_ID_AT_START = re.compile(rb'"id"\s*:\s*(-?\d{1,30}|"(?:[^"\\]|\\.){0,200}")')
+OVERSIZE_KEY = "agenthold_oversize"
+
+
+def _oversize_marker(head: bytes) -> str:
+    """A line standing for a dropped oversized message: not JSON-RPC, so the SDK hands it to
+    ``_answer_unparseable``, which answers the request (its id is looked for in the head)."""
+    found = _ID_AT_START.search(head)
+    request_id = json.loads(found.group(1)) if found else None
+    return json.dumps({OVERSIZE_KEY: MAX_LINE_BYTES, "id": request_id}) + "\n"
 
 
 class _PipeWriter:
@@ -1214,13 +1242,16 @@ def _diagnose(exc: Exception) -> tuple[str | int | None, int, str]:
             code, message = types.INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message"
     found: Any = raw
     if isinstance(raw, str):
-        try:  # the standard library parser has no digit limit with parse_int
-            found = json.loads(raw, parse_int=lambda digits: 0)
+        try:  # the standard library parser has no digit limit with parse_int; ids stay ids
+            found = json.loads(raw, parse_int=lambda d: int(d) if len(d) < 30 else None)
         except (ValueError, RecursionError):
             found = None
     request_id = found.get("id") if isinstance(found, dict) else None
     if isinstance(request_id, bool) or not isinstance(request_id, (int, str)):
         request_id = None
+    if isinstance(found, dict) and OVERSIZE_KEY in found:
+        code = types.INVALID_REQUEST
+        message = f"Message too large: the limit is {MAX_LINE_BYTES // (1024 * 1024)} MiB a line"
     return request_id, code, message
 
 
@@ -1284,37 +1315,64 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 class CancelOnDisconnect:
-    """ASGI middleware: read the request body within BODY_TIMEOUT (else 408) and cancel the
-    call if the client disconnects before its answer is complete.
+    """ASGI middleware: read the request body within BODY_TIMEOUT (else 408), cancel the call
+    if the client disconnects before its answer is complete, and end every request still open
+    when the server stops (``end_all``), each with a complete HTTP response.
 
     The SDK never notices a client that gives up on a 2026-07-28 call answered with plain JSON
-    (--json-response), so a timed-out wait would otherwise run on until it ends by itself."""
+    (--json-response), so a timed-out wait would otherwise run on until it ends by itself. At
+    shutdown, the event streams that old-style clients keep open (GET) must end too; cancelled
+    by uvicorn or by sse-starlette's global flag, they end half-sent and uvicorn logs an error
+    (with a traceback when its own timeout cancels them)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
+        self.ending = False  # end_all was called: new requests get 503
+        self.posts_open = 0  # POST requests not yet answered in full
+        self._open: set[anyio.CancelScope] = set()
+
+    def end_all(self) -> None:
+        """End every open request now (the server is stopping), and refuse new ones."""
+        self.ending = True
+        for request in list(self._open):
+            request.cancel()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST":
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        body = bytearray()
-        with anyio.move_on_after(BODY_TIMEOUT) as reading:
-            while True:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return
-                body += message.get("body", b"")
-                if len(body) > MAX_BODY_BYTES:
-                    await _plain(send, 413, "Request body too large")
-                    return
-                if not message.get("more_body", False):
-                    break
-        if reading.cancelled_caught:
-            await _plain(send, 408, "Request body not received in time")
+        if self.ending:
+            await _plain(send, 503, "agenthold is shutting down")
             return
+        post = scope.get("method") == "POST"
+        if post:
+            self.posts_open += 1
+        try:
+            await self._serve(scope, receive, send, post)
+        finally:
+            if post:
+                self.posts_open -= 1
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, post: bool) -> None:
+        body = bytearray()
+        if post:
+            with anyio.move_on_after(BODY_TIMEOUT) as reading:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    body += message.get("body", b"")
+                    if len(body) > MAX_BODY_BYTES:
+                        await _plain(send, 413, "Request body too large")
+                        return
+                    if not message.get("more_body", False):
+                        break
+            if reading.cancelled_caught:
+                await _plain(send, 408, "Request body not received in time")
+                return
         delivered = False
         disconnected = anyio.Event()
-        finished = False
+        started = finished = False
 
         async def replay() -> Message:
             nonlocal delivered
@@ -1325,23 +1383,38 @@ class CancelOnDisconnect:
             return {"type": "http.disconnect"}
 
         async def tracking_send(message: Message) -> None:
-            nonlocal finished
-            await send(message)
-            if message["type"] == "http.response.body" and not message.get("more_body", False):
+            nonlocal started, finished
+            await send(message)  # uvicorn awaits before writing: a cancelled send wrote nothing
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 finished = True
 
-        async with anyio.create_task_group() as tg:
+        with anyio.CancelScope() as request:
+            self._open.add(request)
+            if self.ending:  # end_all came while the body was being read
+                request.cancel()
+            try:
+                async with anyio.create_task_group() as tg:
 
-            async def watch() -> None:
-                while (await receive())["type"] != "http.disconnect":
-                    pass
-                disconnected.set()
-                if not finished:  # work after a complete answer (a notification) must go on
+                    async def watch() -> None:
+                        while (await receive())["type"] != "http.disconnect":
+                            pass
+                        disconnected.set()
+                        if not finished:  # work after a complete answer (a notification) goes on
+                            tg.cancel_scope.cancel()
+
+                    if post:  # other requests (event streams) watch for the disconnect themselves
+                        tg.start_soon(watch)
+                    await self.app(scope, replay if post else receive, tracking_send)
                     tg.cancel_scope.cancel()
-
-            tg.start_soon(watch)
-            await self.app(scope, replay, tracking_send)
-            tg.cancel_scope.cancel()
+            finally:
+                self._open.discard(request)
+        if request.cancelled_caught and not disconnected.is_set():  # ended by end_all
+            if not started:
+                await _plain(send, 503, "agenthold is shutting down")
+            elif not finished:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _plain(send: Send, status: int, text: str) -> None:
@@ -1388,20 +1461,45 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def transport_security(opts: ServeOptions) -> TransportSecuritySettings | None:
-    """DNS-rebinding protection: the given Host values, or the SDK's loopback default."""
+    """DNS-rebinding protection: the given Host values, or the SDK's loopback default.
+
+    A value without a port (``agents.example``, ``[::1]``) also accepts that host on any port,
+    since a Host header carries the port unless it is 80 or 443; ``host:*`` says so outright."""
     if not opts.allowed_hosts:
         return None
-    origins = [f"{scheme}://{host}" for host in opts.allowed_hosts for scheme in ("http", "https")]
+    hosts: list[str] = []
+    for host in opts.allowed_hosts:
+        hosts.append(host)
+        if not _has_port(host):
+            hosts.append(f"{host}:*")
+    origins = [f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")]
     return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=list(opts.allowed_hosts),
-        allowed_origins=origins,
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
     )
+
+
+def _has_port(host: str) -> bool:
+    """Whether a Host value ends in a port (or the ``:*`` wildcard): ``h:80``, ``[::1]:80``."""
+    head, colon, port = host.rpartition(":")
+    bracketed_or_plain = head.endswith("]") or ":" not in head  # not a bare IPv6 address
+    return bool(colon) and (port == "*" or port.isdigit()) and bracketed_or_plain
 
 
 def http_app(app: Agenthold, opts: ServeOptions) -> ASGIApp:
     """The whole HTTP application: bearer tokens first, then the MCP endpoint."""
+    return _http_stack(app, opts)[0]
+
+
+def _http_stack(app: Agenthold, opts: ServeOptions) -> tuple[ASGIApp, CancelOnDisconnect]:
+    """The HTTP application, and its layer that can end every open request at shutdown."""
     server = build_server(app)
+
+    def input_schema(name: str) -> dict[str, Any] | None:
+        return next((t.input_schema for t in app.declarations if t.name == name), None)
+
+    # Before each 2026-07-28 tools/call with arguments, the SDK checks Mcp-Param headers against
+    # the tool's input schema; without this lookup it runs a whole tools/list to find it.
+    server.get_tool_input_schema = input_schema
     starlette_app = server.streamable_http_app(
         streamable_http_path=opts.path,
         json_response=opts.json_response,
@@ -1409,10 +1507,11 @@ def http_app(app: Agenthold, opts: ServeOptions) -> ASGIApp:
         host=opts.host,
         max_request_body_size=MAX_BODY_BYTES,
     )
-    asgi: ASGIApp = CancelOnDisconnect(starlette_app)
+    requests = CancelOnDisconnect(starlette_app)
+    asgi: ASGIApp = requests
     if opts.auth_tokens:
         asgi = BearerAuth(asgi, opts.auth_tokens)
-    return asgi
+    return asgi, requests
 
 
 async def _serve_http(app: Agenthold, opts: ServeOptions, sock: socket.socket | None = None) -> int:
@@ -1423,8 +1522,9 @@ async def _serve_http(app: Agenthold, opts: ServeOptions, sock: socket.socket | 
             print(f"agenthold: {exc}", file=sys.stderr)
             return 2
     AppStatus.should_exit = False  # sse-starlette's process-wide "close every stream" flag
+    asgi, requests = _http_stack(app, opts)
     config = uvicorn.Config(
-        http_app(app, opts),
+        asgi,
         lifespan="on",
         log_config=None,
         log_level=opts.log_level,
@@ -1434,12 +1534,11 @@ async def _serve_http(app: Agenthold, opts: ServeOptions, sock: socket.socket | 
     )
     web = _Uvicorn(config)
     host, port = sock.getsockname()[:2]
-    log.warning(
-        "serving %s tools at http://%s:%s%s", app.tools, _url_host(str(host)), port, opts.path
-    )
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_stop_web_on_signal, web, app)
+            await tg.start(_stop_web_on_signal, web, app, requests)  # signals are ours from now
+            url = f"http://{_url_host(str(host))}:{port}{opts.path}"
+            log.warning("serving %s tools at %s", app.tools, url)
             tg.start_soon(app.reap_forever)
             await web.serve(sockets=[sock])
             tg.cancel_scope.cancel()
@@ -1453,20 +1552,37 @@ def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-async def _stop_web_on_signal(web: uvicorn.Server, app: Agenthold) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            if web.should_exit:  # a second signal: stop waiting for calls in flight
-                web.force_exit = True
-                continue
-            log.warning(
-                "%s: stopping (calls in flight get %g s)",
-                signal.Signals(signum).name,
-                SHUTDOWN_GRACE,
-            )
-            web.should_exit = True
-            app.stop_waiting()
-            with anyio.move_on_after(SHUTDOWN_GRACE - 0.5):
-                while app.in_flight:
-                    await anyio.sleep(0.05)
-            AppStatus.should_exit = True  # close the idle event streams of old-style clients
+async def _stop_web_on_signal(
+    web: uvicorn.Server,
+    app: Agenthold,
+    requests: CancelOnDisconnect,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """First signal: stop accepting, end waits, give calls in flight SHUTDOWN_GRACE seconds;
+    second: end the calls in flight now; third: let uvicorn drop everything."""
+    async with anyio.create_task_group() as tg:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if not web.should_exit:
+                    log.warning("%s: stopping (calls in flight get %g s)", name, SHUTDOWN_GRACE)
+                    web.should_exit = True
+                    app.stop_waiting()
+                    tg.start_soon(_drain, requests)
+                elif not requests.ending:
+                    log.warning("%s again: ending the calls in flight now", name)
+                    requests.end_all()
+                else:
+                    web.force_exit = True
+
+
+async def _drain(requests: CancelOnDisconnect) -> None:
+    """Let the calls in flight finish (within the grace period), then end what is still open:
+    the event streams of old-style clients, and calls that did not finish in time. This comes
+    before uvicorn's own deadline, whose cancellations would log tracebacks."""
+    with anyio.move_on_after(SHUTDOWN_GRACE - 0.5):
+        while requests.posts_open:
+            await anyio.sleep(0.05)
+    requests.end_all()

@@ -447,8 +447,11 @@ def encode_value(value: Any, max_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> str:
     _check_json(value, 0, set())
     try:
         text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except ValueError as exc:  # an int past sys.get_int_max_str_digits()
-        raise InvalidInputError(f"value cannot be written as JSON: {exc}") from None
+    except ValueError:  # an int past sys.get_int_max_str_digits()
+        raise InvalidInputError(
+            "value holds an integer too long to write as JSON (thousands of digits); "
+            "store it as a string"
+        ) from None
     try:
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:

@@ -1,0 +1,117 @@
+"""docs/advanced-tools.md shows real replies: every example in it is run and compared.
+
+The document tells one story: each ``**Request** to `tool`:`` block followed by a ``**Reply**``
+block is a call made, in order, against a fresh in-process server in advanced mode, through a
+real ``mcp.Client``. The actual reply must have exactly the documented keys and the documented
+values, except timestamps (keys ending in ``_at``) and ``elapsed_seconds``, which only need the
+right type. The table of tools and their annotations is checked against the server too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from mcp import Client
+
+from agenthold.claims import Coordinator
+from agenthold.server import Agenthold, build_server
+from agenthold.store import StateStore
+from agenthold.uris import Resolver, Workspace
+
+pytestmark = pytest.mark.anyio
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "advanced-tools.md"
+EXAMPLE = re.compile(
+    r"\*\*Request\*\* to `(?P<tool>agenthold_\w+)`:\s*```json\n(?P<request>.*?)```"
+    r"\s*\*\*Reply\*\*[^\n]*\n\s*```json\n(?P<reply>.*?)```",
+    re.DOTALL,
+)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def examples() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    text = DOC.read_text(encoding="utf-8")
+    found = [
+        (m["tool"], json.loads(m["request"]), json.loads(m["reply"]))
+        for m in EXAMPLE.finditer(text)
+    ]
+    assert text.count("**Request**") == len(found), "a request without a reply block"
+    return found
+
+
+def assert_like(documented: Any, actual: Any, where: str) -> None:
+    """``actual`` is ``documented`` apart from timestamps and elapsed times."""
+    key = where.rsplit(".", 1)[-1]
+    if isinstance(documented, dict):
+        assert isinstance(actual, dict) and set(actual) == set(documented), (
+            f"{where}: documented keys {sorted(documented)}, actual {sorted(actual)}"
+        )
+        for k, v in documented.items():
+            assert_like(v, actual[k], f"{where}.{k}")
+    elif isinstance(documented, list):
+        assert isinstance(actual, list) and len(actual) == len(documented), where
+        for i, (d, a) in enumerate(zip(documented, actual, strict=True)):
+            assert_like(d, a, f"{where}[{i}]")
+    elif key.endswith("_at") and isinstance(documented, str):
+        assert isinstance(actual, str) and datetime.fromisoformat(actual).tzinfo, where
+    elif key == "elapsed_seconds":
+        assert isinstance(actual, (int, float)) and actual >= 0, where
+    else:
+        assert actual == documented and type(actual) is type(documented), (
+            f"{where}: documented {documented!r}, actual {actual!r}"
+        )
+
+
+async def test_every_example_in_the_advanced_tools_doc_gives_the_documented_reply(
+    tmp_path: Path,
+) -> None:
+    story = examples()
+    assert len(story) >= 20
+    assert {tool for tool, _, _ in story} >= {
+        "agenthold_get", "agenthold_set", "agenthold_list", "agenthold_history",
+        "agenthold_delete", "agenthold_watch", "agenthold_clear_namespace", "agenthold_export",
+    }  # fmt: skip
+    with StateStore(tmp_path / "doc.db") as store:
+        coordinator = Coordinator(store, resolver=Resolver([Workspace("default", str(tmp_path))]))
+        app = Agenthold(coordinator, tools="advanced")
+        async with Client(build_server(app)) as client:
+            assert not client.instructions  # the doc says advanced mode sends none
+            for number, (tool, request, documented) in enumerate(story, 1):
+                result = await client.call_tool(tool, request)
+                actual = json.loads(result.content[0].text)
+                assert actual == result.structured_content
+                assert bool(result.is_error) == (documented["status"] == "error")
+                assert_like(documented, actual, f"example {number} ({tool})")
+
+
+async def test_the_tool_table_of_the_doc_matches_the_servers_annotations(tmp_path: Path) -> None:
+    rows = re.findall(
+        r"^\| `(agenthold_\w+)` \| [^|]+ \| (yes|no) \| (yes|no) \| (yes|no) \|$",
+        DOC.read_text(encoding="utf-8"),
+        re.MULTILINE,
+    )
+    documented = {name: tuple(cell == "yes" for cell in cells) for name, *cells in rows}
+    with StateStore(tmp_path / "doc.db") as store:
+        app = Agenthold(Coordinator(store, resolver=Resolver([Workspace("d", str(tmp_path))])),
+                        tools="advanced")  # fmt: skip
+        async with Client(build_server(app)) as client:
+            tools = (await client.list_tools()).tools
+    served = {
+        t.name: (
+            t.annotations.read_only_hint,
+            t.annotations.destructive_hint,
+            t.annotations.idempotent_hint,
+        )
+        for t in tools
+        if t.annotations is not None
+    }
+    assert documented == served

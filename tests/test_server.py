@@ -1,0 +1,1220 @@
+"""The MCP tools, through a real ``mcp.Client`` connected in-process to the real server.
+
+Every test talks to ``build_server(Agenthold(...))`` over the SDK's in-process transport, in
+both protocol eras the SDK serves: 2026-07-28 (``mode="auto"``) and the 2025-11-25 handshake
+(``mode="legacy"``). The database is a real SQLite file under tmp_path. Every reply goes through
+``reply_of``, which checks what holds for all of them: the text is strict JSON (no NaN), it says
+the same as the structured content, and ``isError`` is set exactly when the status is "error",
+in which case the reply carries a message and a hint. Reply shapes are checked key for key.
+
+The SDK client turns NaN and Infinity into null before sending, so non-finite numbers are sent
+to ``Agenthold.call`` directly (the same entry point the MCP handler uses); test_stdio.py sends
+them as raw JSON-RPC too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+from mcp.types import CallToolResult
+
+from agenthold import _installed_version
+from agenthold.claims import Coordinator
+from agenthold.server import (
+    MAX_WAIT_SECONDS,
+    PROCESS,
+    Agenthold,
+    build_server,
+)
+from agenthold.store import StateStore
+from agenthold.uris import Resolver, Workspace
+
+pytestmark = pytest.mark.anyio
+
+MODES = ["auto", "legacy"]
+STANDARD = ["agenthold_register", "agenthold_claim", "agenthold_release", "agenthold_status",
+            "agenthold_wait"]  # fmt: skip
+ADVANCED = ["agenthold_get", "agenthold_set", "agenthold_list", "agenthold_history",
+            "agenthold_delete", "agenthold_watch", "agenthold_clear_namespace",
+            "agenthold_export"]  # fmt: skip
+ERROR_KEYS = {"status", "error", "message", "hint"}
+HUGE = 10**5000  # past the 4,300 digits that JSON parsers and str() accept
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+# --------------------------------------------------------------------------------------------
+# Serving and calling
+# --------------------------------------------------------------------------------------------
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"reply text holds {name}, which is not JSON")
+
+
+def reply_of(result: CallToolResult) -> dict[str, Any]:
+    """The reply of a tool call, checked for what every reply must be."""
+    assert len(result.content) == 1 and result.content[0].type == "text"
+    parsed = json.loads(result.content[0].text, parse_constant=_refuse_constant)
+    assert parsed == result.structured_content
+    assert isinstance(parsed, dict) and isinstance(parsed.get("status"), str)
+    assert bool(result.is_error) == (parsed["status"] == "error"), parsed
+    if parsed["status"] == "error":
+        assert set(parsed) == ERROR_KEYS, parsed
+        assert parsed["message"] and parsed["hint"]
+    return parsed
+
+
+@dataclass
+class Served:
+    client: Client
+    app: Agenthold
+    root: Path
+
+    async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        return reply_of(await self.client.call_tool(tool, arguments))
+
+    async def call_raw(self, tool: str, arguments: dict[str, Any] | None) -> dict[str, Any]:
+        return reply_of(await self.client.call_tool(tool, arguments))
+
+    async def register(self, name: str = "editor") -> str:
+        reply = await self.call("agenthold_register", name=name)
+        agent_id: str = reply["agent_id"]
+        return agent_id
+
+    @property
+    def feed_subscribers(self) -> int:
+        count: int = self.app.store.db._file.feed._count
+        return count
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    root: Path,
+    *,
+    tools: str = "standard",
+    mode: str = "auto",
+    claim_ttl: float | None = None,
+    disconnect_grace: float | None = 300.0,
+    busy_timeout: float = 5.0,
+    workspaces: list[Workspace] | None = None,
+) -> AsyncIterator[Served]:
+    store = StateStore(root / "agenthold.db", busy_timeout=busy_timeout)
+    try:
+        resolver = Resolver(workspaces or [Workspace("default", str(root))])
+        coordinator = Coordinator(store, resolver=resolver, claim_ttl=claim_ttl)
+        app = Agenthold(coordinator, tools=tools, disconnect_grace=disconnect_grace)
+        async with Client(build_server(app), mode=mode) as client:  # type: ignore[arg-type]
+            yield Served(client, app, root)
+    finally:
+        store.close()
+
+
+@pytest.fixture(params=MODES)
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def standard(tmp_path: Path, mode: str) -> AsyncIterator[Served]:
+    async with serving(tmp_path, mode=mode) as served:
+        yield served
+
+
+@pytest.fixture
+async def advanced(tmp_path: Path, mode: str) -> AsyncIterator[Served]:
+    async with serving(tmp_path, tools="advanced", mode=mode) as served:
+        yield served
+
+
+async def eventually(condition: Any, timeout: float = 5.0) -> None:
+    """Wait until ``condition()`` is true, checking every few milliseconds."""
+    with anyio.fail_after(timeout):
+        while not condition():
+            await anyio.sleep(0.005)
+
+
+# --------------------------------------------------------------------------------------------
+# What the server says about itself
+# --------------------------------------------------------------------------------------------
+
+
+async def test_server_info_carries_agentholds_own_version(standard: Served) -> None:
+    info = standard.client.server_info
+    assert info is not None
+    assert (info.name, info.version) == ("agenthold", _installed_version())
+    assert info.version != "" and not info.version.startswith("2.")  # not the SDK's version
+
+
+async def test_standard_mode_instructions_restate_the_protocol_and_list_the_workspaces(
+    tmp_path: Path, mode: str
+) -> None:
+    (tmp_path / "app").mkdir()
+    (tmp_path / "docs").mkdir()
+    workspaces = [
+        Workspace("default", str(tmp_path / "app")),
+        Workspace("docs", str(tmp_path / "docs")),
+    ]
+    async with serving(tmp_path, mode=mode, workspaces=workspaces) as served:
+        text = served.client.instructions
+    assert text is not None
+    for tool in ("agenthold_register", "agenthold_claim", "agenthold_release", "agenthold_wait"):
+        assert tool in text
+    for outcome in ("modified", "created", "deleted", "moved", "released"):
+        assert outcome in text
+    assert f"- default: {tmp_path / 'app'}" in text
+    assert f"- docs: {tmp_path / 'docs'}" in text
+    assert "file://<workspace>/<path>" in text and "custom://" in text
+
+
+async def test_advanced_mode_sends_no_instructions(advanced: Served) -> None:
+    assert not advanced.client.instructions
+
+
+async def test_standard_mode_lists_exactly_the_five_claim_tools(standard: Served) -> None:
+    listed = await standard.client.list_tools()
+    assert [t.name for t in listed.tools] == STANDARD
+
+
+async def test_advanced_mode_lists_exactly_the_eight_store_tools(advanced: Served) -> None:
+    listed = await advanced.client.list_tools()
+    assert [t.name for t in listed.tools] == ADVANCED
+
+
+# (read-only, destructive, idempotent) per tool
+HINTS = {
+    "agenthold_register": (False, False, False),
+    "agenthold_claim": (False, False, True),
+    "agenthold_release": (False, False, False),
+    "agenthold_status": (True, False, True),
+    "agenthold_wait": (True, False, True),
+    "agenthold_get": (True, False, True),
+    "agenthold_set": (False, True, False),
+    "agenthold_list": (True, False, True),
+    "agenthold_history": (True, False, True),
+    "agenthold_delete": (False, True, False),
+    "agenthold_watch": (True, False, True),
+    "agenthold_clear_namespace": (False, True, True),
+    "agenthold_export": (True, False, True),
+}
+
+# (required, optional) arguments per tool
+ARGUMENTS = {
+    "agenthold_register": ({"name"}, {"model", "purpose"}),
+    "agenthold_claim": ({"resource", "agent_id"}, set()),
+    "agenthold_release": ({"resource", "agent_id"}, {"outcome", "moved_to"}),
+    "agenthold_status": ({"resource"}, set()),
+    "agenthold_wait": ({"resource"}, {"timeout_seconds"}),
+    "agenthold_get": ({"namespace", "key"}, set()),
+    "agenthold_set": (
+        {"namespace", "key", "value", "updated_by"},
+        {"expected_version", "force"},
+    ),
+    "agenthold_list": ({"namespace"}, set()),
+    "agenthold_history": ({"namespace", "key"}, {"limit"}),
+    "agenthold_delete": ({"namespace", "key", "deleted_by"}, {"expected_version", "force"}),
+    "agenthold_watch": ({"namespace", "key", "since_version"}, {"timeout_seconds"}),
+    "agenthold_clear_namespace": ({"namespace", "deleted_by"}, set()),
+    "agenthold_export": ({"namespace"}, set()),
+}
+
+
+@pytest.mark.parametrize("tools", ["standard", "advanced"])
+async def test_every_tool_carries_annotations_a_client_can_act_on(
+    tmp_path: Path, mode: str, tools: str
+) -> None:
+    async with serving(tmp_path, tools=tools, mode=mode) as served:
+        listed = (await served.client.list_tools()).tools
+    for tool in listed:
+        a = tool.annotations
+        assert a is not None and a.title and tool.title == a.title
+        assert (a.read_only_hint, a.destructive_hint, a.idempotent_hint) == HINTS[tool.name]
+        assert a.open_world_hint is False
+        assert tool.output_schema is not None and tool.output_schema["required"] == ["status"]
+
+
+@pytest.mark.parametrize("tools", ["standard", "advanced"])
+async def test_every_input_schema_is_closed_and_lists_its_required_arguments(
+    tmp_path: Path, tools: str
+) -> None:
+    async with serving(tmp_path, tools=tools) as served:
+        listed = (await served.client.list_tools()).tools
+    for tool in listed:
+        schema = tool.input_schema
+        required, optional = ARGUMENTS[tool.name]
+        assert schema["type"] == "object"
+        assert schema["additionalProperties"] is False
+        assert set(schema["required"]) == required, tool.name
+        assert set(schema["properties"]) == required | optional, tool.name
+        for name, prop in schema["properties"].items():
+            assert prop["description"], (tool.name, name)
+    wait_like = [t for t in listed if t.name in ("agenthold_wait", "agenthold_watch")]
+    for tool in wait_like:
+        timeout = tool.input_schema["properties"]["timeout_seconds"]
+        assert (timeout["minimum"], timeout["maximum"]) == (0, MAX_WAIT_SECONDS)
+        assert str(int(MAX_WAIT_SECONDS)) in timeout["description"]
+
+
+async def test_tool_descriptions_teach_the_claim_protocol(standard: Served) -> None:
+    tools = {t.name: t.description or "" for t in (await standard.client.list_tools()).tools}
+    assert "agent_id" in tools["agenthold_register"]
+    claim = tools["agenthold_claim"]
+    assert "BEFORE" in claim and "busy" in claim and "agenthold_wait" in claim
+    release = tools["agenthold_release"]
+    for outcome in ("modified", "created", "deleted", "moved", "released", "moved_to"):
+        assert outcome in release
+    assert "does not claim" in tools["agenthold_wait"]
+
+
+# --------------------------------------------------------------------------------------------
+# The standard tools: every reply shape
+# --------------------------------------------------------------------------------------------
+
+
+async def test_register_returns_an_agent_id_and_echoes_the_model_when_given(
+    standard: Served,
+) -> None:
+    plain = await standard.call("agenthold_register", name="editor")
+    assert set(plain) == {"status", "agent_id", "name", "registered_at"}
+    assert plain["status"] == "registered" and plain["name"] == "editor"
+    assert plain["agent_id"].startswith("agent-")
+    full = await standard.call(
+        "agenthold_register", name="reviewer", model="claude-sonnet-4-6", purpose="review"
+    )
+    assert set(full) == {"status", "agent_id", "name", "registered_at", "model"}
+    assert full["model"] == "claude-sonnet-4-6"
+    assert full["agent_id"] != plain["agent_id"]
+
+
+async def test_a_claim_is_claimed_then_already_claimed_for_its_holder_and_busy_for_others(
+    standard: Served,
+) -> None:
+    a, b = await standard.register("editor"), await standard.register("reviewer")
+    first = await standard.call("agenthold_claim", resource="src/main.py", agent_id=a)
+    assert first == {"status": "claimed", "resource": "file://default/src/main.py", "version": 1}
+    again = await standard.call("agenthold_claim", resource="./src//main.py", agent_id=a)
+    assert again == {
+        "status": "already_claimed",
+        "resource": "file://default/src/main.py",
+        "version": 1,
+    }
+    busy = await standard.call("agenthold_claim", resource="src/main.py", agent_id=b)
+    assert set(busy) == {"status", "resource", "held_by", "agent_name", "claimed_at", "hint"}
+    assert (busy["status"], busy["held_by"], busy["agent_name"]) == ("busy", a, "editor")
+    assert "agenthold_wait" in busy["hint"]
+
+
+async def test_status_shows_the_holder_without_registering(standard: Served) -> None:
+    never = await standard.call("agenthold_status", resource="README.md")
+    assert never == {"status": "available", "resource": "file://default/README.md"}
+    reply = await standard.call("agenthold_register", name="editor", model="m1")
+    await standard.call("agenthold_claim", resource="README.md", agent_id=reply["agent_id"])
+    held = await standard.call("agenthold_status", resource=str(standard.root / "README.md"))
+    assert set(held) == {
+        "status", "resource", "held_by", "agent_name", "agent_model", "claimed_at", "version"
+    }  # fmt: skip
+    assert held["status"] == "claimed" and held["held_by"] == reply["agent_id"]
+    assert (held["agent_name"], held["agent_model"], held["version"]) == ("editor", "m1", 1)
+
+
+async def test_the_outcome_of_a_release_reaches_the_next_claimant(standard: Served) -> None:
+    a, b = await standard.register("editor"), await standard.register("reviewer")
+    await standard.call("agenthold_claim", resource="intro.md", agent_id=a)
+    released = await standard.call(
+        "agenthold_release", resource="intro.md", agent_id=a, outcome="modified"
+    )
+    assert released == {
+        "status": "released",
+        "resource": "file://default/intro.md",
+        "version": 2,
+        "outcome": "modified",
+    }
+    free = await standard.call("agenthold_status", resource="intro.md")
+    previous = {"previous_outcome", "previous_holder", "previous_outcome_at", "hint"}
+    assert set(free) == {"status", "resource"} | previous
+    assert (free["status"], free["previous_outcome"], free["previous_holder"]) == (
+        "available",
+        "modified",
+        a,
+    )
+    claimed = await standard.call("agenthold_claim", resource="intro.md", agent_id=b)
+    assert set(claimed) == {"status", "resource", "version"} | previous
+    assert (claimed["status"], claimed["version"], claimed["previous_outcome"]) == (
+        "claimed",
+        3,
+        "modified",
+    )
+    assert "read it again" in claimed["hint"]
+
+
+async def test_a_plain_release_leaves_no_previous_outcome_behind(standard: Served) -> None:
+    a = await standard.register()
+    await standard.call("agenthold_claim", resource="custom://deploy-lock", agent_id=a)
+    released = await standard.call("agenthold_release", resource="custom://deploy-lock", agent_id=a)
+    assert released["outcome"] == "released"
+    assert await standard.call("agenthold_status", resource="custom://deploy-lock") == {
+        "status": "available",
+        "resource": "custom://deploy-lock",
+    }
+
+
+async def test_a_rename_points_the_next_claimant_of_the_old_path_to_the_new_one(
+    standard: Served,
+) -> None:
+    a, b = await standard.register("mover"), await standard.register("editor")
+    for path in ("old.py", "new.py"):
+        await standard.call("agenthold_claim", resource=path, agent_id=a)
+    moved = await standard.call(
+        "agenthold_release", resource="old.py", agent_id=a, outcome="moved", moved_to="new.py"
+    )
+    assert moved == {
+        "status": "released",
+        "resource": "file://default/old.py",
+        "version": 2,
+        "outcome": "moved",
+        "moved_to": "file://default/new.py",
+    }
+    await standard.call("agenthold_release", resource="new.py", agent_id=a, outcome="created")
+    old = await standard.call("agenthold_claim", resource="old.py", agent_id=b)
+    assert (old["previous_outcome"], old["moved_to"]) == ("moved", "file://default/new.py")
+    assert "file://default/new.py" in old["hint"]
+    new = await standard.call("agenthold_claim", resource="new.py", agent_id=b)
+    assert new["previous_outcome"] == "created"
+
+
+async def test_releasing_what_nobody_claimed_is_not_found_and_a_free_resource_already_free(
+    standard: Served,
+) -> None:
+    a = await standard.register()
+    never = await standard.call("agenthold_release", resource="ghost.md", agent_id=a)
+    assert set(never) == {"status", "resource", "hint"} and never["status"] == "not_found"
+    await standard.call("agenthold_claim", resource="once.md", agent_id=a)
+    await standard.call("agenthold_release", resource="once.md", agent_id=a)
+    twice = await standard.call("agenthold_release", resource="once.md", agent_id=a)
+    assert set(twice) == {"status", "resource", "version", "hint"}
+    assert (twice["status"], twice["version"]) == ("already_free", 2)
+
+
+async def test_null_optional_arguments_count_as_absent(standard: Served) -> None:
+    a = await standard.register()
+    await standard.call("agenthold_claim", resource="x.md", agent_id=a)
+    reply = await standard.call_raw(
+        "agenthold_release", {"resource": "x.md", "agent_id": a, "outcome": None, "moved_to": None}
+    )
+    assert (reply["status"], reply["outcome"]) == ("released", "released")
+
+
+async def test_waiting_for_a_free_resource_answers_available_at_once(standard: Served) -> None:
+    reply = await standard.call(
+        "agenthold_wait", resource="free.md", timeout_seconds=MAX_WAIT_SECONDS
+    )
+    assert set(reply) == {"status", "resource", "elapsed_seconds"}
+    assert reply["status"] == "available" and reply["elapsed_seconds"] < MAX_WAIT_SECONDS
+
+
+async def test_a_wait_times_out_naming_the_holder(standard: Served) -> None:
+    a = await standard.register("editor")
+    await standard.call("agenthold_claim", resource="busy.md", agent_id=a)
+    now = await standard.call("agenthold_wait", resource="busy.md", timeout_seconds=0)
+    assert set(now) == {"status", "resource", "held_by", "agent_name", "elapsed_seconds", "hint"}
+    assert (now["status"], now["held_by"], now["agent_name"]) == ("timeout", a, "editor")
+    started = time.monotonic()
+    later = await standard.call("agenthold_wait", resource="busy.md", timeout_seconds=0.2)
+    assert later["status"] == "timeout" and later["elapsed_seconds"] >= 0.2
+    assert time.monotonic() - started >= 0.2
+
+
+async def test_a_wait_wakes_when_the_holder_releases_and_reports_the_outcome(
+    standard: Served,
+) -> None:
+    a = await standard.register("editor")
+    await standard.call("agenthold_claim", resource="chapter.md", agent_id=a)
+    replies: list[dict[str, Any]] = []
+
+    async def waiter() -> None:
+        replies.append(
+            await standard.call("agenthold_wait", resource="chapter.md", timeout_seconds=30)
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)
+        await eventually(lambda: standard.app._wakers)
+        await anyio.sleep(0.05)
+        await standard.call(
+            "agenthold_release", resource="chapter.md", agent_id=a, outcome="deleted"
+        )
+    (reply,) = replies
+    assert (reply["status"], reply["previous_outcome"]) == ("available", "deleted")
+    assert 0.05 <= reply["elapsed_seconds"] < 10
+    assert standard.feed_subscribers == 0
+
+
+async def test_a_wait_wakes_when_the_holders_claim_ttl_runs_out(tmp_path: Path) -> None:
+    async with serving(tmp_path, claim_ttl=0.5) as served:
+        a = await served.register("editor")
+        await served.call("agenthold_claim", resource="draft.md", agent_id=a)
+        held = await served.call("agenthold_status", resource="draft.md")
+        assert "lease_ends_at" in held  # a TTL gives the holder a lease end
+        reply = await served.call("agenthold_wait", resource="draft.md", timeout_seconds=10)
+        assert (reply["status"], reply["previous_outcome"]) == ("available", "expired")
+        assert 0.05 < reply["elapsed_seconds"] < 5  # it slept until the lease end
+        b = await served.register("reviewer")
+        taken = await served.call("agenthold_claim", resource="draft.md", agent_id=b)
+        assert (taken["status"], taken["previous_outcome"]) == ("claimed", "expired")
+
+
+# --------------------------------------------------------------------------------------------
+# The standard tools: every error
+# --------------------------------------------------------------------------------------------
+
+
+async def test_an_unknown_tool_is_an_error_listing_the_tools(standard: Served) -> None:
+    reply = await standard.call("agenthold_teleport", resource="x")
+    assert reply["error"] == "unknown_tool" and "agenthold_teleport" in reply["message"]
+    for name in STANDARD:
+        assert name in reply["hint"]
+
+
+async def test_an_advanced_tool_on_a_standard_server_names_the_flag(standard: Served) -> None:
+    reply = await standard.call("agenthold_get", namespace="n", key="k")
+    assert reply["error"] == "unknown_tool"
+    assert "--tools standard" in reply["hint"] and "advanced" in reply["hint"]
+
+
+async def test_a_standard_tool_on_an_advanced_server_names_the_flag(advanced: Served) -> None:
+    reply = await advanced.call("agenthold_claim", resource="x", agent_id="agent-00000000")
+    assert reply["error"] == "unknown_tool" and "--tools advanced" in reply["hint"]
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "missing"),
+    [
+        ("agenthold_register", {}, "name"),
+        ("agenthold_claim", {"resource": "x"}, "agent_id"),
+        ("agenthold_release", {"agent_id": "agent-00000000"}, "resource"),
+        ("agenthold_status", None, "resource"),
+        ("agenthold_wait", {"timeout_seconds": 1}, "resource"),
+        ("agenthold_claim", {"resource": "x", "agent_id": None}, "agent_id"),
+    ],
+)
+async def test_a_missing_argument_is_an_error_naming_it(
+    standard: Served, tool: str, arguments: dict[str, Any] | None, missing: str
+) -> None:
+    reply = await standard.call_raw(tool, arguments)
+    assert reply["error"] == "invalid_arguments"
+    assert repr(missing) in reply["message"] and missing in reply["hint"]
+
+
+async def test_an_extra_argument_is_an_error_listing_the_accepted_ones(standard: Served) -> None:
+    reply = await standard.call("agenthold_status", resource="x", agent_id="agent-00000000")
+    assert "'agent_id'" in reply["message"]
+    assert reply["hint"] == "Call it with only these arguments: resource."
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "named"),
+    [
+        ("agenthold_register", {"name": 5}, "name must be a string, got the number 5"),
+        ("agenthold_register", {"name": "x", "model": ["m"]}, "model must be a string"),
+        ("agenthold_status", {"resource": {"path": "x"}}, "resource must be a string"),
+        ("agenthold_wait", {"resource": "x", "timeout_seconds": "10"}, "timeout_seconds must be"),
+        ("agenthold_wait", {"resource": "x", "timeout_seconds": True}, "got a boolean"),
+        ("agenthold_release", {"resource": "x", "agent_id": "a", "outcome": 3}, "outcome"),
+    ],
+)
+async def test_a_wrongly_typed_argument_is_an_error_naming_it(
+    standard: Served, tool: str, arguments: dict[str, Any], named: str
+) -> None:
+    reply = await standard.call_raw(tool, arguments)
+    assert reply["error"] == "invalid_arguments" and named in reply["message"]
+
+
+@pytest.mark.parametrize(
+    "timeout", [-0.001, MAX_WAIT_SECONDS + 0.5, pytest.param(HUGE, id="5000-digits")]
+)
+async def test_an_out_of_range_wait_timeout_is_an_error_not_a_silent_clamp(
+    standard: Served, timeout: float
+) -> None:
+    with anyio.fail_after(5):
+        reply = await standard.call("agenthold_wait", resource="x", timeout_seconds=timeout)
+    assert reply["error"] == "invalid_arguments"
+    assert "timeout_seconds must be from 0 to 300" in reply["message"]
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+async def test_a_non_finite_number_is_an_error(tmp_path: Path, value: float) -> None:
+    async with serving(tmp_path) as served:
+        result = await served.app.call(
+            "agenthold_wait", {"resource": "x", "timeout_seconds": value}, PROCESS
+        )
+    reply = reply_of(result)
+    assert "timeout_seconds must be a finite number" in reply["message"]
+    assert "between 0 and 300" in reply["hint"]
+
+
+async def test_a_non_finite_value_to_store_is_an_error(tmp_path: Path) -> None:
+    async with serving(tmp_path, tools="advanced") as served:
+        result = await served.app.call(
+            "agenthold_set",
+            {"namespace": "n", "key": "k", "value": [1.5, float("nan")], "updated_by": "u",
+             "expected_version": 0},
+            PROCESS,
+        )  # fmt: skip
+    reply = reply_of(result)
+    assert reply["error"] == "invalid_input" and "NaN" in reply["message"]
+
+
+@pytest.mark.parametrize(
+    ("resource", "named"),
+    [
+        ("../etc/passwd", "dot segments"),
+        ("", "empty"),
+        ("file://elsewhere/x.py", "elsewhere"),
+        ("src/\x00.py", "control"),
+        ("x" * 2000, "long"),
+    ],
+)
+async def test_a_bad_resource_is_an_error_with_a_hint(
+    standard: Served, resource: str, named: str
+) -> None:
+    reply = await standard.call("agenthold_status", resource=resource)
+    assert reply["error"] == "invalid_input" and named in reply["message"]
+
+
+@pytest.mark.parametrize("agent_id", ["agent-0123456789abcdef", "editor", "agent-"])
+async def test_an_unregistered_agent_is_told_to_register(standard: Served, agent_id: str) -> None:
+    reply = await standard.call("agenthold_claim", resource="x.md", agent_id=agent_id)
+    assert reply["error"] == "unknown_agent"
+    assert agent_id in reply["message"] and "agenthold_register" in reply["hint"]
+
+
+async def test_only_the_holder_can_release_a_claim(standard: Served) -> None:
+    a, b = await standard.register("editor"), await standard.register("intruder")
+    await standard.call("agenthold_claim", resource="x.md", agent_id=a)
+    reply = await standard.call("agenthold_release", resource="x.md", agent_id=b)
+    assert reply["error"] == "not_holder"
+    assert a in reply["message"] and "agenthold_status" in reply["hint"]
+    still = await standard.call("agenthold_status", resource="x.md")
+    assert still["held_by"] == a
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        ({"outcome": "edited"}, "outcome must be one of"),
+        ({"outcome": "moved"}, "needs moved_to"),
+        ({"outcome": "moved", "moved_to": "x.md"}, "itself"),
+        ({"outcome": "modified", "moved_to": "y.md"}, "only for outcome 'moved'"),
+        ({"outcome": "moved", "moved_to": "../y.md"}, "dot segments"),
+    ],
+)
+async def test_a_release_with_an_inconsistent_outcome_is_an_error(
+    standard: Served, extra: dict[str, Any], named: str
+) -> None:
+    a = await standard.register()
+    await standard.call("agenthold_claim", resource="x.md", agent_id=a)
+    reply = await standard.call("agenthold_release", resource="x.md", agent_id=a, **extra)
+    assert reply["status"] == "error" and named in reply["message"]
+    assert (await standard.call("agenthold_status", resource="x.md"))["held_by"] == a
+
+
+async def test_a_blank_or_overlong_agent_name_is_an_error(standard: Served) -> None:
+    blank = await standard.call("agenthold_register", name="  ")
+    assert blank["error"] == "invalid_input" and "name" in blank["message"]
+    long = await standard.call("agenthold_register", name="n" * 500)
+    assert long["error"] == "invalid_input" and "limit" in long["message"]
+
+
+# --------------------------------------------------------------------------------------------
+# The advanced tools
+# --------------------------------------------------------------------------------------------
+
+
+async def test_getting_a_missing_key_is_not_found_not_an_error(advanced: Served) -> None:
+    reply = await advanced.call("agenthold_get", namespace="order-1", key="status")
+    assert set(reply) == {"status", "namespace", "key", "hint"}
+    assert reply["status"] == "not_found" and "expected_version 0" in reply["hint"]
+
+
+async def test_set_creates_with_version_0_and_get_returns_the_value_and_version(
+    advanced: Served,
+) -> None:
+    value = {"items": [1, 2.5, None, True, "x"], "nested": {"deep": []}}
+    created = await advanced.call(
+        "agenthold_set", namespace="order-1", key="cart", value=value, updated_by="intake",
+        expected_version=0,
+    )  # fmt: skip
+    assert created == {
+        "status": "ok",
+        "namespace": "order-1",
+        "key": "cart",
+        "version": 1,
+        "previous_version": 0,
+    }
+    got = await advanced.call("agenthold_get", namespace="order-1", key="cart")
+    assert set(got) == {
+        "status",
+        "namespace",
+        "key",
+        "value",
+        "version",
+        "updated_by",
+        "updated_at",
+    }
+    assert (got["value"], got["version"], got["updated_by"]) == (value, 1, "intake")
+
+
+async def test_null_is_a_value_that_can_be_stored(advanced: Served) -> None:
+    await advanced.call_raw(
+        "agenthold_set",
+        {"namespace": "n", "key": "k", "value": None, "updated_by": "u", "expected_version": 0},
+    )
+    got = await advanced.call("agenthold_get", namespace="n", key="k")
+    assert (got["status"], got["value"], got["version"]) == ("ok", None, 1)
+
+
+async def test_a_stale_set_is_a_conflict_carrying_the_live_value(advanced: Served) -> None:
+    ns = {"namespace": "order-1", "key": "status"}
+    await advanced.call("agenthold_set", **ns, value="received", updated_by="a", expected_version=0)
+    await advanced.call("agenthold_set", **ns, value="paid", updated_by="b", expected_version=1)
+    stale = await advanced.call(
+        "agenthold_set", **ns, value="shipped", updated_by="c", expected_version=1
+    )
+    assert set(stale) == {
+        "status", "namespace", "key", "expected_version", "actual_version", "actual_value",
+        "actual_updated_by", "actual_updated_at", "hint",
+    }  # fmt: skip
+    assert (stale["status"], stale["actual_version"], stale["actual_value"]) == (
+        "conflict",
+        2,
+        "paid",
+    )
+    assert "actual_version" in stale["hint"]
+    create_again = await advanced.call(
+        "agenthold_set", **ns, value="x", updated_by="c", expected_version=0
+    )
+    assert create_again["status"] == "conflict"
+    got = await advanced.call("agenthold_get", **ns)
+    assert (got["value"], got["version"]) == ("paid", 2)
+
+
+async def test_a_set_against_a_deleted_key_says_it_has_no_live_value(advanced: Served) -> None:
+    ns = {"namespace": "n", "key": "k"}
+    await advanced.call("agenthold_set", **ns, value=1, updated_by="a", expected_version=0)
+    await advanced.call("agenthold_delete", **ns, deleted_by="a", expected_version=1)
+    stale = await advanced.call("agenthold_set", **ns, value=2, updated_by="a", expected_version=1)
+    assert (stale["status"], stale["actual_version"], stale["actual_value"]) == (
+        "conflict",
+        0,
+        None,
+    )
+    assert "expected_version 0" in stale["hint"]
+    again = await advanced.call("agenthold_set", **ns, value=2, updated_by="a", expected_version=0)
+    assert (again["status"], again["version"]) == ("ok", 3)
+
+
+async def test_set_needs_expected_version_unless_forced(advanced: Served) -> None:
+    ns = {"namespace": "n", "key": "k", "updated_by": "seeder"}
+    missing = await advanced.call("agenthold_set", **ns, value=1)
+    assert missing["error"] == "invalid_arguments" and "expected_version" in missing["message"]
+    forced = await advanced.call("agenthold_set", **ns, value=1, force=True)
+    assert (forced["status"], forced["version"]) == ("ok", 1)
+    ignored = await advanced.call("agenthold_set", **ns, value=2, force=True, expected_version=7)
+    assert (ignored["status"], ignored["version"], ignored["previous_version"]) == ("ok", 2, 1)
+
+
+async def test_list_returns_the_live_records_sorted_by_key(advanced: Served) -> None:
+    for key in ("total", "reserved", "status", "gone"):
+        await advanced.call(
+            "agenthold_set", namespace="o", key=key, value=key, updated_by="a", force=True
+        )
+    await advanced.call("agenthold_delete", namespace="o", key="gone", deleted_by="a", force=True)
+    reply = await advanced.call("agenthold_list", namespace="o")
+    assert (reply["status"], reply["namespace"], reply["count"]) == ("ok", "o", 3)
+    assert [r["key"] for r in reply["records"]] == ["reserved", "status", "total"]
+    for record in reply["records"]:
+        assert set(record) == {"key", "value", "version", "updated_by", "updated_at"}
+    empty = await advanced.call("agenthold_list", namespace="nothing-here")
+    assert (empty["count"], empty["records"]) == (0, [])
+
+
+async def test_history_is_newest_first_includes_deletes_and_honours_the_limit(
+    advanced: Served,
+) -> None:
+    ns = {"namespace": "o", "key": "status"}
+    for value in ("received", "paid", "shipped"):
+        await advanced.call("agenthold_set", **ns, value=value, updated_by="a", force=True)
+    await advanced.call("agenthold_delete", **ns, deleted_by="janitor", expected_version=3)
+    full = await advanced.call("agenthold_history", **ns)
+    assert set(full) == {"status", "namespace", "key", "history"}
+    assert [(h["version"], h["value"], h["event_type"]) for h in full["history"]] == [
+        (4, None, "delete"),
+        (3, "shipped", "write"),
+        (2, "paid", "write"),
+        (1, "received", "write"),
+    ]
+    for entry in full["history"]:
+        assert set(entry) == {"version", "value", "updated_by", "updated_at", "event_type"}
+    two = await advanced.call("agenthold_history", **ns, limit=2)
+    assert [h["version"] for h in two["history"]] == [4, 3]
+    never = await advanced.call("agenthold_history", namespace="o", key="never")
+    assert never["history"] == []
+
+
+@pytest.mark.parametrize("limit", [0, 1001, pytest.param(HUGE, id="5000-digits")])
+async def test_a_history_limit_out_of_range_is_an_error(advanced: Served, limit: int) -> None:
+    reply = await advanced.call("agenthold_history", namespace="o", key="k", limit=limit)
+    assert "limit must be from 1 to 1000" in reply["message"]
+
+
+async def test_delete_checks_the_version_and_reports_what_it_removed(advanced: Served) -> None:
+    ns = {"namespace": "o", "key": "k"}
+    await advanced.call("agenthold_set", **ns, value=1, updated_by="a", expected_version=0)
+    await advanced.call("agenthold_set", **ns, value=2, updated_by="a", expected_version=1)
+    missing = await advanced.call("agenthold_delete", **ns, deleted_by="a")
+    assert missing["error"] == "invalid_arguments" and "expected_version" in missing["message"]
+    stale = await advanced.call("agenthold_delete", **ns, deleted_by="a", expected_version=1)
+    assert (stale["status"], stale["actual_version"], stale["actual_value"]) == ("conflict", 2, 2)
+    done = await advanced.call("agenthold_delete", **ns, deleted_by="a", expected_version=2)
+    assert set(done) == {
+        "status", "namespace", "key", "deleted_by", "deleted_version", "tombstone_version",
+        "deleted_at",
+    }  # fmt: skip
+    assert (done["status"], done["deleted_version"], done["tombstone_version"]) == ("ok", 2, 3)
+    gone = await advanced.call("agenthold_delete", **ns, deleted_by="a", force=True)
+    assert set(gone) == {"status", "namespace", "key", "hint"} and gone["status"] == "not_found"
+    assert (await advanced.call("agenthold_get", **ns))["status"] == "not_found"
+
+
+async def test_watch_answers_at_once_when_the_key_is_already_newer(advanced: Served) -> None:
+    ns = {"namespace": "p", "key": "step"}
+    await advanced.call("agenthold_set", **ns, value={"score": 0.9}, updated_by="a", force=True)
+    reply = await advanced.call("agenthold_watch", **ns, since_version=0, timeout_seconds=30)
+    assert set(reply) == {"status", "namespace", "key", "value", "version", "updated_by",
+                          "updated_at"}  # fmt: skip
+    assert (reply["status"], reply["value"], reply["version"]) == ("ok", {"score": 0.9}, 1)
+
+
+async def test_watch_wakes_on_a_write_and_reports_a_delete(advanced: Served) -> None:
+    ns = {"namespace": "p", "key": "step"}
+    replies: list[dict[str, Any]] = []
+
+    async def watcher(since: int) -> None:
+        replies.append(
+            await advanced.call("agenthold_watch", **ns, since_version=since, timeout_seconds=30)
+        )
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watcher, 0)
+        await eventually(lambda: advanced.app._wakers)
+        await advanced.call("agenthold_set", **ns, value="done", updated_by="a", expected_version=0)
+    assert (replies[0]["status"], replies[0]["value"]) == ("ok", "done")
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watcher, 1)
+        await eventually(lambda: advanced.app._wakers)
+        await advanced.call("agenthold_delete", **ns, deleted_by="janitor", expected_version=1)
+    deleted = replies[1]
+    assert set(deleted) == {"status", "namespace", "key", "version", "deleted_by", "deleted_at",
+                            "hint"}  # fmt: skip
+    assert (deleted["status"], deleted["version"], deleted["deleted_by"]) == (
+        "deleted",
+        2,
+        "janitor",
+    )
+    assert "since_version 2" in deleted["hint"]
+    assert advanced.feed_subscribers == 0
+
+
+async def test_watch_times_out_when_nothing_changes(advanced: Served) -> None:
+    reply = await advanced.call(
+        "agenthold_watch", namespace="p", key="never", since_version=0, timeout_seconds=0.2
+    )
+    assert set(reply) == {"status", "namespace", "key", "since_version", "elapsed_seconds", "hint"}
+    assert reply["status"] == "timeout" and reply["elapsed_seconds"] >= 0.2
+    zero = await advanced.call(
+        "agenthold_watch", namespace="p", key="never", since_version=0, timeout_seconds=0
+    )
+    assert zero["status"] == "timeout"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        ({"since_version": -1}, "since_version must be from 0"),
+        ({"since_version": HUGE}, "since_version must be from 0 to 9223372036854775807"),
+        ({"since_version": 1.5}, "since_version must be an integer"),
+        ({"since_version": 0, "timeout_seconds": 301}, "timeout_seconds must be from 0 to 300"),
+        ({"since_version": 0, "timeout_seconds": -1}, "timeout_seconds must be from 0 to 300"),
+    ],
+)
+async def test_a_watch_with_out_of_range_numbers_is_an_error(
+    advanced: Served, arguments: dict[str, Any], named: str
+) -> None:
+    with anyio.fail_after(5):
+        reply = await advanced.call("agenthold_watch", namespace="p", key="k", **arguments)
+    assert reply["error"] == "invalid_arguments" and named in reply["message"]
+
+
+async def test_a_huge_expected_version_is_an_error_not_a_hang(advanced: Served) -> None:
+    with anyio.fail_after(5):
+        reply = await advanced.call(
+            "agenthold_set", namespace="n", key="k", value=1, updated_by="u",
+            expected_version=HUGE,
+        )  # fmt: skip
+    assert "expected_version must be from 0 to 9223372036854775807" in reply["message"]
+    assert "very large integer" in reply["message"]
+
+
+async def test_a_float_that_is_a_whole_number_counts_as_an_integer(advanced: Served) -> None:
+    reply = await advanced.call(
+        "agenthold_set", namespace="n", key="k", value=1, updated_by="u", expected_version=0.0
+    )
+    assert (reply["status"], reply["version"]) == ("ok", 1)
+
+
+async def test_clear_namespace_deletes_every_key_and_reports_them_sorted(
+    advanced: Served,
+) -> None:
+    for key in ("total", "items", "status"):
+        await advanced.call("agenthold_set", namespace="o", key=key, value=0, updated_by="a",
+                            force=True)  # fmt: skip
+    reply = await advanced.call("agenthold_clear_namespace", namespace="o", deleted_by="janitor")
+    assert reply == {
+        "status": "ok",
+        "namespace": "o",
+        "deleted_count": 3,
+        "deleted_keys": ["items", "status", "total"],
+        "deleted_by": "janitor",
+    }
+    assert (await advanced.call("agenthold_list", namespace="o"))["count"] == 0
+    history = await advanced.call("agenthold_history", namespace="o", key="items")
+    assert history["history"][0]["event_type"] == "delete"
+    again = await advanced.call("agenthold_clear_namespace", namespace="o", deleted_by="janitor")
+    assert (again["deleted_count"], again["deleted_keys"]) == (0, [])
+
+
+async def test_export_returns_live_records_with_their_whole_history(advanced: Served) -> None:
+    for value in ("received", "shipped"):
+        await advanced.call("agenthold_set", namespace="o", key="status", value=value,
+                            updated_by="a", force=True)  # fmt: skip
+    await advanced.call("agenthold_set", namespace="o", key="gone", value=1, updated_by="a",
+                        force=True)  # fmt: skip
+    await advanced.call("agenthold_delete", namespace="o", key="gone", deleted_by="a", force=True)
+    reply = await advanced.call("agenthold_export", namespace="o")
+    assert set(reply) == {"status", "namespace", "exported_at", "record_count", "history_count",
+                          "records"}  # fmt: skip
+    assert (reply["record_count"], reply["history_count"]) == (1, 2)
+    (record,) = reply["records"]
+    assert set(record) == {"key", "value", "version", "updated_by", "updated_at", "history"}
+    assert [h["value"] for h in record["history"]] == ["shipped", "received"]
+
+
+@pytest.mark.parametrize(
+    ("namespace", "named"), [("", "namespace must not be empty"), ("n" * 300, "the limit is 256")]
+)
+async def test_a_bad_namespace_is_an_error(advanced: Served, namespace: str, named: str) -> None:
+    reply = await advanced.call("agenthold_list", namespace=namespace)
+    assert reply["error"] == "invalid_input" and named in reply["message"]
+
+
+async def test_a_value_with_a_5000_digit_integer_is_an_error(tmp_path: Path) -> None:
+    async with serving(tmp_path, tools="advanced") as served:
+        reply = await served.call(
+            "agenthold_set", namespace="n", key="k", value=HUGE, updated_by="u", force=True
+        )
+    assert reply["error"] == "invalid_input" and "value" in reply["message"]
+
+
+async def test_a_closed_database_is_an_error_not_a_crash(tmp_path: Path) -> None:
+    async with serving(tmp_path, tools="advanced") as served:
+        served.app.store.close()
+        reply = await served.call("agenthold_get", namespace="n", key="k")
+    assert reply["error"] == "failed" and "closed" in reply["message"]
+
+
+# --------------------------------------------------------------------------------------------
+# Concurrency, cancellation and a locked database
+# --------------------------------------------------------------------------------------------
+
+
+async def test_a_hundred_waits_in_flight_hold_no_thread_and_other_calls_still_answer(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path, mode="auto") as served:
+        app = served.app
+        holder = await served.register("holder")
+        await served.call("agenthold_claim", resource="hot.md", agent_id=holder)
+        replies: list[dict[str, Any]] = []
+
+        async def waiter() -> None:
+            replies.append(
+                await served.call("agenthold_wait", resource="hot.md", timeout_seconds=60)
+            )
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(100):
+                tg.start_soon(waiter)
+            # All 100 waits in flight, and not one worker thread in use: each has looked at
+            # the resource and sleeps on the change feed (a wait holding a thread would keep
+            # all 16 read threads taken for as long as it waits).
+            limiter = app.read_limiter
+            await eventually(
+                lambda: (
+                    len(app._wakers) == 100
+                    and limiter.borrowed_tokens == 0
+                    and limiter.statistics().tasks_waiting == 0
+                ),
+                timeout=20,
+            )
+            assert app.write_limiter.borrowed_tokens == 0
+            assert threading.active_count() < 40  # waits do not each keep a thread
+            with anyio.fail_after(0.5):  # generous: it takes milliseconds
+                status = await served.call("agenthold_status", resource="hot.md")
+            assert status["held_by"] == holder
+            with anyio.fail_after(0.5):
+                other = await served.call("agenthold_register", name="latecomer")
+            assert other["status"] == "registered"
+            await served.call("agenthold_release", resource="hot.md", agent_id=holder,
+                              outcome="modified")  # fmt: skip
+        assert len(replies) == 100
+        assert {(r["status"], r["previous_outcome"]) for r in replies} == {
+            ("available", "modified")
+        }
+        assert served.feed_subscribers == 0 and not app._wakers
+
+
+async def test_a_cancelled_wait_leaves_no_subscription_and_no_busy_thread(
+    standard: Served,
+) -> None:
+    a = await standard.register()
+    await standard.call("agenthold_claim", resource="x.md", agent_id=a)
+    idle = standard.feed_subscribers
+    with anyio.move_on_after(0.3) as scope:
+        await standard.client.call_tool(
+            "agenthold_wait", {"resource": "x.md", "timeout_seconds": 30}
+        )
+    assert scope.cancelled_caught
+    with pytest.raises(MCPError):
+        await standard.client.call_tool(
+            "agenthold_wait", {"resource": "x.md", "timeout_seconds": 30}, read_timeout_seconds=0.3
+        )
+    app = standard.app
+    await eventually(lambda: standard.feed_subscribers == idle and not app._wakers)
+    assert app.in_flight == 0
+    assert app.read_limiter.borrowed_tokens == 0 and app.write_limiter.borrowed_tokens == 0
+    after = await standard.call("agenthold_wait", resource="x.md", timeout_seconds=0)
+    assert after["status"] == "timeout"  # the server goes on serving waits
+
+
+async def test_a_cancelled_watch_leaves_no_subscription(advanced: Served) -> None:
+    with anyio.move_on_after(0.3):
+        await advanced.client.call_tool(
+            "agenthold_watch",
+            {"namespace": "n", "key": "k", "since_version": 0, "timeout_seconds": 30},
+        )
+    await eventually(lambda: advanced.feed_subscribers == 0 and not advanced.app._wakers)
+
+
+async def test_a_database_locked_past_the_busy_timeout_answers_unavailable_while_reads_work(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path, busy_timeout=0.2) as served:
+        a = await served.register("editor")
+        await served.call("agenthold_claim", resource="x.md", agent_id=a)
+        other = sqlite3.connect(tmp_path / "agenthold.db", isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+            for tool, arguments in [
+                ("agenthold_register", {"name": "late"}),
+                ("agenthold_claim", {"resource": "y.md", "agent_id": a}),
+                ("agenthold_release", {"resource": "x.md", "agent_id": a}),
+            ]:
+                reply = await served.call(tool, **arguments)
+                assert set(reply) == {"status", "message", "hint"}, tool
+                assert reply["status"] == "unavailable" and "busy_timeout" in reply["message"]
+                assert "nothing was changed" in reply["hint"]
+            status = await served.call("agenthold_status", resource="x.md")
+            assert status["held_by"] == a
+            waited = await served.call("agenthold_wait", resource="x.md", timeout_seconds=0)
+            assert waited["status"] == "timeout"
+        finally:
+            other.rollback()
+            other.close()
+        released = await served.call("agenthold_release", resource="x.md", agent_id=a)
+        assert released["status"] == "released"
+
+
+async def test_a_locked_database_makes_writes_unavailable_in_advanced_mode_too(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path, tools="advanced", busy_timeout=0.2) as served:
+        await served.call("agenthold_set", namespace="n", key="k", value=1, updated_by="a",
+                          expected_version=0)  # fmt: skip
+        other = sqlite3.connect(tmp_path / "agenthold.db", isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")
+            write = await served.call("agenthold_set", namespace="n", key="k", value=2,
+                                      updated_by="a", expected_version=1)  # fmt: skip
+            assert write["status"] == "unavailable"
+            read = await served.call("agenthold_get", namespace="n", key="k")
+            assert (read["status"], read["value"]) == ("ok", 1)
+        finally:
+            other.rollback()
+            other.close()
+
+
+async def test_stopping_the_server_ends_waits_and_watches_with_unavailable(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path) as served:
+        a = await served.register()
+        await served.call("agenthold_claim", resource="x.md", agent_id=a)
+        replies: list[dict[str, Any]] = []
+
+        async def waiter() -> None:
+            replies.append(await served.call("agenthold_wait", resource="x.md", timeout_seconds=60))
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(waiter)
+                await eventually(lambda: served.app._wakers)
+                served.app.stop_waiting()
+        (reply,) = replies
+        assert set(reply) == {"status", "message", "hint"}
+        assert reply["status"] == "unavailable" and "shutting down" in reply["message"]
+
+
+# --------------------------------------------------------------------------------------------
+# Connections come and go; agents and their claims stay
+# --------------------------------------------------------------------------------------------
+
+
+async def test_agents_of_a_connection_that_leaves_lose_their_claims_as_abandoned_after_the_grace(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path, disconnect_grace=0.2) as served:
+        a = await served.register("editor")
+        await served.call("agenthold_claim", resource="x.md", agent_id=a)
+        app = served.app
+        assert app.agents.by_connection == {PROCESS: {a}}
+        await app.end_leases(app.agents.close(PROCESS))
+        assert (await served.call("agenthold_status", resource="x.md"))["status"] == "claimed"
+        await anyio.sleep(0.3)
+        after = await served.call("agenthold_status", resource="x.md")
+        assert (after["status"], after["previous_outcome"], after["previous_holder"]) == (
+            "available",
+            "abandoned",
+            a,
+        )
+        late = await served.call("agenthold_release", resource="x.md", agent_id=a)
+        assert late["status"] == "already_free" and "abandoned" in late["hint"]
+
+
+async def test_an_agent_that_calls_again_within_the_grace_keeps_its_claims(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path, disconnect_grace=0.2) as served:
+        a = await served.register("editor")
+        await served.call("agenthold_claim", resource="x.md", agent_id=a)
+        await served.app.end_leases(served.app.agents.close(PROCESS))
+        back = await served.call("agenthold_claim", resource="x.md", agent_id=a)
+        assert back["status"] == "already_claimed"
+        await anyio.sleep(0.3)
+        still = await served.call("agenthold_status", resource="x.md")
+        assert (still["status"], still["held_by"]) == ("claimed", a)
+
+
+async def test_with_the_disconnect_grace_off_claims_outlive_the_connection(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path, disconnect_grace=None) as served:
+        a = await served.register("editor")
+        await served.call("agenthold_claim", resource="x.md", agent_id=a)
+        await served.app.end_leases(served.app.agents.close(PROCESS))
+        assert served.app.coordinator.agent(a).lease_ends_at is None
+        assert (await served.call("agenthold_status", resource="x.md"))["held_by"] == a
+
+
+async def test_an_agent_named_on_two_connections_stays_until_both_have_gone(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path) as served:
+        tracker = served.app.agents
+        tracker.note("first", "agent-aaaaaaaa")
+        tracker.note("second", "agent-aaaaaaaa")
+        tracker.note("second", "agent-bbbbbbbb")
+        tracker.note(None, "agent-cccccccc")  # sessionless: remembered, tied to no connection
+        assert tracker.close("second") == {"agent-bbbbbbbb"}
+        assert tracker.close("first") == {"agent-aaaaaaaa"}
+        assert tracker.close("never seen") == set()
+        assert tracker.ever == {"agent-aaaaaaaa", "agent-bbbbbbbb", "agent-cccccccc"}
+
+
+async def test_releasing_everyone_frees_every_claim_this_server_saw_as_abandoned(
+    tmp_path: Path,
+) -> None:
+    async with serving(tmp_path) as served:
+        a, b = await served.register("a"), await served.register("b")
+        await served.call("agenthold_claim", resource="1.md", agent_id=a)
+        await served.call("agenthold_claim", resource="2.md", agent_id=b)
+        served.app.agents.ever.add("agent-0000000000000000")  # removed meanwhile: skipped
+        await served.app.release_everyone()
+        for path in ("1.md", "2.md"):
+            reply = await served.call("agenthold_status", resource=path)
+            assert (reply["status"], reply["previous_outcome"]) == ("available", "abandoned")
+
+
+async def test_idle_agents_are_reaped_and_then_unknown(tmp_path: Path) -> None:
+    async with serving(tmp_path) as served:
+        app = served.app
+        await app.reap_forever()  # reap_idle None: returns at once
+        idle = await served.register("idle")
+        busy = await served.register("busy")
+        await served.call("agenthold_claim", resource="x.md", agent_id=busy)
+        await anyio.sleep(0.1)
+        app.reap_idle = 0.05
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(app.reap_forever)
+            await anyio.sleep(0.2)
+            tg.cancel_scope.cancel()
+        gone = await served.call("agenthold_claim", resource="y.md", agent_id=idle)
+        assert gone["error"] == "unknown_agent"
+        kept = await served.call("agenthold_claim", resource="x.md", agent_id=busy)
+        assert kept["status"] == "already_claimed"
+
+
+async def test_lease_and_reap_failures_are_logged_not_raised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with serving(tmp_path, disconnect_grace=1.0) as served:
+        app = served.app
+        a = await served.register()
+        await served.call("agenthold_claim", resource="x.md", agent_id=a)
+        app.store.close()
+        await app.end_leases([a])
+        await app.release_everyone()
+        app.reap_idle = 0.05
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(app.reap_forever)
+            await anyio.sleep(0.1)
+            tg.cancel_scope.cancel()
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("could not end the lease" in m for m in messages)
+    assert any("could not release the claims" in m for m in messages)
+    assert any("could not remove idle agents" in m for m in messages)
