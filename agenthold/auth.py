@@ -71,6 +71,9 @@ class BearerAuth:
         if self.accepts(header):
             await self.app(scope, receive, send)
             return
+        if scope["type"] == "websocket":  # refused before the handshake: the server sends 403
+            await send({"type": "websocket.close", "code": 1008})
+            return
         await send(
             {
                 "type": "http.response.start",
