@@ -306,7 +306,14 @@ def serve_options(
 
 
 def _is_loopback(host: str) -> bool:
-    return host in ("localhost", "::1") or host.startswith("127.")
+    import ipaddress
+
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:  # a host name: assume it reaches beyond this machine
+        return False
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:

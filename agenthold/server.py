@@ -280,10 +280,11 @@ class AgentTracker:
     """Which agents each live connection has named, so their leases can end when it goes."""
 
     by_connection: dict[object, set[str]] = field(default_factory=dict)
-    ever: set[str] = field(default_factory=set)  # every agent this server has served
+    registered: set[str] = field(default_factory=set)  # agents registered through this server
 
-    def note(self, connection: object | None, agent_id: str) -> None:
-        self.ever.add(agent_id)
+    def note(self, connection: object | None, agent_id: str, *, registered: bool = False) -> None:
+        if registered:
+            self.registered.add(agent_id)
         if connection is not None:
             self.by_connection.setdefault(connection, set()).add(agent_id)
 
@@ -390,7 +391,7 @@ class Agenthold:
         reply: Reply = await self.write(
             self.coordinator.register, a["name"], a["model"], a["purpose"]
         )
-        self.agents.note(call.connection, reply["agent_id"])
+        self.agents.note(call.connection, reply["agent_id"], registered=True)
         return reply
 
     async def claim(self, call: ToolCall) -> Reply:
@@ -637,8 +638,9 @@ class Agenthold:
         await self.end_leases(agents)
 
     async def release_everyone(self) -> None:
-        """Free every claim of every agent this server served, as 'abandoned' (at shutdown)."""
-        for agent_id in sorted(self.agents.ever):
+        """Free the claims of every agent registered through this server, as 'abandoned' (at
+        shutdown). Agents registered elsewhere may be working through another server."""
+        for agent_id in sorted(self.agents.registered):
             try:
                 await self.write(self.coordinator.release_all, agent_id, "abandoned")
             except AgentholdError as exc:

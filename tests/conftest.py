@@ -1,13 +1,27 @@
-"""Shared fixtures: real state stores on real SQLite files or ":memory:", closed after each test."""
+"""Shared fixtures: real state stores on real SQLite files or ":memory:", closed after each test;
+and a watchdog, so that a test that hangs ends the run with every thread's traceback instead of
+hanging CI."""
 
 from __future__ import annotations
 
+import faulthandler
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from agenthold.store import StateStore
+
+HANG_SECONDS = 180.0  # far beyond any test's duration, even on a slow, busy machine
+
+
+@pytest.fixture(autouse=True)
+def watchdog() -> Iterator[None]:
+    """Dump every thread's stack and exit if this test runs for HANG_SECONDS."""
+    faulthandler.dump_traceback_later(HANG_SECONDS, exit=True, file=sys.__stderr__)
+    yield
+    faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture

@@ -944,3 +944,22 @@ def test_the_http_benchmark_quick_run_finds_no_error_lost_update_or_shared_claim
     assert done.returncode == 0, done.stdout + done.stderr
     assert "correctness: all checks passed" in done.stdout
     assert "0 failed calls, 0 counters off, 0 hold problems" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("host", "warned"),
+    [
+        ("127.0.0.2", False),
+        ("::1", False),
+        ("0:0:0:0:0:0:0:1", False),
+        ("localhost", False),
+        ("::", True),
+        ("agents.example", True),
+        ("192.168.1.4", True),
+    ],
+)
+def test_the_beyond_loopback_warning_knows_every_spelling_of_loopback(
+    host: str, warned: bool
+) -> None:
+    _, warnings = options("--transport", "http", "--host", host, "--claim-ttl", "60")
+    assert bool(warnings) is warned

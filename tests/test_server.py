@@ -1156,28 +1156,32 @@ async def test_an_agent_named_on_two_connections_stays_until_both_have_gone(
 ) -> None:
     async with serving(tmp_path) as served:
         tracker = served.app.agents
-        tracker.note("first", "agent-aaaaaaaa")
+        tracker.note("first", "agent-aaaaaaaa", registered=True)
         tracker.note("second", "agent-aaaaaaaa")
         tracker.note("second", "agent-bbbbbbbb")
-        tracker.note(None, "agent-cccccccc")  # sessionless: remembered, tied to no connection
+        tracker.note(None, "agent-cccccccc", registered=True)  # sessionless: no connection
         assert tracker.close("second") == {"agent-bbbbbbbb"}
         assert tracker.close("first") == {"agent-aaaaaaaa"}
         assert tracker.close("never seen") == set()
-        assert tracker.ever == {"agent-aaaaaaaa", "agent-bbbbbbbb", "agent-cccccccc"}
+        assert tracker.registered == {"agent-aaaaaaaa", "agent-cccccccc"}
 
 
-async def test_releasing_everyone_frees_every_claim_this_server_saw_as_abandoned(
+async def test_releasing_everyone_frees_the_claims_of_agents_registered_here_as_abandoned(
     tmp_path: Path,
 ) -> None:
     async with serving(tmp_path) as served:
         a, b = await served.register("a"), await served.register("b")
+        elsewhere = served.app.coordinator.register("registered elsewhere")["agent_id"]
         await served.call("agenthold_claim", resource="1.md", agent_id=a)
         await served.call("agenthold_claim", resource="2.md", agent_id=b)
-        served.app.agents.ever.add("agent-0000000000000000")  # removed meanwhile: skipped
+        await served.call("agenthold_claim", resource="3.md", agent_id=elsewhere)
+        served.app.agents.registered.add("agent-0000000000000000")  # removed meanwhile: skipped
         await served.app.release_everyone()
         for path in ("1.md", "2.md"):
             reply = await served.call("agenthold_status", resource=path)
             assert (reply["status"], reply["previous_outcome"]) == ("available", "abandoned")
+        kept = await served.call("agenthold_status", resource="3.md")
+        assert (kept["status"], kept["held_by"]) == ("claimed", elsewhere)
 
 
 async def test_idle_agents_are_reaped_and_then_unknown(tmp_path: Path) -> None:
