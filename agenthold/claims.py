@@ -571,7 +571,9 @@ class Coordinator:
         their ids stop working. Claims they let lapse are released first. Returns the ids."""
         older_than = check_seconds("older_than", older_than, maximum=10 * 365 * 86400)
         now = time.time()
-        cutoff = utc_iso(now - older_than)
+        # last_seen_at is only rewritten once it is RENEW_EVERY old: allow for that lag (but
+        # never more than older_than itself, so that 0 still means "every idle agent, now")
+        cutoff = utc_iso(now - older_than - min(RENEW_EVERY, older_than))
         reaped: list[str] = []
         with self.db.write() as (conn, changed):
             idle = conn.execute(

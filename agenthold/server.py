@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import anyio.to_thread
+import h11
 import mcp.types as types
 import uvicorn
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -43,11 +44,13 @@ from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agenthold.auth import BearerAuth
 from agenthold.claims import Coordinator, timeout_reply
 from agenthold.store import (
     AgentholdError,
+    BusyError,
     ConflictError,
     InvalidInputError,
     NotFoundError,
@@ -288,6 +291,13 @@ class AgentTracker:
         if connection is not None:
             self.by_connection.setdefault(connection, set()).add(agent_id)
 
+    def forget(self, agents: Iterable[str]) -> None:
+        """Forget agents that no longer exist (reaped), so memory stays bounded."""
+        gone = set(agents)
+        self.registered -= gone
+        for named in self.by_connection.values():
+            named -= gone
+
     def close(self, connection: object) -> set[str]:
         """Forget ``connection``; return its agents that no other live connection named."""
         agents = self.by_connection.pop(connection, set())
@@ -326,6 +336,7 @@ class Agenthold:
         self._wakers: set[Callable[[], None]] = set()
         self.read_limiter = anyio.CapacityLimiter(16)
         self.write_limiter = anyio.CapacityLimiter(8)
+        self._write_threads = anyio.CapacityLimiter(8)  # taken only by holders of the above
         specs = standard_tools(self) if tools == "standard" else advanced_tools(self)
         self.specs = {spec.name: spec for spec in specs}
         self.declarations = [spec.declaration() for spec in specs]
@@ -336,7 +347,21 @@ class Agenthold:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self.read_limiter)
 
     async def write(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await anyio.to_thread.run_sync(fn, *args, limiter=self.write_limiter)
+        """Run ``fn`` in a write thread. Waiting for one counts against busy_timeout too: when
+        every write thread is stuck behind another process's lock, a caller further back in
+        the queue hears "busy" after busy_timeout, not after its turn comes."""
+        budget = self.store.db.busy_timeout
+        with anyio.move_on_after(budget) as queued:
+            await self.write_limiter.acquire()
+        if queued.cancelled_caught:
+            raise BusyError(
+                f"the database's writers have been busy for more than {budget:g} s "
+                "(busy_timeout); retry in a moment"
+            )
+        try:
+            return await anyio.to_thread.run_sync(fn, *args, limiter=self._write_threads)
+        finally:
+            self.write_limiter.release()
 
     # -- dispatch ------------------------------------------------------------------------------
 
@@ -356,7 +381,8 @@ class Agenthold:
         except ToolError as exc:
             return error_result(exc.kind, str(exc), exc.hint)
         except UnavailableError as exc:
-            return result({"status": "unavailable", "message": str(exc), "hint": BUSY_DB_HINT})
+            hint = exc.hint or BUSY_DB_HINT
+            return result({"status": "unavailable", "message": str(exc), "hint": hint})
         except InvalidInputError as exc:
             hint = exc.hint or "Check the argument named in the message and call again."
             kind = type(exc).__name__.removesuffix("Error")
@@ -654,6 +680,7 @@ class Agenthold:
             try:
                 reaped = await self.write(self.coordinator.reap_idle_agents, self.reap_idle)
                 if reaped:
+                    self.agents.forget(reaped)
                     log.info("removed %d idle agents", len(reaped))
             except AgentholdError as exc:
                 log.warning("could not remove idle agents: %s", exc)
@@ -1313,6 +1340,7 @@ def serve(opts: ServeOptions, coordinator: Coordinator) -> int:
 
 SHUTDOWN_GRACE = 5  # seconds that calls in flight get to finish after SIGINT or SIGTERM
 BODY_TIMEOUT = 30.0  # seconds a client may take to send a request body
+HEAD_TIMEOUT = 10.0  # seconds a client may take to send its request headers
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
@@ -1357,6 +1385,10 @@ class CancelOnDisconnect:
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, post: bool) -> None:
         body = bytearray()
+        declared = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), b"")
+        if post and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            await _plain(send, 413, "Request body too large")  # say so before it is sent
+            return
         if post:
             with anyio.move_on_after(BODY_TIMEOUT) as reading:
                 while True:
@@ -1432,6 +1464,59 @@ async def _plain(send: Send, status: int, text: str) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+class _H11WithHeadTimeout(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a deadline for request headers: a client that has not
+    sent a complete request head HEAD_TIMEOUT seconds after connecting (or after its last
+    answer) gets 408 and is disconnected. uvicorn has no such deadline, so a client stalled
+    inside its headers would hold a connection forever. An idle keep-alive connection is
+    closed by uvicorn first (its timeout is shorter)."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        self._head_timer = self.loop.call_later(HEAD_TIMEOUT, self._head_overdue)
+
+    def _head_overdue(self) -> None:
+        self._head_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            body = b"Request headers not received in time"
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            self.transport.close()
+
+
+def web_config(asgi: ASGIApp, log_level: str = "warning") -> uvicorn.Config:
+    """How agenthold runs uvicorn: its own logging (no access log, nothing on stdout), a
+    bounded shutdown, and deadlines for clients slow to send their headers."""
+    return uvicorn.Config(
+        asgi,
+        lifespan="on",
+        log_config=None,
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE,
+        timeout_keep_alive=5,
+        http=_H11WithHeadTimeout,
+    )
 
 
 class _Uvicorn(uvicorn.Server):
@@ -1525,16 +1610,7 @@ async def _serve_http(app: Agenthold, opts: ServeOptions, sock: socket.socket | 
             return 2
     AppStatus.should_exit = False  # sse-starlette's process-wide "close every stream" flag
     asgi, requests = _http_stack(app, opts)
-    config = uvicorn.Config(
-        asgi,
-        lifespan="on",
-        log_config=None,
-        log_level=opts.log_level,
-        access_log=False,
-        timeout_graceful_shutdown=SHUTDOWN_GRACE,
-        timeout_keep_alive=5,
-    )
-    web = _Uvicorn(config)
+    web = _Uvicorn(web_config(asgi, opts.log_level))
     host, port = sock.getsockname()[:2]
     try:
         async with anyio.create_task_group() as tg:

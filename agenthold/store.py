@@ -832,25 +832,62 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def _translate(exc: sqlite3.Error, busy_timeout: float) -> AgentholdError:
-    """Turn a SQLite error into the error a caller can act on."""
+def _translate(exc: sqlite3.Error, busy_timeout: float, path: str = "") -> AgentholdError:
+    """Turn a SQLite error into an error the caller can act on, with a hint saying how."""
     text = str(exc)
     lowered = text.lower()
+    error: AgentholdError
     if "locked" in lowered or "busy" in lowered:
-        return BusyError(
+        error = BusyError(
             f"the database stayed locked by another writer for more than {busy_timeout:g} s "
-            "(busy_timeout); retry in a moment"
+            "(busy_timeout); nothing was written; retry in a moment"
         )
-    if "disk is full" in lowered or "database or disk is full" in lowered:
-        return UnavailableError(
+        error.hint = "Another writer holds the database; nothing was changed. Retry in a moment."
+    elif "disk is full" in lowered or "database or disk is full" in lowered:
+        error = UnavailableError(
             "the database cannot grow (the disk is full or its page limit is reached); "
-            "nothing was written; free space and retry"
+            "nothing was written"
         )
-    if "readonly" in lowered or "read-only" in lowered:
-        return UnavailableError(
-            "the database file is read-only here; nothing was written; check the file's permissions"
+        error.hint = "Free disk space; writes work again as soon as there is room."
+    elif "readonly" in lowered or "read-only" in lowered:
+        stuck = _unwritable(path)
+        error = UnavailableError(
+            "the database is read-only here"
+            + (f" ({', '.join(stuck)} cannot be written)" if stuck else "")
+            + "; nothing was written"
         )
-    return UnavailableError(f"the database failed: {text}")
+        error.hint = (
+            "Make the database file, its -wal and -shm files and their directory writable, "
+            "then restart agenthold."
+        )
+    elif "i/o error" in lowered:
+        error = UnavailableError(
+            "the database could not be written (an I/O error: a full disk, a file-size limit "
+            "or a failing disk); nothing was written"
+        )
+        error.hint = "Check the disk and its free space, then retry."
+    elif "malformed" in lowered or "corrupt" in lowered:
+        error = UnavailableError(f"the database file is damaged: {text}")
+        error.hint = (
+            "Stop agenthold and restore the file from a backup (sqlite3's .recover command can "
+            "save what is readable)."
+        )
+    else:
+        error = UnavailableError(f"the database failed: {text}")
+        error.hint = "Retry in a moment; if it keeps failing, check the database file."
+    return error
+
+
+def _unwritable(path: str) -> list[str]:
+    """Which of the database's files (and its directory) this process may not write."""
+    if not path or path == ":memory:":
+        return []
+    files = [path, path + "-wal", path + "-shm"]
+    stuck = [f for f in files if os.path.exists(f) and not os.access(f, os.W_OK)]
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.access(folder, os.W_OK):
+        stuck.append(folder)
+    return stuck
 
 
 class SQLiteDatabase:
@@ -883,6 +920,8 @@ class SQLiteDatabase:
         self.durability = durability
         self.memory = path == ":memory:"
         self._closed = False
+        self._identity: tuple[int, int] | None = None  # the file's (device, inode), once open
+        self._real = ""
         self._local = threading.local()
         # Every connection opened, by the thread that owns it. A thread's connection is closed
         # once the thread has ended (checked whenever a new connection opens) or at close().
@@ -904,6 +943,12 @@ class SQLiteDatabase:
             self._uri = f"file:{_quote_path(real)}?mode={mode}"
             self._file = _file_state(real, f"file:{_quote_path(real)}?mode=ro")
         self._prepare_schema()
+        if not self.memory:
+            # From now on a thread's new connection must find this very file: never create an
+            # empty one in its place (the file was deleted), and no write may go to it unseen.
+            self._uri = self._uri.replace("?mode=rwc", "?mode=rw")
+            self._identity = _identity(real)
+            self._real = real
         _open_databases.add(self)
 
     # -- opening -----------------------------------------------------------------------------
@@ -950,7 +995,8 @@ class SQLiteDatabase:
                 cached_statements=256,
             )
         except sqlite3.Error as exc:
-            raise _translate(exc, self.busy_timeout) from None
+            self._check_file_is_ours()
+            raise _translate(exc, self.busy_timeout, self.path) from None
         try:
             conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS[self.durability]}")
             for name, value in PRAGMAS.items():
@@ -972,7 +1018,7 @@ class SQLiteDatabase:
         (SQLITE_NOTADB, SQLITE_CORRUPT) is incompatible; busy and I/O errors stay what they are."""
         if type(exc) is sqlite3.DatabaseError:
             return IncompatibleDatabaseError(f"cannot open database {self.path!r}: {exc}")
-        return _translate(exc, self.busy_timeout)
+        return _translate(exc, self.busy_timeout, self.path)
 
     def _prepare_schema(self) -> None:
         """Check that the file is ours (or empty) and bring its schema up to date. On any
@@ -1103,7 +1149,7 @@ class SQLiteDatabase:
             with self._mem_lock:
                 return self._live_shared().execute(sql, params).fetchone()
         except sqlite3.Error as exc:
-            raise _translate(exc, self.busy_timeout) from None
+            raise _translate(exc, self.busy_timeout, self.path) from None
 
     def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Run one read statement and return all its rows."""
@@ -1117,7 +1163,7 @@ class SQLiteDatabase:
             with self._mem_lock:
                 return self._live_shared().execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            raise _translate(exc, self.busy_timeout) from None
+            raise _translate(exc, self.busy_timeout, self.path) from None
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
@@ -1132,7 +1178,7 @@ class SQLiteDatabase:
                     if conn.in_transaction:
                         conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                raise _translate(exc, self.busy_timeout) from None
+                raise _translate(exc, self.busy_timeout, self.path) from None
 
     @contextmanager
     def write(self) -> Iterator[tuple[sqlite3.Connection, list[Topic]]]:
@@ -1153,6 +1199,7 @@ class SQLiteDatabase:
             waited = time.monotonic() - started
         changed: list[Topic] = []
         try:
+            self._check_file_is_ours()
             conn = self._shared_or_thread()
             try:
                 if waited > 0.001:  # the wait for the lock counts against busy_timeout
@@ -1165,7 +1212,7 @@ class SQLiteDatabase:
                 else:
                     conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
-                raise _translate(exc, self.busy_timeout) from None
+                raise _translate(exc, self.busy_timeout, self.path) from None
             try:
                 yield conn, changed
                 conn.execute("COMMIT")
@@ -1174,7 +1221,7 @@ class SQLiteDatabase:
                     with suppress(sqlite3.Error):  # SQLite may have rolled back already
                         conn.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.Error):
-                    raise _translate(exc, self.busy_timeout) from None
+                    raise _translate(exc, self.busy_timeout, self.path) from None
                 raise
         finally:
             lock.release()
@@ -1207,6 +1254,17 @@ class SQLiteDatabase:
 
     # -- helpers -------------------------------------------------------------------------------
 
+    def _check_file_is_ours(self) -> None:
+        """Raise UnavailableError if the file opened was deleted or replaced since (writes
+        would go to a file no one can open again, and be lost when the process ends)."""
+        if self._identity is not None and _identity(self._real) != self._identity:
+            error = UnavailableError(
+                f"the database file {self.path!r} was deleted or replaced while agenthold was "
+                "running; nothing was written"
+            )
+            error.hint = "Restart agenthold to open the file that is there now."
+            raise error
+
     def _live_shared(self) -> sqlite3.Connection:
         if self._shared is None:
             raise AgentholdError("the store is closed")
@@ -1222,6 +1280,15 @@ class SQLiteDatabase:
         else:
             with self._mem_lock:
                 yield
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """The (device, inode) of the file at ``path``, or None if there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _quote_path(path: str) -> str:
