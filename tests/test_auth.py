@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from agenthold.auth import UNAUTHORIZED, BearerAuth, usable_tokens
 from agenthold.claims import Coordinator
 from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
-from agenthold.server import Agenthold, _Uvicorn, http_app, listen
+from agenthold.server import Agenthold, _Uvicorn, http_app, listen, web_config
 from agenthold.store import StateStore
 
 TOKENS = ["first-token-1234", "second-token-5678"]
@@ -198,15 +198,12 @@ async def test_lifespan_events_pass_without_a_token() -> None:
 @contextlib.asynccontextmanager
 async def serving(tmp_path: Path, tokens: list[str], **options: Any) -> AsyncIterator[str]:
     """agenthold's advanced tools with ``tokens`` on uvicorn; yields the endpoint URL."""
-    import uvicorn
-
     store = StateStore(tmp_path / "state.db")
     app = Agenthold(Coordinator(store), tools="advanced", disconnect_grace=0.3)
     app.transport = "http"
     opts = ServeOptions(transport="http", tools="advanced", auth_tokens=tokens, **options)
     sock = listen("127.0.0.1", 0)
-    config = uvicorn.Config(http_app(app, opts), lifespan="on", log_config=None, access_log=False)
-    web = _Uvicorn(config)
+    web = _Uvicorn(web_config(http_app(app, opts)))
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(web.serve, [sock])

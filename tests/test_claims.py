@@ -1330,6 +1330,7 @@ def test_list_agents_shows_every_agent_oldest_first(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("no_child_coverage")
 def test_claims_benchmark_quick_run_prints_its_tables(tmp_path: Path) -> None:
     env = {**ENV, "TMPDIR": str(tmp_path)}
     run = subprocess.run(
@@ -1368,3 +1369,17 @@ def test_a_wait_wakes_when_a_process_with_a_shorter_ttl_shortens_the_holders_lea
     assert reply["status"] == "available"
     assert reply["previous_outcome"] == "expired"
     assert elapsed < 1.5, f"the wait slept past the shortened lease: {elapsed:.2f} s"
+
+
+def test_an_agent_is_never_reaped_before_older_than_has_passed_since_its_last_call(
+    coord: Coordinator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(claims, "RENEW_EVERY", 0.3)  # last-seen times lag by up to this much
+    agent = register(coord)
+    time.sleep(0.2)
+    coord.claim("custom://r", agent)  # too soon after registering to rewrite last_seen_at
+    coord.release("custom://r", agent)
+    time.sleep(0.25)
+    assert coord.reap_idle_agents(0.4) == []  # its last call was only 0.25 s ago
+    time.sleep(0.5)
+    assert coord.reap_idle_agents(0.4) == [agent]

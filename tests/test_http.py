@@ -33,13 +33,19 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from agenthold.claims import Coordinator
 from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
-from agenthold.server import Agenthold, CancelOnDisconnect, _http_stack, _Uvicorn, listen
+from agenthold.server import (
+    Agenthold,
+    CancelOnDisconnect,
+    _http_stack,
+    _Uvicorn,
+    listen,
+    web_config,
+)
 from agenthold.store import StateStore
 from agenthold.uris import Resolver, Workspace
 
@@ -90,13 +96,8 @@ async def serving(
     sock = listen("127.0.0.1", 0)
     port = sock.getsockname()[1]
     asgi, requests = _http_stack(app, opts)
-    config = uvicorn.Config(
-        asgi,
-        lifespan="on",
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=2,
-    )
+    config = web_config(asgi)
+    config.timeout_graceful_shutdown = 2
     web = _Uvicorn(config)
     try:
         async with anyio.create_task_group() as tg:
@@ -932,6 +933,7 @@ def test_an_http_server_prints_its_address_and_the_ttl_warning(tmp_path: Path) -
 
 
 @pytest.mark.stress
+@pytest.mark.usefixtures("no_child_coverage")
 def test_the_http_benchmark_quick_run_finds_no_error_lost_update_or_shared_claim() -> None:
     """bench/http_bench.py --quick: 32 clients of both eras in another process than the server,
     the 50-wait lock test, and the per-call comparison; only its correctness checks count."""

@@ -31,6 +31,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult
 
 from agenthold import _installed_version
+from agenthold import claims as claims_module
 from agenthold.claims import Coordinator
 from agenthold.server import (
     MAX_WAIT_SECONDS,
@@ -1184,7 +1185,10 @@ async def test_releasing_everyone_frees_the_claims_of_agents_registered_here_as_
         assert (kept["status"], kept["held_by"]) == ("claimed", elsewhere)
 
 
-async def test_idle_agents_are_reaped_and_then_unknown(tmp_path: Path) -> None:
+async def test_idle_agents_are_reaped_and_then_unknown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(claims_module, "RENEW_EVERY", 0.0)  # exact last-seen times
     async with serving(tmp_path) as served:
         app = served.app
         await app.reap_forever()  # reap_idle None: returns at once
@@ -1199,6 +1203,7 @@ async def test_idle_agents_are_reaped_and_then_unknown(tmp_path: Path) -> None:
             tg.cancel_scope.cancel()
         gone = await served.call("agenthold_claim", resource="y.md", agent_id=idle)
         assert gone["error"] == "unknown_agent"
+        assert idle not in app.agents.registered  # the server forgets reaped agents too
         kept = await served.call("agenthold_claim", resource="x.md", agent_id=busy)
         assert kept["status"] == "already_claimed"
 

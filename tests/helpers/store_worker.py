@@ -44,7 +44,11 @@ def crash_writer(db: str, log_path: str, seed: int) -> None:
     }
     live = {k: store.changed_since(CRASH_NAMESPACE, k, 0) for k in CRASH_KEYS}
     alive = {k for k, r in live.items() if r is not None and not r.deleted}
-    with open(log_path, "a", encoding="utf-8") as log:
+    with open(log_path, "a+", encoding="utf-8") as log:
+        if log.tell() > 0:  # a writer killed before us may have left half a line: end it
+            log.seek(log.tell() - 1)
+            if log.read(1) != "\n":
+                log.write("\n")
 
         def ack(event: dict[str, object]) -> None:
             log.write(json.dumps(event) + "\n")
