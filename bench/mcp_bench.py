@@ -90,7 +90,7 @@ class Sizes:
 
 
 FULL = Sizes("full", 50, 1000, 200, 10)
-QUICK = Sizes("quick", 10, 50, 10, 1)
+QUICK = Sizes("quick", 5, 20, 5, 1)
 
 
 class BenchError(Exception):

@@ -42,3 +42,11 @@ def memory_store() -> Iterator[StateStore]:
     """A StateStore on a private in-memory database."""
     with StateStore(":memory:") as s:
         yield s
+
+
+@pytest.fixture
+def no_child_coverage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Processes this test starts run without coverage measurement: for benchmark smoke runs
+    and long soaks, whose code paths other tests cover, and which coverage would slow down."""
+    monkeypatch.delenv("COVERAGE_PROCESS_CONFIG", raising=False)
+    monkeypatch.delenv("COVERAGE_PROCESS_START", raising=False)

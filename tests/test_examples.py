@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agenthold.store import StateStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,6 +124,7 @@ def test_with_agenthold_example_continues_an_existing_database(tmp_path: Path) -
     assert re.findall(r"^  v(\d+) ", trail, re.MULTILINE) == ["4", "5", "6"]
 
 
+@pytest.mark.usefixtures("no_child_coverage")
 def test_store_bench_quick_prints_its_tables_and_exits_0() -> None:
     out = run_script("bench/store_bench.py", "--quick", timeout=180)
 

@@ -12,11 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench" / "mcp_bench.py"
 MS = r"\d+\.\d\d ms"
 
 
+@pytest.mark.usefixtures("no_child_coverage")
 def test_quick_run_prints_every_table_and_exits_zero() -> None:
     done = subprocess.run(
         [sys.executable, str(BENCH), "--quick"],
