@@ -49,7 +49,7 @@ RESOURCE_HINT = (
     "inside a workspace, file://<workspace>/<path>, or custom://<name> for things that are "
     "not files."
 )
-_SHOWN_LENGTH = 80  # characters of a bad input quoted back in an error message
+_SHOWN_LENGTH = 160  # characters of a bad input quoted back in an error message
 _DOT_SEGMENTS = (
     "path traversal/dot segments are not allowed; give the path relative to the workspace root"
 )

@@ -479,9 +479,9 @@ def test_a_path_outside_every_workspace_is_rejected(resolver: Resolver, root: Pa
     with pytest.raises(InvalidInputError) as caught:
         resolver.resolve(outside)
     message = str(caught.value)
-    assert repr(outside) in message
+    assert repr(outside)[:100] in message  # long inputs are cut in messages, not short ones
     assert "is outside every workspace" in message
-    assert repr(str(root)) in message
+    assert repr(str(root))[:100] in message
 
 
 def test_an_unknown_workspace_is_rejected_and_the_known_ones_listed(
