@@ -477,12 +477,11 @@ class Agenthold:
 
     async def set(self, call: ToolCall) -> Reply:
         a = call.args
-        expected = None if a["force"] else a["expected_version"]
-        if expected is None and not a["force"]:
-            raise ToolError(
-                "agenthold_set needs expected_version (or force: true)",
-                "Pass the version you read with agenthold_get, or 0 to create a new key.",
-            )
+        expected = _expected_version(
+            "agenthold_set",
+            a,
+            "Pass the version you read with agenthold_get, or 0 to create a new key.",
+        )
         try:
             done = await self.write(
                 lambda: self.store.set(
@@ -516,12 +515,9 @@ class Agenthold:
 
     async def delete(self, call: ToolCall) -> Reply:
         a = call.args
-        expected = None if a["force"] else a["expected_version"]
-        if expected is None and not a["force"]:
-            raise ToolError(
-                "agenthold_delete needs expected_version (or force: true)",
-                "Pass the version you read with agenthold_get.",
-            )
+        expected = _expected_version(
+            "agenthold_delete", a, "Pass the version you read with agenthold_get."
+        )
         try:
             done = await self.write(
                 lambda: self.store.delete(
@@ -694,6 +690,16 @@ class Agenthold:
                 await self.write(self.coordinator.end_lease, agent_id, self.disconnect_grace)
             except AgentholdError as exc:
                 log.warning("could not end the lease of %s: %s", agent_id, exc)
+
+
+def _expected_version(tool: str, args: dict[str, Any], hint: str) -> int | None:
+    """The version check a write asks for: None with force (no check), else the
+    expected_version, which is then required."""
+    if args["force"]:
+        return None
+    if args["expected_version"] is None:
+        raise ToolError(f"{tool} needs expected_version (or force: true)", hint)
+    return int(args["expected_version"])
 
 
 def _snake(name: str) -> str:

@@ -1734,6 +1734,7 @@ def test_watch_still_hears_local_commits_when_the_feed_cannot_read(
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_writes_through_fresh_locks_and_connections(db_path: Path) -> None:
     """The parent forks while another of its threads holds the process's write lock for the
     file (as a writer does between taking it and starting its transaction). The child inherits
