@@ -10,6 +10,12 @@ Decisions behind it:
 - A connection is not an agent. Agents are remembered per connection only to end their leases
   (after ``--disconnect-grace``) when the connection goes away; any later call that names the
   agent, from any process, renews its lease and nothing is lost.
+- stdio reads and writes its pipes on the event loop (the SDK's reader thread cannot be
+  cancelled, so a signal would hang) and answers every line the SDK cannot parse, which the SDK
+  alone drops, leaving the client waiting forever.
+- HTTP runs the SDK's Streamable HTTP app on uvicorn behind bearer-token middleware, with
+  deadlines for slow clients, and a shutdown that ends every open request with a complete
+  answer before it frees the claims of the agents registered here.
 """
 
 from __future__ import annotations
