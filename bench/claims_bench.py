@@ -32,10 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
-import platform
 import random
-import sqlite3
 import statistics
 import sys
 import tempfile
@@ -46,10 +43,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-try:
-    import agenthold.claims  # noqa: F401
-except ImportError:  # run from a source checkout without installing agenthold
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# _common sits beside this script; importing it also finds this checkout's agenthold.
+from _common import (
+    Loop,
+    as_targets,
+    best_rates,
+    machine,
+    machine_line,
+    percentile,
+    raw_connection,
+    table,
+    target_lines,
+)
 
 # The private SQL constants are imported on purpose: the baseline must run exactly these.
 from agenthold.claims import _CLAIM_ROW, _EVENT, _FREE, Coordinator
@@ -89,9 +94,7 @@ class RawClaims:
     """The statements of one claim and one release, on one plain sqlite3 connection."""
 
     def __init__(self, path: Path, key: str, uri: str, agent_id: str) -> None:
-        self.conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
-        self.conn.execute("PRAGMA journal_mode = wal")
-        self.conn.execute("PRAGMA synchronous = NORMAL")
+        self.conn = raw_connection(path)
         self.cur = self.conn.cursor()
         self.key, self.uri, self.agent_id = key, uri, agent_id
 
@@ -124,9 +127,6 @@ class RawClaims:
         return int(version)
 
 
-Loop = Callable[[int], None]  # performs n claim + release pairs
-
-
 def library_loop(coord: Coordinator, agent_id: str) -> Loop:
     def run(n: int) -> None:
         claim, release = coord.claim, coord.release
@@ -145,17 +145,6 @@ def raw_loop(raw: RawClaims) -> Loop:
             raw.release()
 
     return run
-
-
-def best_rates(loops: dict[str, Loop], n: int, repeats: int) -> dict[str, float]:
-    """Pairs per second of each loop, the best of ``repeats`` runs, the loops taking turns."""
-    best = dict.fromkeys(loops, 0.0)
-    for _ in range(repeats):
-        for name, loop in loops.items():
-            started = time.perf_counter()
-            loop(n)
-            best[name] = max(best[name], n / (time.perf_counter() - started))
-    return best
 
 
 def measure_pairs(tmp: Path, sizes: Sizes) -> dict[str, float]:
@@ -206,10 +195,6 @@ def releaser(path: str, root: str, conn: Any) -> None:
         else:
             break
     coord.store.close()
-
-
-def percentile(values: list[float], p: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
 
 
 def summary(latencies: list[float], early: int) -> dict[str, Any]:
@@ -308,17 +293,6 @@ def measure_wake(tmp: Path, sizes: Sizes) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def machine() -> dict[str, Any]:
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version,
-        "load_average_at_start": load,
-    }
-
-
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     pairs, wake = results["pairs"], results["wake"]["process"]
     checks = [
@@ -338,32 +312,15 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             f"{wake['p99_ms']:.2f} ms",
         ),
     ]
-    return [{"target": t, "passed": ok, "measured": m} for t, ok, m in checks]
-
-
-def table(rows: list[list[str]]) -> str:
-    """Rows of cells as aligned text: the first column left, the others right."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for n, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return as_targets(checks)
 
 
 def report(results: dict[str, Any]) -> str:
     m, sizes, pairs, wake = results["machine"], results["sizes"], results["pairs"], results["wake"]
-    load = m["load_average_at_start"]
     raw = pairs["raw"]
     out = [
         f"agenthold claims benchmark ({sizes['label']} run)",
-        f"machine: {m['cpus']} CPUs, {m['platform']}, Python {m['python']}, "
-        f"SQLite {m['sqlite']}"
-        + (f", load average {load:.2f} at start" if load is not None else ""),
+        machine_line(m),
         f"rates: best of {sizes['repeats']} runs of {sizes['pairs']:,} pairs, taking turns",
         "",
         table(
@@ -401,14 +358,7 @@ def report(results: dict[str, Any]) -> str:
                 + (f" (+{w['released_before_wait']} early)" if w["released_before_wait"] else ""),
             ]
         )
-    out.append(table(rows))
-    out += [
-        "",
-        "targets"
-        + (" (a quick run is too small to judge them)" if sizes["label"] == "quick" else ""),
-    ]
-    for t in results["targets"]:
-        out.append(f"  {'pass' if t['passed'] else 'FAIL'}  {t['target']}: {t['measured']}")
+    out += [table(rows), "", *target_lines(results["targets"], quick=sizes["label"] == "quick")]
     return "\n".join(out)
 
 

@@ -45,10 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-try:
-    import agenthold.store
-except ImportError:  # run from a source checkout without installing agenthold
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# _common sits beside this script; importing it finds this checkout's agenthold if need be.
+import _common  # noqa: F401
 
 import agenthold.store
 from agenthold.claims import Coordinator

@@ -38,11 +38,8 @@ import argparse
 import contextlib
 import itertools
 import json
-import os
-import platform
 import random
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -51,16 +48,22 @@ import time
 import warnings
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-try:
-    import agenthold.server  # noqa: F401
-except ImportError:  # run from a source checkout without installing agenthold
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 import anyio
 import httpx2
+
+# _common sits beside this script; importing it also finds this checkout's agenthold.
+from _common import (
+    as_targets,
+    machine,
+    machine_line,
+    process_cpu_seconds,
+    table,
+    target_lines,
+)
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -398,10 +401,9 @@ def check_holds(load: Load) -> list[str]:
 def cpu_seconds(pid: int) -> float | None:
     """CPU time (user + system) a process has used so far; None where /proc is missing."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return process_cpu_seconds(pid)
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def measure_load(server: Server, sizes: Sizes) -> dict[str, Any]:
@@ -549,24 +551,6 @@ async def measure_stall(server: Server, sizes: Sizes) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def machine() -> dict[str, Any]:
-    from importlib.metadata import version
-
-    try:
-        load: float | None = os.getloadavg()[0]
-    except OSError:
-        load = None
-    return {
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version,
-        "mcp": version("mcp"),
-        "uvicorn": version("uvicorn"),
-        "load_average_at_start": load,
-    }
-
-
 async def run_all(tmp: Path, sizes: Sizes) -> dict[str, Any]:
     results: dict[str, Any] = {"calls": {}}
     logs: dict[str, tuple[int, str]] = {}
@@ -611,7 +595,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         f"slowest {worst:.1f} ms (for scale, the slowest call of part 1, with no lock and no "
         f"waits: {noise:.1f} ms)",
     ))  # fmt: skip
-    return [{"target": t, "passed": ok, "measured": m} for t, ok, m in checks]
+    return as_targets(checks)
 
 
 def correctness(results: dict[str, Any]) -> list[str]:
@@ -637,20 +621,6 @@ def correctness(results: dict[str, Any]) -> list[str]:
     return problems
 
 
-def table(rows: list[list[str]]) -> str:
-    """Rows of cells as aligned text: the first column left, the others right."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for n, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 def ms(s: dict[str, float]) -> list[str]:
     return [f"{s['p50_ms']:.2f}", f"{s['p99_ms']:.2f}", f"{s['max_ms']:.1f}", f"{s['n']:,}"]
 
@@ -665,12 +635,9 @@ def cpu(phase: dict[str, Any]) -> str:
 
 def report(results: dict[str, Any]) -> str:
     m, sizes = results["machine"], results["sizes"]
-    load_avg = m["load_average_at_start"]
     out = [
         f"agenthold HTTP benchmark ({sizes['label']} run)",
-        f"machine: {m['cpus']} CPUs, {m['platform']}, Python {m['python']}, SQLite {m['sqlite']}, "
-        f"mcp {m['mcp']}, uvicorn {m['uvicorn']}"
-        + (f", load average {load_avg:.2f} at start" if load_avg is not None else ""),
+        machine_line(m),
         "server and clients share this machine; clients are the MCP SDK's, in another process",
         "",
     ]
@@ -711,11 +678,8 @@ def report(results: dict[str, Any]) -> str:
         f"waits answered 'available' after the lock: {stall['waits_answered']} of "
         f"{stall['waits']}; writes queued behind the lock: {writes}",
         "",
-        "targets"
-        + (" (a quick run is too small to judge them)" if sizes["label"] == "quick" else ""),
+        *target_lines(results["targets"], quick=sizes["label"] == "quick"),
     ]
-    for t in results["targets"]:
-        out.append(f"  {'pass' if t['passed'] else 'FAIL'}  {t['target']}: {t['measured']}")
     problems = results["problems"]
     out.append("correctness: " + ("all checks passed" if not problems else "FAILED"))
     out += [f"  {p}" for p in problems]
@@ -731,7 +695,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
-    results: dict[str, Any] = {"machine": machine(), "sizes": sizes.__dict__}
+    facts = machine(mcp=version("mcp"), uvicorn=version("uvicorn"))
+    results: dict[str, Any] = {"machine": facts, "sizes": sizes.__dict__}
     with tempfile.TemporaryDirectory(prefix="agenthold-http-bench-") as tmp:
         results.update(anyio.run(run_all, Path(tmp), sizes))
     results["targets"] = targets(results)

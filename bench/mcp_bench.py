@@ -28,8 +28,9 @@ measurement runs in both protocol eras: mode "auto" (which settles on 2026-07-28
    server on this SDK pays, a bare low-level mcp Server with one tool (bench_noop).
 
 With --baseline-venv, this script also runs with that venv's python (--baseline-client, which
-uses only the stdlib and that venv's mcp 1.x client, nothing of this repo) and measures the
-agenthold installed there the same way, minus the no-op it does not have: absolute times only.
+uses only the stdlib, the stdlib-only bench/_common.py and that venv's mcp 1.x client, nothing
+of this agenthold) and measures the agenthold installed there the same way, minus the no-op it
+does not have: absolute times only.
 
 The exit status is 1 only when a correctness check fails (a refused write, a wait that did not
 see its release); a missed speed target is reported, not fatal, since speed depends on the machine
@@ -42,9 +43,7 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import random
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -56,7 +55,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-# Only the standard library at module level: --baseline-client runs under another venv's python.
+# Only the standard library at module level (and _common beside this script, which is standard
+# library only too): --baseline-client runs under another venv's python.
+from _common import load_average, machine, percentile, table
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -111,12 +112,6 @@ def bench_error(exc: BaseException) -> BenchError | None:
 # --------------------------------------------------------------------------------------------
 # Statistics
 # --------------------------------------------------------------------------------------------
-
-
-def percentile(values: list[float], p: int) -> float:
-    if len(values) < 2:
-        return values[0]
-    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
 
 
 def summary(seconds: list[float]) -> dict[str, Any]:
@@ -548,22 +543,6 @@ def version_of(name: str) -> str:
         return "not installed"
 
 
-def load_average() -> float | None:
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-
-
-def machine() -> dict[str, Any]:
-    return {
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "mcp": version_of("mcp"),
-        "agenthold": version_of("agenthold"),
-        "sqlite": sqlite3.sqlite_version,
-        "load_average_at_start": load_average(),
-    }
-
-
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for era in results["eras"]:
@@ -593,20 +572,6 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return rows
-
-
-def table(rows: list[list[str]]) -> str:
-    """Rows of cells as aligned text: the first column left, the others right."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for n, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def ms(value: float) -> str:
@@ -779,7 +744,8 @@ def main(argv: list[str] | None = None) -> int:
         except BenchError as exc:
             print(f"mcp_bench: {exc}", file=sys.stderr)
             return 2
-    results = {"machine": machine(), "sizes": asdict(sizes)}
+    facts = machine(mcp=version_of("mcp"), agenthold=version_of("agenthold"))
+    results = {"machine": facts, "sizes": asdict(sizes)}
     with tempfile.TemporaryDirectory(prefix="agenthold-mcp-bench-") as tmp:
         try:
             results["eras"] = anyio.run(run_all, Path(tmp), sizes)

@@ -36,8 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import os
-import platform
 import shutil
 import sqlite3
 import statistics
@@ -50,10 +48,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-try:
-    import agenthold.store  # noqa: F401
-except ImportError:  # run from a source checkout without installing agenthold
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# _common sits beside this script; importing it also finds this checkout's agenthold.
+from _common import (
+    Loop,
+    as_targets,
+    best_rates,
+    machine,
+    machine_line,
+    raw_connection,
+    table,
+    target_lines,
+)
 
 # The private SQL constants are imported on purpose: the baseline must run exactly these.
 from agenthold.store import (
@@ -111,9 +116,7 @@ class RawStore:
     """store.py's statements on one plain sqlite3 connection, and nothing else."""
 
     def __init__(self, path: Path) -> None:
-        self.conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
-        self.conn.execute("PRAGMA journal_mode = wal")
-        self.conn.execute("PRAGMA synchronous = NORMAL")
+        self.conn = raw_connection(path)
         self.cur = self.conn.cursor()
 
     def close(self) -> None:
@@ -171,20 +174,6 @@ class RawStore:
 # --------------------------------------------------------------------------------------------
 # Timing
 # --------------------------------------------------------------------------------------------
-
-Loop = Callable[[int], None]  # performs n operations
-
-
-def best_rates(loops: dict[str, Loop], n: int, repeats: int) -> dict[str, float]:
-    """Operations per second of each loop, the best of ``repeats`` runs; the loops take turns
-    so that a burst of load on the machine hits them alike."""
-    best = dict.fromkeys(loops, 0.0)
-    for _ in range(repeats):
-        for name, loop in loops.items():
-            started = time.perf_counter()
-            loop(n)
-            best[name] = max(best[name], n / (time.perf_counter() - started))
-    return best
 
 
 def median_seconds(calls: dict[str, Callable[[], object]], runs: int) -> dict[str, float]:
@@ -452,17 +441,6 @@ def measure_history_size(tmp: Path, sizes: Sizes) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def machine() -> dict[str, Any]:
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {
-        "cpus": os.cpu_count(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version,
-        "load_average_at_start": load,
-    }
-
-
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """Each target: what it asks, whether it passed, and what was measured."""
     sg, con, big = results["set_get"], results["contention"], results["history_size"]
@@ -490,25 +468,11 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         )
     ms = big["list_keys"]["store"] * 1000
     checks.append((f"list_keys of {big['keys']:,} keys < 50 ms", ms < 50, f"{ms:.1f} ms"))
-    return [{"target": t, "passed": ok, "measured": m} for t, ok, m in checks]
+    return as_targets(checks)
 
 
 def ratio(rates: dict[str, float]) -> float:
     return rates["store"] / rates["raw"]
-
-
-def table(rows: list[list[str]]) -> str:
-    """Rows of cells as aligned text: the first column left, the others right."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for n, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def per_second(rate: float) -> str:
@@ -518,12 +482,9 @@ def per_second(rate: float) -> str:
 def report(results: dict[str, Any]) -> str:
     m, sizes = results["machine"], results["sizes"]
     sg, con, big = results["set_get"], results["contention"], results["history_size"]
-    load = m["load_average_at_start"]
     out = [
         f"agenthold StateStore benchmark ({sizes['label']} run)",
-        f"machine: {m['cpus']} CPUs, {m['platform']}, Python {m['python']}, "
-        f"SQLite {m['sqlite']}"
-        + (f", load average {load:.2f} at start" if load is not None else ""),
+        machine_line(m),
         f"rates: best of {sizes['repeats']} runs, agenthold and raw sqlite3 taking turns; "
         f"list_keys: median of {sizes['list_runs']} calls",
         "",
@@ -605,11 +566,8 @@ def report(results: dict[str, Any]) -> str:
             ]
         ),
         "",
-        "targets"
-        + (" (a quick run is too small to judge them)" if sizes["label"] == "quick" else ""),
+        *target_lines(results["targets"], quick=sizes["label"] == "quick"),
     ]
-    for t in results["targets"]:
-        out.append(f"  {'pass' if t['passed'] else 'FAIL'}  {t['target']}: {t['measured']}")
     return "\n".join(out)
 
 

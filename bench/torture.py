@@ -56,7 +56,6 @@ import contextlib
 import json
 import math
 import os
-import platform
 import queue
 import random
 import signal
@@ -74,15 +73,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 WORKERS = HERE / "torture_workers.py"
 if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))  # torture_checks and torture_workers sit beside this file
-try:
-    import agenthold  # noqa: F401
-except ImportError:  # run from a source checkout without agenthold installed
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(HERE))  # _common, torture_checks and torture_workers sit beside this
 
+# Importing _common also finds this checkout's agenthold when none is installed.
+from _common import check_line, machine, machine_line, process_cpu_seconds, table  # noqa: E402
 from torture_checks import (  # noqa: E402
     Acks,
     Check,
@@ -474,9 +470,7 @@ class Server:
 
     def cpu_seconds(self) -> float:
         """User and system CPU time the server has used so far."""
-        stat = Path(f"/proc/{self.proc.pid}/stat").read_text()
-        fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return process_cpu_seconds(self.proc.pid)
 
     def stop(self) -> int:
         """Send SIGTERM and return the exit status; ``stop_seconds`` is how long it took."""
@@ -897,39 +891,15 @@ def soak_figures(report: Report, book: Soak, db: Path, elapsed: float) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def table(rows: list[list[str]]) -> str:
-    """Rows of cells as aligned text: the first column left, the others right."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = []
-    for n, row in enumerate(rows):
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
-        ]
-        lines.append("  ".join(cells).rstrip())
-        if n == 0:
-            lines.append("  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
 def render(report: Report) -> str:
     out = [report.title, "", table([["figure", "value"], *map(list, report.figures)])]
     if report.series:
         out += ["", table(report.series)]
     out.append("")
-    for c in report.checks.items:
-        out.append(f"  {'pass' if c.passed else 'FAIL'}  {c.name}: {c.detail}")
+    out += [check_line(c.passed, c.name, c.detail) for c in report.checks.items]
     verdict = "every check passed" if report.passed else f"{len(report.checks.failed())} FAILED"
     out += [f"{report.scenario}: {verdict}", ""]
     return "\n".join(out)
-
-
-def machine() -> str:
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (
-        f"machine: {os.cpu_count()} CPUs, {platform.platform()}, Python "
-        f"{platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
-        f"load average {load:.2f} at start"
-    )
 
 
 def run(scenario: str, work: Path, sizes: Sizes, seed: int, seconds: float | None) -> Report:
@@ -983,7 +953,7 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed if args.seed is not None else random.randrange(2**31)
     scenarios = ("crash", "contention", "soak") if args.scenario == "all" else (args.scenario,)
     if not args.json:
-        print(f"agenthold torture run, seed {seed}\n{machine()}\n", flush=True)
+        print(f"agenthold torture run, seed {seed}\n{machine_line(machine())}\n", flush=True)
     reports = []
     with contextlib.ExitStack() as stack:
         if args.keep:

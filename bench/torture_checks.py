@@ -59,6 +59,20 @@ def connect(db: Path) -> sqlite3.Connection:
     return sqlite3.connect(db, isolation_level=None)
 
 
+def history_by_version(
+    conn: sqlite3.Connection, namespace: str
+) -> dict[tuple[str, int], tuple[str, str | None]]:
+    """Every history row of ``namespace``: (key, version) -> (event type, the value's JSON
+    text, or None for a delete)."""
+    return {
+        (key, version): (event, value)
+        for key, version, event, value in conn.execute(
+            "SELECT key, version, event_type, value FROM state_history WHERE namespace = ?",
+            (namespace,),
+        )
+    }
+
+
 def canonical(value: Any) -> str:
     """A value's JSON text as the store writes it, so stored and acknowledged values compare."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -233,13 +247,7 @@ def check_after_kill(db: Path, acks: Acks, namespace: str) -> tuple[Checks, dict
     conn = connect(db)
     try:
         check_integrity(conn, checks)
-        history = {
-            (key, version): (event, value)
-            for key, version, event, value in conn.execute(
-                "SELECT key, version, event_type, value FROM state_history WHERE namespace = ?",
-                (namespace,),
-            )
-        }
+        history = history_by_version(conn, namespace)
         claim_events = {
             (resource, version): (event, agent, outcome)
             for resource, version, event, agent, outcome in conn.execute(
@@ -327,13 +335,7 @@ def check_contention(
     conn = connect(db)
     try:
         check_integrity(conn, checks)
-        history = {
-            (key, version): (event, value)
-            for key, version, event, value in conn.execute(
-                "SELECT key, version, event_type, value FROM state_history WHERE namespace = ?",
-                (namespace,),
-            )
-        }
+        history = history_by_version(conn, namespace)
         deletes: dict[str, list[int]] = defaultdict(list)
         for (key, version), (event, _) in history.items():
             if event == "delete":

@@ -29,13 +29,10 @@ import sys
 import threading
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
-try:
-    import agenthold  # noqa: F401
-except ImportError:  # run from a source checkout without agenthold installed
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# _common sits beside this script; importing it finds this checkout's agenthold if need be.
+import _common  # noqa: F401
 
 from agenthold.claims import OUTCOMES, Coordinator
 from agenthold.store import BusyError, ConflictError, NotFoundError, StateStore

@@ -6,8 +6,8 @@ It re-reads the budget, sees what is really left, recomputes its allocation and 
 The total committed is exactly $10,000, and the key's history shows who wrote each version.
 
 The agents are real threads, each with its own StateStore on the same database file. ``Turns``
-only fixes the order of their reads and writes (both read, then each writes in turn), so every run
-ends the same way.
+(from examples/_shared.py) only fixes the order of their reads and writes (both read, then each
+writes in turn), so every run ends the same way.
 
     python examples/budget_allocation/with_agenthold.py [--db PATH]
 
@@ -21,44 +21,19 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-try:
-    from agenthold.exceptions import ConflictError
-    from agenthold.store import StateStore
-except ImportError:  # run from a source checkout without installing agenthold
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from agenthold.exceptions import ConflictError
-    from agenthold.store import StateStore
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for _shared.py
+from _shared import Turns, print_audit_trail  # also finds agenthold in a source checkout
+
+from agenthold.exceptions import ConflictError
+from agenthold.store import StateStore
 
 NAMESPACE, KEY = "campaign", "budget"
 BUDGET = 10_000
 WANTS = {"search-agent": 8_000, "social-agent": 7_000}  # what each agent would like to spend
 THINK_SECONDS = 0.1  # stands in for the LLM call between read and write
-
-
-class Turns:
-    """Runs the agents' numbered steps in order (0, 1, 2, ...) so the race ends the same way on
-    every run; what an agent does between its steps (the thinking) runs concurrently."""
-
-    def __init__(self) -> None:
-        self._next = 0
-        self._changed = threading.Condition()
-
-    @contextmanager
-    def turn(self, step: int) -> Iterator[None]:
-        with self._changed:
-            if not self._changed.wait_for(lambda: self._next == step, timeout=10):
-                raise RuntimeError(f"step {step} never came")
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._next += 1
-                self._changed.notify_all()
 
 
 def dollars(amount: int) -> str:
@@ -67,6 +42,10 @@ def dollars(amount: int) -> str:
 
 def allocations(budget: dict[str, Any]) -> str:
     return ", ".join(f"{n} {dollars(a)}" for n, a in budget["allocations"].items()) or "none"
+
+
+def describe(budget: dict[str, Any]) -> str:
+    return f"{dollars(budget['remaining']):>7} left  allocations: {allocations(budget)}"
 
 
 def agent(name: str, db: Path, turns: Turns, first_step: int, spent: dict[str, int]) -> None:
@@ -143,12 +122,7 @@ def run(db: Path) -> int:
         f"The budget record says: {dollars(budget['remaining'])} left; "
         f"allocations: {allocations(budget)}"
     )
-    print(f"\nAudit trail of {NAMESPACE}/{KEY}, oldest first (times UTC):")
-    for h in reversed(trail):
-        print(
-            f"  v{h.version}  {h.updated_at[11:23]}  {h.updated_by:<12}  "
-            f"{dollars(h.value['remaining']):>7} left  allocations: {allocations(h.value)}"
-        )
+    print_audit_trail(NAMESPACE, KEY, trail, describe)
     return 0 if total == BUDGET else 1
 
 

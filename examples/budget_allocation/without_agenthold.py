@@ -5,9 +5,10 @@ spend from what it read, and writes the budget back. Both read before either wri
 second write quietly replaces the first: $15,000 is committed against a $10,000 budget, and the
 budget record remembers only one of the two allocations. Nothing raises an error.
 
-The agents are real threads. ``Turns`` only fixes the order of their reads and writes (both
-read, then each writes in turn), the unlucky interleaving that real timing produces now and then,
-so every run ends the same way. See with_agenthold.py for the same agents on agenthold.
+The agents are real threads. ``Turns`` (from examples/_shared.py) only fixes the order of their
+reads and writes (both read, then each writes in turn), the unlucky interleaving that real timing
+produces now and then, so every run ends the same way. See with_agenthold.py for the same agents
+on agenthold.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import copy
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for _shared.py
+from _shared import Turns
 
 BUDGET = 10_000
 WANTS = {"search-agent": 8_000, "social-agent": 7_000}  # what each agent would like to spend
@@ -39,27 +42,6 @@ class PlainStore:
     def write(self, key: str, value: Any) -> None:
         with self._lock:
             self._data[key] = copy.deepcopy(value)
-
-
-class Turns:
-    """Runs the agents' numbered steps in order (0, 1, 2, ...) so the race ends the same way on
-    every run; what an agent does between its steps (the thinking) runs concurrently."""
-
-    def __init__(self) -> None:
-        self._next = 0
-        self._changed = threading.Condition()
-
-    @contextmanager
-    def turn(self, step: int) -> Iterator[None]:
-        with self._changed:
-            if not self._changed.wait_for(lambda: self._next == step, timeout=10):
-                raise RuntimeError(f"step {step} never came")
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._next += 1
-                self._changed.notify_all()
 
 
 def dollars(amount: int) -> str:

@@ -7,8 +7,8 @@ the two: the order ends up both shipped and discounted, and its history shows wh
 version.
 
 The agents are real threads, each with its own StateStore on the same database file. ``Turns``
-only fixes the order of their reads and writes (both read, then each writes in turn), so every run
-ends the same way.
+(from examples/_shared.py) only fixes the order of their reads and writes (both read, then each
+writes in turn), so every run ends the same way.
 
     python examples/order_processing/with_agenthold.py [--db PATH]
 
@@ -22,18 +22,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-try:
-    from agenthold.exceptions import ConflictError
-    from agenthold.store import StateStore
-except ImportError:  # run from a source checkout without installing agenthold
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from agenthold.exceptions import ConflictError
-    from agenthold.store import StateStore
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/, for _shared.py
+from _shared import Turns, print_audit_trail  # also finds agenthold in a source checkout
+
+from agenthold.exceptions import ConflictError
+from agenthold.store import StateStore
 
 Order = dict[str, Any]
 NAMESPACE, KEY = "orders", "order-1234"
@@ -63,27 +60,6 @@ NEW_ORDER: Order = {
     "status": "received",
     "tracking": None,
 }
-
-
-class Turns:
-    """Runs the agents' numbered steps in order (0, 1, 2, ...) so the race ends the same way on
-    every run; what an agent does between its steps (the thinking) runs concurrently."""
-
-    def __init__(self) -> None:
-        self._next = 0
-        self._changed = threading.Condition()
-
-    @contextmanager
-    def turn(self, step: int) -> Iterator[None]:
-        with self._changed:
-            if not self._changed.wait_for(lambda: self._next == step, timeout=10):
-                raise RuntimeError(f"step {step} never came")
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._next += 1
-                self._changed.notify_all()
 
 
 def describe(order: Order) -> str:
@@ -158,9 +134,7 @@ def run(db: Path) -> int:
         lost = lost or not kept
         shown = ", ".join(f"{k}={v!r}" for k, v in fields.items())
         print(f"{'Kept' if kept else 'LOST'}: {name}'s change ({shown})")
-    print(f"\nAudit trail of {NAMESPACE}/{KEY}, oldest first (times UTC):")
-    for h in reversed(trail):
-        print(f"  v{h.version}  {h.updated_at[11:23]}  {h.updated_by:<16}  {describe(h.value)}")
+    print_audit_trail(NAMESPACE, KEY, trail, describe)
     return 1 if lost else 0
 
 

@@ -1,0 +1,155 @@
+"""What the bench/ scripts share: machine facts, aligned tables, percentiles, best-of-n rates, the
+raw sqlite3 baseline's connection and the pass/FAIL lines of targets and checks.
+
+Decisions behind it:
+- Standard library only. bench/mcp_bench.py --baseline-client imports it under another venv's
+  python (mcp 1.x, an older agenthold), where nothing of this package may be loaded.
+- Importing it makes this checkout's agenthold importable when none is installed, since the
+  scripts run as ``python bench/x.py`` from a source tree. It only looks for the package
+  (``importlib.util.find_spec``) and never imports it.
+- Only what the scripts really do alike lives here. Each script keeps its own statistics where
+  they differ (http_bench.py's nearest-rank p99, the key names of each summary), so no number a
+  script prints changed when it moved here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import platform
+import sqlite3
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+if importlib.util.find_spec("agenthold") is None:  # a source checkout without agenthold installed
+    sys.path.insert(0, str(ROOT))
+
+# The keys of machine() that are not versions of something the script uses.
+_MACHINE_FACTS = ("cpus", "platform", "python", "sqlite", "load_average_at_start")
+
+
+# --------------------------------------------------------------------------------------------
+# The machine
+# --------------------------------------------------------------------------------------------
+
+
+def load_average() -> float | None:
+    """The load average of the last minute, or None where the system does not tell."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):  # no getloadavg (Windows), or it failed
+        return None
+
+
+def machine(**versions: str) -> dict[str, Any]:
+    """Facts about this machine that explain its numbers, with ``versions`` (such as
+    ``mcp="2.3.0"``) after SQLite's and the load average at the end."""
+    return {
+        "cpus": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        **versions,
+        "load_average_at_start": load_average(),
+    }
+
+
+def machine_line(facts: dict[str, Any]) -> str:
+    """``machine()``'s facts as the one line a report starts with."""
+    versions = "".join(
+        f", {name} {facts[name]}"
+        for name in facts
+        if name not in _MACHINE_FACTS and name != "load_average_at_end"
+    )
+    load = facts["load_average_at_start"]
+    return (
+        f"machine: {facts['cpus']} CPUs, {facts['platform']}, Python {facts['python']}, "
+        f"SQLite {facts['sqlite']}"
+        + versions
+        + (f", load average {load:.2f} at start" if load is not None else "")
+    )
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User and system CPU time process ``pid`` has used so far, from /proc (OSError where
+    there is none)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------------------------
+# Measuring
+# --------------------------------------------------------------------------------------------
+
+Loop = Callable[[int], None]  # performs n operations
+
+
+def best_rates(loops: dict[str, Loop], n: int, repeats: int) -> dict[str, float]:
+    """Operations per second of each loop, the best of ``repeats`` runs of ``n``. The loops take
+    turns, so that a burst of load on the machine hits them alike, and the best run is the one
+    least disturbed by other work."""
+    best = dict.fromkeys(loops, 0.0)
+    for _ in range(repeats):
+        for name, loop in loops.items():
+            started = time.perf_counter()
+            loop(n)
+            best[name] = max(best[name], n / (time.perf_counter() - started))
+    return best
+
+
+def percentile(values: Sequence[float], p: int) -> float:
+    """The ``p``-th percentile of ``values`` (inclusive method); a single value is its own."""
+    if len(values) < 2:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+def raw_connection(path: Path) -> sqlite3.Connection:
+    """A plain sqlite3 connection, the baseline's: autocommit (the statements say BEGIN and
+    COMMIT themselves), WAL and synchronous NORMAL, as agenthold's default durability."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
+    conn.execute("PRAGMA journal_mode = wal")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    return conn
+
+
+# --------------------------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------------------------
+
+
+def table(rows: list[list[str]]) -> str:
+    """Rows of cells as aligned text: the first column left, the others right."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for n, row in enumerate(rows):
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)
+        ]
+        lines.append("  ".join(cells).rstrip())
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def check_line(passed: bool, name: str, detail: str) -> str:
+    """One indented ``pass``/``FAIL`` line: what was asked, and what was found."""
+    return f"  {'pass' if passed else 'FAIL'}  {name}: {detail}"
+
+
+def as_targets(checks: list[tuple[str, bool, str]]) -> list[dict[str, Any]]:
+    """Targets as the results keep them, from (what it asks, passed, what was measured)."""
+    return [{"target": t, "passed": ok, "measured": m} for t, ok, m in checks]
+
+
+def target_lines(results: list[dict[str, Any]], *, quick: bool) -> list[str]:
+    """The ``targets`` heading and a pass/FAIL line per target (from ``as_targets``)."""
+    heading = "targets" + (" (a quick run is too small to judge them)" if quick else "")
+    return [heading] + [check_line(t["passed"], t["target"], t["measured"]) for t in results]
