@@ -1,6 +1,6 @@
 """Shared fixtures: real state stores on real SQLite files or ":memory:", closed after each test;
-and a watchdog, so that a test that hangs ends the run with every thread's traceback instead of
-hanging CI."""
+a watchdog, so that a test that hangs ends the run with every thread's traceback instead of
+hanging CI; and asyncio for every async test. Helpers that are not fixtures live in support.py."""
 
 from __future__ import annotations
 
@@ -22,6 +22,12 @@ def watchdog() -> Iterator[None]:
     faulthandler.dump_traceback_later(HANG_SECONDS, exit=True, file=sys.__stderr__)
     yield
     faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Async tests (marked anyio) run on asyncio, as agenthold's servers do."""
+    return "asyncio"
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,12 +23,12 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
+from support import free_port, run_agenthold, sdk_client, uvicorn_serving
 
 from agenthold.auth import UNAUTHORIZED, BearerAuth, usable_tokens
 from agenthold.claims import Coordinator
 from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
-from agenthold.server import Agenthold, _Uvicorn, http_app, listen, web_config
+from agenthold.server import Agenthold, http_app
 from agenthold.store import StateStore
 
 TOKENS = ["first-token-1234", "second-token-5678"]
@@ -40,11 +39,6 @@ MODERN_META = {
 }
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 # --------------------------------------------------------------------------------------------
@@ -198,46 +192,19 @@ async def test_lifespan_events_pass_without_a_token() -> None:
 @contextlib.asynccontextmanager
 async def serving(tmp_path: Path, tokens: list[str], **options: Any) -> AsyncIterator[str]:
     """agenthold's advanced tools with ``tokens`` on uvicorn; yields the endpoint URL."""
-    store = StateStore(tmp_path / "state.db")
-    app = Agenthold(Coordinator(store), tools="advanced", disconnect_grace=0.3)
-    app.transport = "http"
-    opts = ServeOptions(transport="http", tools="advanced", auth_tokens=tokens, **options)
-    sock = listen("127.0.0.1", 0)
-    web = _Uvicorn(web_config(http_app(app, opts)))
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(web.serve, [sock])
-            while not web.started:
-                await anyio.sleep(0.01)
-            try:
-                yield f"http://127.0.0.1:{sock.getsockname()[1]}/mcp"
-            finally:
-                web.should_exit = True
-    finally:
-        sock.close()
-        store.close()
+    with StateStore(tmp_path / "state.db") as store:
+        app = Agenthold(Coordinator(store), tools="advanced", disconnect_grace=0.3)
+        opts = ServeOptions(transport="http", tools="advanced", auth_tokens=tokens, **options)
+        async with uvicorn_serving(app, http_app(app, opts), path=opts.path) as web:
+            yield web.url
 
 
-@contextlib.asynccontextmanager
-async def connect(
+def connect(
     url: str, token: str | None, mode: str = "auto", statuses: list[int] | None = None
-) -> AsyncIterator[Client]:
+) -> contextlib.AbstractAsyncContextManager[Client]:
     """An SDK client sending ``token``; the HTTP status of each answer goes to ``statuses``."""
     headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-
-    async def note(response: httpx2.Response) -> None:
-        if statuses is not None:
-            statuses.append(response.status_code)
-
-    async with (
-        httpx2.AsyncClient(
-            headers=headers,
-            timeout=httpx2.Timeout(30, read=300),
-            event_hooks={"response": [note]},
-        ) as http,
-        Client(streamable_http_client(url, http_client=http), mode=mode) as client,  # type: ignore[arg-type]
-    ):
-        yield client
+    return sdk_client(url, mode=mode, headers=headers, statuses=statuses)
 
 
 def set_request(key: str) -> tuple[dict[str, Any], dict[str, str]]:
@@ -378,20 +345,6 @@ def test_tokens_requested_but_all_blank_refuse_to_serve(
         options("--transport", "http", *argv, env=env)
 
 
-def run_agenthold(
-    tmp_path: Path, *args: str, env: dict[str, str]
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "agenthold", "--db", str(tmp_path / "state.db"), *args],
-        cwd=tmp_path,
-        env={**os.environ, **env},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-
-
 def test_the_command_refuses_blank_tokens_with_one_line(tmp_path: Path) -> None:
     done = run_agenthold(
         tmp_path, "--transport", "http", "--port", "1", env={"AGENTHOLD_AUTH_TOKEN": " , "}
@@ -400,12 +353,6 @@ def test_the_command_refuses_blank_tokens_with_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert len(lines) == 1 and "every token is blank" in lines[0], lines
     assert not (tmp_path / "state.db").exists()  # refused before anything was opened
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def test_the_variable_protects_a_served_command_and_no_token_reaches_the_log(

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import queue
 import re
 import statistics
 import subprocess
@@ -26,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import REPO, LineProcess, child_env, coordinator_at, run_threads
 
 from agenthold import claims
 from agenthold.claims import (
@@ -37,16 +36,9 @@ from agenthold.claims import (
     UnknownAgentError,
 )
 from agenthold.store import InvalidInputError, StateStore
-from agenthold.uris import Resolver, Workspace
 
-REPO = Path(__file__).resolve().parents[1]
 HELPER = Path(__file__).parent / "helpers" / "claims_worker.py"
 BENCH = REPO / "bench" / "claims_bench.py"
-# Other processes import agenthold from this checkout, installed or not.
-ENV = {
-    **os.environ,
-    "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-}
 
 RES = "src/a.py"
 URI = "file://default/src/a.py"
@@ -81,9 +73,7 @@ def open_coordinator(db_file: Path, root: Path) -> Iterator[Callable[..., Coordi
     def open_(claim_ttl: float | None = None) -> Coordinator:
         store = StateStore(db_file)
         stores.append(store)
-        return Coordinator(
-            store, resolver=Resolver([Workspace("default", str(root))]), claim_ttl=claim_ttl
-        )
+        return coordinator_at(store, root, claim_ttl=claim_ttl)
 
     yield open_
     for store in stores:
@@ -122,42 +112,21 @@ def sleep_until(moment: float) -> None:
     time.sleep(max(0.0, moment - time.time()))
 
 
-class Worker:
+class Worker(LineProcess):
     """A claims_worker.py process: a Coordinator on the same file in another process."""
 
     def __init__(self, db: Path, root: Path, claim_ttl: float | None) -> None:
         args = [sys.executable, str(HELPER), str(db), str(root)]
         if claim_ttl is not None:
             args.append(str(claim_ttl))
-        self.proc = subprocess.Popen(
-            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO, env=ENV
-        )
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
-
-    def next_line(self, timeout: float = 30.0) -> str:
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            line = None
-        if line is None:
-            pytest.fail(f"claims worker {self.proc.args} said nothing more (see stderr)")
-        return line
+        super().__init__(args, stdin=subprocess.PIPE, cwd=REPO, env=child_env())
 
     def ready(self) -> Worker:
         assert self.next_line() == "ready"
         return self
 
     def send(self, **command: Any) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(command) + "\n")
-        self.proc.stdin.flush()
+        self.write_line(json.dumps(command))
 
     def reply(self, timeout: float = 30.0) -> dict[str, Any]:
         reply: dict[str, Any] = json.loads(self.next_line(timeout))
@@ -196,30 +165,6 @@ def spawn(db_file: Path, root: Path) -> Iterator[Callable[..., Worker]]:
     yield start
     for worker in started:
         worker.stop()
-
-
-def run_threads(count: int, target: Callable[[int], Any]) -> list[Any]:
-    """Run ``target(i)`` in ``count`` threads released together; return their results in
-    order, re-raising the first failure."""
-    barrier = threading.Barrier(count)
-    results: list[Any] = [None] * count
-    errors: list[BaseException] = []
-
-    def body(i: int) -> None:
-        try:
-            barrier.wait(timeout=10)
-            results[i] = target(i)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    if errors:
-        raise errors[0]
-    return results
 
 
 def assert_no_overlap(intervals: list[list[float]] | list[tuple[float, ...]]) -> None:
@@ -1332,7 +1277,7 @@ def test_list_agents_shows_every_agent_oldest_first(
 
 @pytest.mark.usefixtures("no_child_coverage")
 def test_claims_benchmark_quick_run_prints_its_tables(tmp_path: Path) -> None:
-    env = {**ENV, "TMPDIR": str(tmp_path)}
+    env = {**child_env(), "TMPDIR": str(tmp_path)}
     run = subprocess.run(
         [sys.executable, str(BENCH), "--quick"],
         capture_output=True,

@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp import Client
+from support import coordinator_at, in_process_client
 
 from agenthold.claims import Coordinator
-from agenthold.server import Agenthold, build_server
 from agenthold.store import StateStore
 from agenthold.uris import Resolver, Workspace
 
@@ -31,11 +30,6 @@ EXAMPLE = re.compile(
     r"\s*\*\*Reply\*\*[^\n]*\n\s*```json\n(?P<reply>.*?)```",
     re.DOTALL,
 )
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def examples() -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
@@ -81,9 +75,8 @@ async def test_every_example_in_the_advanced_tools_doc_gives_the_documented_repl
         "agenthold_delete", "agenthold_watch", "agenthold_clear_namespace", "agenthold_export",
     }  # fmt: skip
     with StateStore(tmp_path / "doc.db") as store:
-        coordinator = Coordinator(store, resolver=Resolver([Workspace("default", str(tmp_path))]))
-        app = Agenthold(coordinator, tools="advanced")
-        async with Client(build_server(app)) as client:
+        coordinator = coordinator_at(store, tmp_path)
+        async with in_process_client(coordinator, tools="advanced") as (_, client):
             assert not client.instructions  # the doc says advanced mode sends none
             for number, (tool, request, documented) in enumerate(story, 1):
                 result = await client.call_tool(tool, request)
@@ -101,9 +94,8 @@ async def test_the_tool_table_of_the_doc_matches_the_servers_annotations(tmp_pat
     )
     documented = {name: tuple(cell == "yes" for cell in cells) for name, *cells in rows}
     with StateStore(tmp_path / "doc.db") as store:
-        app = Agenthold(Coordinator(store, resolver=Resolver([Workspace("d", str(tmp_path))])),
-                        tools="advanced")  # fmt: skip
-        async with Client(build_server(app)) as client:
+        coordinator = Coordinator(store, resolver=Resolver([Workspace("d", str(tmp_path))]))
+        async with in_process_client(coordinator, tools="advanced") as (_, client):
             tools = (await client.list_tools()).tools
     served = {
         t.name: (

@@ -31,7 +31,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -41,26 +40,27 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client
+from support import (
+    ANSWER_LIMIT,
+    StdioPipes,
+    agenthold_args,
+    another_process_holds_the_write_lock,
+    child_env,
+    coordinator_at,
+    in_process_client,
+    reply_of,
+)
 
 import agenthold.store as store_module
 from agenthold.claims import Coordinator
-from agenthold.server import Agenthold, build_server
+from agenthold.server import Agenthold
 from agenthold.store import StateStore
 from agenthold.uris import Resolver, Workspace
 
 pytestmark = pytest.mark.anyio
 
-ROOT = Path(__file__).resolve().parents[1]
-HELPER = ROOT / "tests" / "helpers" / "store_worker.py"
-ANSWER_LIMIT = 10.0  # seconds any one call may take to be answered
-STARTUP = 30.0  # seconds a server process may take to start on a busy machine
 UNAVAILABLE_KEYS = {"status", "message", "hint"}
 CANARY_NS, CANARY_KEY, CANARY_RESOURCE = "canary-ns", "canary", "custom://canary"
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,11 +92,9 @@ def read_canary(coordinator: Coordinator) -> Canary:
     return Canary(record.value, record.version, info.holder, info.version)
 
 
-def reply_of(result: Any) -> dict[str, Any]:
+def faults_reply(result: Any) -> dict[str, Any]:
     """A tool reply: strict JSON text equal to the structured content, never an internal error."""
-    reply: dict[str, Any] = json.loads(result.content[0].text)
-    assert reply == result.structured_content
-    assert bool(result.is_error) == (reply["status"] == "error"), reply
+    reply = reply_of(result)
     assert reply.get("error") != "internal", reply
     return reply
 
@@ -126,7 +124,7 @@ class Served:
 
     async def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
         with anyio.fail_after(ANSWER_LIMIT):
-            return reply_of(await self.client.call_tool(tool, arguments))
+            return faults_reply(await self.client.call_tool(tool, arguments))
 
 
 @contextlib.asynccontextmanager
@@ -135,10 +133,9 @@ async def serving(
 ) -> AsyncIterator[Served]:
     store = StateStore(root / "faults.db", busy_timeout=busy_timeout)
     try:
-        coordinator = Coordinator(store, resolver=Resolver([Workspace("default", str(root))]))
+        coordinator = coordinator_at(store, root)
         canary = plant_canary(coordinator)
-        app = Agenthold(coordinator, tools=tools)
-        async with Client(build_server(app), mode=mode) as client:  # type: ignore[arg-type]
+        async with in_process_client(coordinator, tools=tools, mode=mode) as (app, client):
             yield Served(client, app, coordinator, canary)
         assert app.in_flight == 0
     finally:
@@ -296,60 +293,12 @@ async def test_a_full_disk_makes_claims_unavailable_keeps_every_acknowledged_cla
     assert integrity(tmp_path / "faults.db") == "ok"
 
 
-class RawStdio:
+class RawStdio(StdioPipes):
     """A stdio server process (``argv``) spoken to over its pipes, with the 2025-11-25
     handshake; a thread files what it writes by id (a line without an id under None)."""
 
-    def __init__(self, argv: list[str], cwd: Path) -> None:
-        self.errors = (cwd / f"stderr-{time.monotonic_ns()}.txt").open("w+b")
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.errors,
-            cwd=cwd,
-            env=child_env(),
-        )
-        self.replies: dict[Any, dict[str, Any]] = {}
-        self.arrived = threading.Condition()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        self.next_id = 0
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            message = json.loads(line)
-            with self.arrived:
-                self.replies[message.get("id")] = message
-                self.arrived.notify_all()
-
-    def request(self, method: str, params: dict[str, Any], timeout: float = ANSWER_LIMIT) -> Any:
-        self.next_id += 1
-        request_id = self.next_id
-        assert self.proc.stdin is not None
-        line = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-        self.proc.stdin.write(json.dumps(line).encode() + b"\n")
-        self.proc.stdin.flush()
-        with self.arrived:
-            assert self.arrived.wait_for(lambda: request_id in self.replies, timeout), method
-            reply = self.replies.pop(request_id)
-        assert "result" in reply, reply
-        return reply["result"]
-
-    def handshake(self) -> None:
-        self.request(
-            "initialize",
-            {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "faults", "version": "0"},
-            },
-            STARTUP,
-        )
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
-        self.proc.stdin.flush()
+    def handshake(self, client: str = "faults") -> None:
+        super().handshake(client)
 
     def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
         result = self.request("tools/call", {"name": tool, "arguments": arguments})
@@ -358,43 +307,9 @@ class RawStdio:
         assert reply.get("error") != "internal", reply
         return reply
 
-    def close(self) -> tuple[int, str]:
-        """End the server as a client does (EOF on stdin); its exit status and stderr."""
-        assert self.proc.stdin is not None
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
-        try:
-            status = self.proc.wait(timeout=15)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            self.reader.join(timeout=10)
-            if self.proc.stdout is not None:
-                self.proc.stdout.close()
-        self.errors.seek(0)
-        err = self.errors.read().decode(errors="replace")
-        self.errors.close()
-        return status, err
-
-
-def child_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    return env
-
 
 def agenthold_argv(db: Path, root: Path, *flags: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "agenthold",
-        "--db",
-        str(db),
-        "--workspace",
-        f"default={root}",
-        *flags,
-    ]
+    return [sys.executable, *agenthold_args(db, root, *flags)]
 
 
 @contextlib.contextmanager
@@ -533,35 +448,13 @@ def test_a_filesystem_that_runs_out_of_space_refuses_writes_and_recovers_when_ro
     finally:
         status, err = server.close()
     assert status == 0 and "Traceback" not in err, err
-    checked = server.replies.pop(None)  # the checker's line, written after the server ended
+    checked = server.reply(None)  # the checker's line, written after the server ended
     assert checked == {"integrity": "ok", "versions": acked}
 
 
 # --------------------------------------------------------------------------------------------
 # Another process holds the write lock
 # --------------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def another_process_holds_the_write_lock(db: Path) -> Iterator[None]:
-    """SQLite's write lock (BEGIN IMMEDIATE and an uncommitted change), held by another
-    process until the block ends."""
-    holder = subprocess.Popen(
-        [sys.executable, str(HELPER), "hold-lock", str(db)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        env=child_env(),
-    )
-    assert holder.stdin is not None and holder.stdout is not None
-    try:
-        assert holder.stdout.readline().strip() == "locked"
-        yield
-    finally:
-        holder.stdin.write("done\n")
-        holder.stdin.close()
-        holder.wait(10)
-        holder.stdout.close()
 
 
 @pytest.mark.parametrize("tools", ["standard", "advanced"])

@@ -27,11 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import socket
-import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +36,6 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-import uvicorn
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -48,23 +43,35 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult
-from sse_starlette.sse import AppStatus
+from support import (
+    ACCEPT,
+    ANSWER_LIMIT,
+    LEGACY,
+    MODERN,
+    STARTUP,
+    StdioPipes,
+    agenthold_args,
+    child_env,
+    coordinator_at,
+    in_process_client,
+    open_session,
+    post_head,
+    raw_connection,
+    refuse_constant,
+    reply_of,
+    sse_messages,
+    uvicorn_serving,
+)
 
 from agenthold import server as server_module
 from agenthold.claims import OUTCOMES, Coordinator
 from agenthold.cli import ServeOptions
-from agenthold.server import Agenthold, ToolSpec, build_server, http_app, web_config
+from agenthold.server import Agenthold, ToolSpec, http_app
 from agenthold.store import StateStore
-from agenthold.uris import Resolver, Workspace
 
 pytestmark = pytest.mark.anyio
 
-ROOT = Path(__file__).resolve().parents[1]
-ANSWER_LIMIT = 10.0  # seconds any one call may take to be answered (milliseconds in practice)
-STARTUP = 30.0  # seconds a server process may take to start on a busy machine
 EXAMPLES = 40  # hypothesis examples a tool and era
-LEGACY, MODERN = "2025-11-25", "2026-07-28"
-ACCEPT = "application/json, text/event-stream"
 BIG = "1" + "0" * 5000  # a 5,001-digit integer, as JSON text
 HUGE = 10**5000  # the same size, as a Python int
 
@@ -102,11 +109,6 @@ STATUSES = {
     "agenthold_export": {"ok"},
 }
 ERROR_KINDS = {"invalid_arguments", "invalid_input", "unknown_agent", "not_holder", "unknown_tool"}
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 # --------------------------------------------------------------------------------------------
@@ -165,8 +167,7 @@ def assert_canary_intact(coordinator: Coordinator, planted: Canary) -> None:
 
 
 def open_coordinator(root: Path) -> Coordinator:
-    store = StateStore(root / "hostile.db")
-    return Coordinator(store, resolver=Resolver([Workspace("default", str(root))]))
+    return coordinator_at(StateStore(root / "hostile.db"), root)
 
 
 # --------------------------------------------------------------------------------------------
@@ -174,24 +175,14 @@ def open_coordinator(root: Path) -> Coordinator:
 # --------------------------------------------------------------------------------------------
 
 
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"reply text holds {name}, which is not JSON")
-
-
 def check_reply(tool: str, result: CallToolResult) -> dict[str, Any]:
     """A tool's reply, checked for what every reply must be, whatever the arguments were: one
     strict-JSON text equal to the structured content, isError exactly for status "error", an
     error with a kind, a message and a hint (never an internal error), else a status the tool
     can answer with."""
-    assert len(result.content) == 1 and result.content[0].type == "text"
-    reply = json.loads(result.content[0].text, parse_constant=_refuse_constant)
-    assert reply == result.structured_content
-    assert isinstance(reply, dict) and isinstance(reply.get("status"), str), reply
-    assert bool(result.is_error) == (reply["status"] == "error"), reply
+    reply = reply_of(result)
     if reply["status"] == "error":
-        assert set(reply) == {"status", "error", "message", "hint"}, reply
         assert reply["error"] in ERROR_KINDS, reply
-        assert reply["message"] and reply["hint"]
     else:
         assert reply["status"] in STATUSES.get(tool, set()), (tool, reply)
     return reply
@@ -455,8 +446,7 @@ class InProcess:
 
 @contextlib.asynccontextmanager
 async def in_process(coordinator: Coordinator, tools: str, mode: str) -> AsyncIterator[InProcess]:
-    app = Agenthold(coordinator, tools=tools)
-    async with Client(build_server(app), mode=mode) as client:  # type: ignore[arg-type]
+    async with in_process_client(coordinator, tools=tools, mode=mode) as (app, client):
         yield InProcess(app, client, coordinator)
 
 
@@ -638,75 +628,11 @@ def call_text(request_id: int | str, tool: str, arguments: str, *, modern: bool)
     )
 
 
-def child_env() -> dict[str, str]:
-    """The environment of a server process: this one's (coverage settings included), with
-    this source tree first on PYTHONPATH."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
-    return env
-
-
-def agenthold_args(db: Path, root: Path) -> list[str]:
-    """The arguments of ``python`` that serve the advanced tools on ``db``, over stdio."""
-    return ["-m", "agenthold", "--db", str(db), "--workspace", f"default={root}", "--tools",
-            "advanced"]  # fmt: skip
-
-
-class StdioServer:
-    """``python -m agenthold`` on pipes; a thread files its replies by id."""
+class StdioServer(StdioPipes):
+    """``python -m agenthold`` serving the advanced tools on ``db``, on pipes."""
 
     def __init__(self, root: Path, db: Path) -> None:
-        self.errors = (root / "stderr.txt").open("w+b")
-        self.proc = subprocess.Popen(
-            [sys.executable, *agenthold_args(db, root)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.errors,
-            cwd=root,
-            env=child_env(),
-        )
-        self.replies: dict[Any, list[dict[str, Any]]] = {}
-        self.arrived = threading.Condition()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            message = json.loads(line)
-            with self.arrived:
-                self.replies.setdefault(message.get("id"), []).append(message)
-                self.arrived.notify_all()
-
-    def send(self, text: str | bytes) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write((text.encode() if isinstance(text, str) else text) + b"\n")
-        self.proc.stdin.flush()
-
-    def reply(self, request_id: Any, timeout: float = ANSWER_LIMIT) -> dict[str, Any]:
-        with self.arrived:
-            assert self.arrived.wait_for(lambda: self.replies.get(request_id), timeout), (
-                f"no answer to request {request_id!r} within {timeout} s"
-            )
-            return self.replies[request_id].pop(0)
-
-    def handshake(self) -> None:
-        self.send(
-            json.dumps(
-                {
-                    "jsonrpc": "2.0",
-                    "id": "init",
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": LEGACY,
-                        "capabilities": {},
-                        "clientInfo": {"name": "hostile", "version": "0"},
-                    },
-                }
-            )
-        )
-        assert "result" in self.reply("init", STARTUP)
-        self.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+        super().__init__([sys.executable, *agenthold_args(db, root, "--tools", "advanced")], root)
 
     def tool(self, request_id: int | str, tool: str, arguments: str, *, modern: bool) -> Any:
         self.send(
@@ -718,24 +644,6 @@ class StdioServer:
             )
         )
         return self.reply(request_id)
-
-    def close(self) -> tuple[int, str]:
-        assert self.proc.stdin is not None
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
-        try:
-            status = self.proc.wait(timeout=15)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            self.reader.join(timeout=10)
-            assert self.proc.stdout is not None
-            self.proc.stdout.close()
-        self.errors.seek(0)
-        err = self.errors.read().decode(errors="replace")
-        self.errors.close()
-        return status, err
 
 
 @contextlib.contextmanager
@@ -749,7 +657,7 @@ def stdio_server(root: Path, era: str) -> Iterator[tuple[StdioServer, Canary, bo
         server = StdioServer(root, root / "hostile.db")
         try:
             if era == LEGACY:
-                server.handshake()
+                server.handshake("hostile")
             yield server, canary, era == MODERN
         finally:
             status, err = server.close()
@@ -828,7 +736,7 @@ def test_over_stdio_nan_and_infinity_in_every_number_are_errors_naming_the_argum
                 )
                 reply = tool_result(answer, tool)
                 assert reply["status"] == "error" and name in reply["message"], reply
-                json.loads(answer["result"]["content"][0]["text"], parse_constant=_refuse_constant)
+                json.loads(answer["result"]["content"][0]["text"], parse_constant=refuse_constant)
 
 
 @ERAS
@@ -888,7 +796,7 @@ async def test_an_sdk_client_sending_a_5000_digit_integer_over_stdio_gets_an_err
         canary = plant_canary(coordinator)
         params = StdioServerParameters(
             command=sys.executable,
-            args=agenthold_args(tmp_path / "hostile.db", tmp_path),
+            args=agenthold_args(tmp_path / "hostile.db", tmp_path, "--tools", "advanced"),
             env=child_env(),
         )
         async with Client(params, mode=mode, read_timeout_seconds=STARTUP) as client:  # type: ignore[arg-type]
@@ -911,14 +819,6 @@ async def test_an_sdk_client_sending_a_5000_digit_integer_over_stdio_gets_an_err
 # --------------------------------------------------------------------------------------------
 
 
-class QuietUvicorn(uvicorn.Server):
-    """uvicorn without its signal handlers (a test's event loop serves it)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 @dataclass
 class HttpServed:
     url: str
@@ -938,29 +838,10 @@ async def http_serving(
     try:
         canary = plant_canary(coordinator)
         app = Agenthold(coordinator, tools="advanced")
-        app.transport = "http"
         opts = ServeOptions(transport="http", tools="advanced", json_response=json_response)
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        AppStatus.should_exit = False
-        config = web_config(http_app(app, opts))
-        config.timeout_graceful_shutdown = 2
-        config.timeout_keep_alive = keep_alive  # type: ignore[assignment]
-        web = QuietUvicorn(config)
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(web.serve, [sock])
-                while not web.started:
-                    await anyio.sleep(0.01)
-                try:
-                    yield HttpServed(
-                        f"http://127.0.0.1:{port}{opts.path}", port, coordinator, canary, app
-                    )
-                finally:
-                    web.should_exit = True
-        finally:
-            sock.close()
+        asgi = http_app(app, opts)
+        async with uvicorn_serving(app, asgi, path=opts.path, keep_alive=keep_alive) as web:
+            yield HttpServed(web.url, web.port, coordinator, canary, app)
         assert_canary_intact(coordinator, canary)
     finally:
         coordinator.store.close()
@@ -982,38 +863,10 @@ def post_headers(
     return headers
 
 
-async def open_session(http: httpx2.AsyncClient, url: str) -> str:
-    """A 2025-11-25 session: initialize, then the initialized notification."""
-    init = await http.post(
-        url,
-        json={
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": LEGACY,
-                "capabilities": {},
-                "clientInfo": {"name": "hostile", "version": "0"},
-            },
-        },
-        headers={"Content-Type": "application/json", "Accept": ACCEPT},
-    )
-    session = init.headers["mcp-session-id"]
-    done = await http.post(
-        url,
-        json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-        headers=post_headers(False, session),
-    )
-    assert done.status_code == 202
-    return session
-
-
 def rpc_messages(response: httpx2.Response) -> list[dict[str, Any]]:
     """The JSON-RPC messages of an answer, whether plain JSON or an event stream."""
     if response.headers.get("content-type", "").startswith("text/event-stream"):
-        return [
-            json.loads(line[5:]) for line in response.text.splitlines() if line.startswith("data:")
-        ]
+        return sse_messages(response.text)
     return [response.json()]
 
 
@@ -1178,10 +1031,6 @@ async def test_wrong_content_types_and_accept_headers_get_4xx_and_others_are_ser
         await still_serving(http, s, session)
 
 
-async def raw_connection(port: int) -> anyio.abc.SocketStream:
-    return await anyio.connect_tcp("127.0.0.1", port)
-
-
 async def test_a_client_that_stalls_in_its_body_gets_408_while_others_are_served(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -1195,13 +1044,15 @@ async def test_a_client_that_stalls_in_its_body_gets_408_while_others_are_served
         for chunked in (False, True):
             stream = await raw_connection(s.port)
             length = "Transfer-Encoding: chunked" if chunked else "Content-Length: 500"
-            head = (
-                f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\nContent-Type: "
-                f"application/json\r\nAccept: {ACCEPT}\r\nMCP-Protocol-Version: {MODERN}\r\n"
-                f"Mcp-Method: tools/call\r\nMcp-Name: agenthold_get\r\n{length}\r\n\r\n"
+            head = post_head(
+                s.port,
+                f"MCP-Protocol-Version: {MODERN}",
+                "Mcp-Method: tools/call",
+                "Mcp-Name: agenthold_get",
+                length,
             )
             partial = b"b\r\n" + b'{"jsonrpc":' if chunked else b'{"jsonrpc":'
-            await stream.send(head.encode() + partial)  # and then nothing more
+            await stream.send(head + partial)  # and then nothing more
             stalled.append(stream)
         await still_serving(http, s, session)  # in milliseconds, while both clients stall:
         for stream in stalled:

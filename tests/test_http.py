@@ -34,32 +34,29 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
+from support import (
+    ACCEPT,
+    LEGACY,
+    REPO,
+    another_process_holds_the_write_lock,
+    coordinator_at,
+    free_port,
+    initialize_request,
+    open_session,
+    post_head,
+    raw_connection,
+    run_agenthold,
+    sdk_client,
+    sse_messages,
+    uvicorn_serving,
+)
 
 from agenthold.claims import Coordinator
 from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
-from agenthold.server import (
-    Agenthold,
-    CancelOnDisconnect,
-    _http_stack,
-    _Uvicorn,
-    listen,
-    web_config,
-)
+from agenthold.server import Agenthold, CancelOnDisconnect, _http_stack
 from agenthold.store import StateStore
-from agenthold.uris import Resolver, Workspace
-
-REPO = Path(__file__).resolve().parents[1]
-LEGACY = "2025-11-25"
-MODERN = "2026-07-28"
-ACCEPT = "application/json, text/event-stream"
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 # --------------------------------------------------------------------------------------------
@@ -86,32 +83,13 @@ async def serving(
     **options: Any,
 ) -> AsyncIterator[Served]:
     """agenthold's HTTP application on uvicorn, on a free loopback port, for one test."""
-    store = StateStore(tmp_path / "state.db")
-    coordinator = Coordinator(
-        store, resolver=Resolver([Workspace("default", str(tmp_path))]), claim_ttl=claim_ttl
-    )
-    app = Agenthold(coordinator, tools=tools, disconnect_grace=grace)
-    app.transport = "http"
-    opts = ServeOptions(transport="http", tools=tools, **options)
-    sock = listen("127.0.0.1", 0)
-    port = sock.getsockname()[1]
-    asgi, requests = _http_stack(app, opts)
-    config = web_config(asgi)
-    config.timeout_graceful_shutdown = 2
-    web = _Uvicorn(config)
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(web.serve, [sock])
-            while not web.started:
-                await anyio.sleep(0.01)
-            try:
-                url = f"http://127.0.0.1:{port}{opts.path}"
-                yield Served(url, port, app, coordinator, requests)
-            finally:
-                web.should_exit = True
-    finally:
-        sock.close()
-        store.close()
+    with StateStore(tmp_path / "state.db") as store:
+        coordinator = coordinator_at(store, tmp_path, claim_ttl=claim_ttl)
+        app = Agenthold(coordinator, tools=tools, disconnect_grace=grace)
+        opts = ServeOptions(transport="http", tools=tools, **options)
+        asgi, requests = _http_stack(app, opts)
+        async with uvicorn_serving(app, asgi, path=opts.path) as web:
+            yield Served(web.url, web.port, app, coordinator, requests)
 
 
 @contextlib.asynccontextmanager
@@ -123,13 +101,9 @@ async def connect(
     terminate_on_close: bool = True,
 ) -> AsyncIterator[Client]:
     """An SDK client (``mode`` "auto" speaks 2026-07-28, "legacy" the initialize handshake)."""
-    async with (
-        httpx2.AsyncClient(headers=headers or {}, timeout=httpx2.Timeout(30, read=300)) as http,
-        Client(
-            streamable_http_client(url, http_client=http, terminate_on_close=terminate_on_close),
-            mode=mode,  # type: ignore[arg-type]
-        ) as client,
-    ):
+    async with sdk_client(
+        url, mode=mode, headers=headers, terminate_on_close=terminate_on_close
+    ) as client:
         await client.list_tools()  # cache the output schemas before any call
         yield client
 
@@ -149,47 +123,14 @@ async def poll(condition: Callable[[], bool], timeout: float = 10.0) -> None:
         await anyio.sleep(0.02)
 
 
-def initialize_body(rid: int = 1) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": rid,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": LEGACY,
-            "capabilities": {},
-            "clientInfo": {"name": "raw-test", "version": "0"},
-        },
-    }
-
-
 def post_headers(**extra: str) -> dict[str, str]:
     return {"Accept": ACCEPT, "Content-Type": "application/json", **extra}
 
 
-def sse_messages(text: str) -> list[dict[str, Any]]:
-    """The JSON-RPC messages of a text/event-stream body."""
-    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
-
-
-@contextlib.contextmanager
-def another_process_holds_the_write_lock(db: Path) -> Iterator[None]:
-    """SQLite's write lock (BEGIN IMMEDIATE and an uncommitted change), held by another process
-    until the block ends."""
-    holder = subprocess.Popen(
-        [sys.executable, str(REPO / "tests" / "helpers" / "store_worker.py"), "hold-lock", str(db)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert holder.stdin is not None and holder.stdout is not None
-    try:
-        assert holder.stdout.readline().strip() == "locked"
-        yield
-    finally:
-        holder.stdin.write("done\n")
-        holder.stdin.close()
-        holder.wait(10)
-        holder.stdout.close()
+async def initialize_status(http: httpx2.AsyncClient, url: str, **headers: str) -> int:
+    """The HTTP status of an initialize request sent with ``headers``."""
+    reply = await http.post(url, json=initialize_request(), headers=post_headers(**headers))
+    return reply.status_code
 
 
 # --------------------------------------------------------------------------------------------
@@ -238,7 +179,7 @@ async def test_an_older_client_connects_with_the_initialize_handshake(tmp_path: 
         serving(tmp_path, tools="advanced", json_response=True) as s,
         httpx2.AsyncClient(timeout=10) as http,
     ):
-        init = await http.post(s.url, json=initialize_body(), headers=post_headers())
+        init = await http.post(s.url, json=initialize_request(), headers=post_headers())
         session = init.headers["mcp-session-id"]
         session_headers = post_headers(
             **{"Mcp-Session-Id": session, "Mcp-Protocol-Version": LEGACY}
@@ -272,8 +213,8 @@ async def test_unknown_path_is_404_and_the_configured_path_serves(tmp_path: Path
         httpx2.AsyncClient(timeout=10) as http,
     ):
         base = f"http://127.0.0.1:{s.port}"
-        wrong = await http.post(f"{base}/mcp", json=initialize_body(), headers=post_headers())
-        right = await http.post(s.url, json=initialize_body(), headers=post_headers())
+        wrong = await http.post(f"{base}/mcp", json=initialize_request(), headers=post_headers())
+        right = await http.post(s.url, json=initialize_request(), headers=post_headers())
     assert s.url.endswith("/agents/mcp")
     assert wrong.status_code == 404
     assert right.status_code == 200
@@ -288,10 +229,10 @@ async def test_unknown_path_is_404_and_the_configured_path_serves(tmp_path: Path
 async def test_a_loopback_server_rejects_a_foreign_host_header(tmp_path: Path) -> None:
     async with serving(tmp_path) as s, httpx2.AsyncClient(timeout=10) as http:
         foreign = await http.post(
-            s.url, json=initialize_body(), headers=post_headers(Host="attacker.example")
+            s.url, json=initialize_request(), headers=post_headers(Host="attacker.example")
         )
         local = await http.post(
-            s.url, json=initialize_body(), headers=post_headers(Host=f"localhost:{s.port}")
+            s.url, json=initialize_request(), headers=post_headers(Host=f"localhost:{s.port}")
         )
     assert foreign.status_code == 421
     assert local.status_code == 200
@@ -304,8 +245,7 @@ async def test_allowed_host_accepts_only_the_given_host_and_origin(tmp_path: Pat
     ):
 
         async def status(**headers: str) -> int:
-            reply = await http.post(s.url, json=initialize_body(), headers=post_headers(**headers))
-            return reply.status_code
+            return await initialize_status(http, s.url, **headers)
 
         allowed = await status(Host="agents.example:8417")
         exact = await status(Host="10.0.0.5:8417")
@@ -326,8 +266,7 @@ async def test_allowed_host_without_a_port_accepts_any_port_of_that_host(tmp_pat
     ):
 
         async def status(**headers: str) -> int:
-            reply = await http.post(s.url, json=initialize_body(), headers=post_headers(**headers))
-            return reply.status_code
+            return await initialize_status(http, s.url, **headers)
 
         codes = {
             "agents.example": await status(Host="agents.example"),
@@ -440,13 +379,10 @@ async def test_a_body_not_sent_in_time_gets_408(
 ) -> None:
     monkeypatch.setattr("agenthold.server.BODY_TIMEOUT", 0.3)
     async with serving(tmp_path) as s:
-        head = (
-            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\nContent-Type: application/json\r\n"
-            f"Accept: {ACCEPT}\r\nContent-Length: 100\r\n\r\n"
-        )
-        stream = await anyio.connect_tcp("127.0.0.1", s.port)
+        stream = await raw_connection(s.port)
         async with stream:
-            await stream.send(head.encode() + b'{"jsonrpc":')  # and then nothing
+            head = post_head(s.port, "Content-Length: 100")
+            await stream.send(head + b'{"jsonrpc":')  # and then nothing
             with anyio.fail_after(5):
                 answer = await stream.receive()
     assert answer.startswith(b"HTTP/1.1 408")
@@ -456,15 +392,11 @@ async def test_a_client_leaving_in_the_middle_of_its_body_leaves_no_error_behind
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     async with serving(tmp_path) as s, httpx2.AsyncClient(timeout=10) as http:
-        head = (
-            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\nContent-Type: application/json\r\n"
-            f"Accept: {ACCEPT}\r\nContent-Length: 100\r\n\r\n"
-        )
-        stream = await anyio.connect_tcp("127.0.0.1", s.port)
+        stream = await raw_connection(s.port)
         async with stream:
-            await stream.send(head.encode() + b'{"jsonrpc":')
+            await stream.send(post_head(s.port, "Content-Length: 100") + b'{"jsonrpc":')
         await anyio.sleep(0.2)  # the server reads the rest of the body, and finds the client gone
-        after = await http.post(s.url, json=initialize_body(), headers=post_headers())
+        after = await http.post(s.url, json=initialize_request(), headers=post_headers())
     assert after.status_code == 200
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
@@ -480,13 +412,8 @@ async def test_ending_all_requests_completes_each_response_and_refuses_new_ones(
         httpx2.AsyncClient(timeout=10) as http,
         connect(s.url) as c,
     ):
-        init = await http.post(s.url, json=initialize_body(), headers=post_headers())
-        session = {"Mcp-Session-Id": init.headers["mcp-session-id"], "Mcp-Protocol-Version": LEGACY}
-        await http.post(
-            s.url,
-            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-            headers=post_headers(**session),
-        )
+        session_id = await open_session(http, s.url)
+        session = {"Mcp-Session-Id": session_id, "Mcp-Protocol-Version": LEGACY}
         outcome: dict[str, Any] = {}
 
         async def watch() -> None:
@@ -509,7 +436,7 @@ async def test_ending_all_requests_completes_each_response_and_refuses_new_ones(
             tg.start_soon(event_stream)
             await poll(lambda: s.app.in_flight == 1 and "stream_status" in outcome)
             s.requests.end_all()
-        later = await http.post(s.url, json=initialize_body(), headers=post_headers())
+        later = await http.post(s.url, json=initialize_request(), headers=post_headers())
         assert s.app.in_flight == 0
     assert outcome["stream_status"] == 200  # and it ended without a protocol error
     assert isinstance(outcome["watch"], Exception)
@@ -661,12 +588,6 @@ async def test_reads_answer_while_another_process_holds_the_write_lock_under_50_
 # --------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class ServerProcess:
     """``python -m agenthold --transport http`` on a free port; its stderr is read live."""
 
@@ -732,18 +653,6 @@ def server_process(tmp_path: Path, *args: str, **kw: Any) -> Iterator[ServerProc
         yield proc
     finally:
         proc.kill()
-
-
-def run_agenthold(tmp_path: Path, *args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
-    return subprocess.run(
-        [sys.executable, "-m", "agenthold", "--db", str(tmp_path / "state.db"), *args],
-        cwd=tmp_path,
-        env={**os.environ, **(env or {})},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

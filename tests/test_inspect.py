@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import REPO, LineProcess
 
 from agenthold import inspect as inspector
 from agenthold.claims import Coordinator
 from agenthold.cli import main
 from agenthold.store import SCHEMA_VERSION, StateStore
 
-REPO = Path(__file__).resolve().parents[1]
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals")
 
 AGENT_KEYS = {
@@ -941,29 +941,19 @@ def _default_sigint() -> None:  # pragma: no cover - runs in the child
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-class Agenthold:
+class Agenthold(LineProcess):
     """``python -m agenthold ARGS`` running as a child process, its output read line by line."""
 
     def __init__(self, *argv: str, env: dict[str, str] | None = None) -> None:
-        self.proc = subprocess.Popen(
+        super().__init__(
             [sys.executable, "-m", "agenthold", *argv],
-            stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            text=True,
             encoding="utf-8",
             cwd=REPO,
             env={**os.environ, "COLUMNS": "200", **(env or {})},
             preexec_fn=_default_sigint if os.name == "posix" else None,
         )
-        self.lines: queue.Queue[str | None] = queue.Queue()
         self.seen: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
 
     def wait_for(self, done: Callable[[list[str]], bool], timeout: float = 20.0) -> list[str]:
         """Collect lines until ``done(lines so far)``; fail after ``timeout`` seconds."""

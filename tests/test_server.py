@@ -3,9 +3,10 @@
 Every test talks to ``build_server(Agenthold(...))`` over the SDK's in-process transport, in
 both protocol eras the SDK serves: 2026-07-28 (``mode="auto"``) and the 2025-11-25 handshake
 (``mode="legacy"``). The database is a real SQLite file under tmp_path. Every reply goes through
-``reply_of``, which checks what holds for all of them: the text is strict JSON (no NaN), it says
-the same as the structured content, and ``isError`` is set exactly when the status is "error",
-in which case the reply carries a message and a hint. Reply shapes are checked key for key.
+``reply_of`` (support.py), which checks what holds for all of them: the text is strict JSON (no
+NaN), it says the same as the structured content, and ``isError`` is set exactly when the
+status is "error", in which case the reply carries a message and a hint. Reply shapes are
+checked key for key.
 
 The SDK client turns NaN and Infinity into null before sending, so non-finite numbers are sent
 to ``Agenthold.call`` directly (the same entry point the MCP handler uses); test_stdio.py sends
@@ -15,7 +16,6 @@ them as raw JSON-RPC too.
 from __future__ import annotations
 
 import contextlib
-import json
 import sqlite3
 import threading
 import time
@@ -28,7 +28,7 @@ import anyio
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from mcp.types import CallToolResult
+from support import in_process_client, reply_of
 
 from agenthold import _installed_version
 from agenthold import claims as claims_module
@@ -37,7 +37,6 @@ from agenthold.server import (
     MAX_WAIT_SECONDS,
     PROCESS,
     Agenthold,
-    build_server,
 )
 from agenthold.store import StateStore
 from agenthold.uris import Resolver, Workspace
@@ -50,35 +49,12 @@ STANDARD = ["agenthold_register", "agenthold_claim", "agenthold_release", "agent
 ADVANCED = ["agenthold_get", "agenthold_set", "agenthold_list", "agenthold_history",
             "agenthold_delete", "agenthold_watch", "agenthold_clear_namespace",
             "agenthold_export"]  # fmt: skip
-ERROR_KEYS = {"status", "error", "message", "hint"}
 HUGE = 10**5000  # past the 4,300 digits that JSON parsers and str() accept
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 # --------------------------------------------------------------------------------------------
 # Serving and calling
 # --------------------------------------------------------------------------------------------
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"reply text holds {name}, which is not JSON")
-
-
-def reply_of(result: CallToolResult) -> dict[str, Any]:
-    """The reply of a tool call, checked for what every reply must be."""
-    assert len(result.content) == 1 and result.content[0].type == "text"
-    parsed = json.loads(result.content[0].text, parse_constant=_refuse_constant)
-    assert parsed == result.structured_content
-    assert isinstance(parsed, dict) and isinstance(parsed.get("status"), str)
-    assert bool(result.is_error) == (parsed["status"] == "error"), parsed
-    if parsed["status"] == "error":
-        assert set(parsed) == ERROR_KEYS, parsed
-        assert parsed["message"] and parsed["hint"]
-    return parsed
 
 
 @dataclass
@@ -119,8 +95,9 @@ async def serving(
     try:
         resolver = Resolver(workspaces or [Workspace("default", str(root))])
         coordinator = Coordinator(store, resolver=resolver, claim_ttl=claim_ttl)
-        app = Agenthold(coordinator, tools=tools, disconnect_grace=disconnect_grace)
-        async with Client(build_server(app), mode=mode) as client:  # type: ignore[arg-type]
+        async with in_process_client(
+            coordinator, tools=tools, mode=mode, disconnect_grace=disconnect_grace
+        ) as (app, client):
             yield Served(client, app, root)
     finally:
         store.close()

@@ -35,21 +35,16 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
+from support import STARTUP, agenthold_args, coordinator_at, reply_of
 
 from agenthold import _installed_version
 from agenthold.claims import Coordinator
 from agenthold.store import StateStore
-from agenthold.uris import Resolver, Workspace
+from agenthold.uris import Resolver
 
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[1]
-STARTUP = 30.0  # seconds a server may take to start on a busy machine (it takes about 0.6)
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 def child_env() -> dict[str, str]:
@@ -61,10 +56,6 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def agenthold_args(db: Path | str, root: Path, *flags: str) -> list[str]:
-    return ["-m", "agenthold", "--db", str(db), "--workspace", f"default={root}", *flags]
-
-
 def stdio(db: Path | str, root: Path, *flags: str) -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
@@ -72,18 +63,6 @@ def stdio(db: Path | str, root: Path, *flags: str) -> StdioServerParameters:
         cwd=str(root),
         env=child_env(),
     )
-
-
-def reply_of(result: Any) -> dict[str, Any]:
-    """A tool reply, checked: strict JSON text equal to the structured content."""
-
-    def refuse(name: str) -> Any:
-        raise ValueError(f"reply text holds {name}")
-
-    parsed = json.loads(result.content[0].text, parse_constant=refuse)
-    assert parsed == result.structured_content
-    assert bool(result.is_error) == (parsed["status"] == "error")
-    return dict(parsed)
 
 
 async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
@@ -100,7 +79,7 @@ async def connected(params: StdioServerParameters, mode: str = "auto") -> AsyncI
 def coordinator_on(db: Path, root: Path) -> Iterator[Coordinator]:
     """This test process's own view of the database the servers use."""
     with StateStore(db) as store:
-        yield Coordinator(store, resolver=Resolver([Workspace("default", str(root))]))
+        yield coordinator_at(store, root)
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ import json
 import logging
 import math
 import os
-import queue
 import random
 import signal
 import sqlite3
@@ -29,8 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers.store_worker import increment_with_retry
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import LineProcess, run_threads
 
 from agenthold.store import (
     DEFAULT_MAX_VALUE_BYTES,
@@ -71,36 +72,12 @@ posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals 
 # --------------------------------------------------------------------------------------------
 
 
-class Worker:
+class Worker(LineProcess):
     """A store_worker.py process whose stdout lines are read by a thread into a queue."""
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(HELPER), *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
-
-    def next_line(self, timeout: float = 30.0) -> str:
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            line = None
-        if line is None:
-            self.kill()
-            assert self.proc.stderr is not None
-            pytest.fail(f"worker {self.proc.args[2:]} said nothing more: {self.proc.stderr.read()}")
-        return line
+        argv = [sys.executable, str(HELPER), *args]
+        super().__init__(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
 
     def expect(self, wanted: str) -> None:
         line = self.next_line()
@@ -110,14 +87,7 @@ class Worker:
         return json.loads(self.next_line())
 
     def send(self, line: str = "go") -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=30)
+        self.write_line(line)
 
     def finish(self) -> int:
         return self.proc.wait(timeout=30)
@@ -139,28 +109,6 @@ def workers() -> Iterator[Callable[..., Worker]]:
         for stream in (worker.proc.stdin, worker.proc.stdout, worker.proc.stderr):
             if stream is not None:
                 stream.close()
-
-
-def run_threads(count: int, target: Callable[[int], None]) -> None:
-    """Run ``target(i)`` in ``count`` threads at once and re-raise the first failure."""
-    errors: list[BaseException] = []
-    start = threading.Barrier(count)
-
-    def body(i: int) -> None:
-        try:
-            start.wait()
-            target(i)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads), "a thread did not finish"
-    if errors:
-        raise errors[0]
 
 
 def file_state(path: Path) -> tuple[str, list[str]]:
@@ -189,23 +137,6 @@ def nested_lists(depth: int) -> list[Any]:
 
 def raw_connect(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-
-
-def increment_with_retry(store: StateStore, writer: str) -> None:
-    """Add 1 to counters/n with the read, check, retry loop."""
-    record = store.get("counters", "n")
-    while True:
-        try:
-            store.set(
-                "counters",
-                "n",
-                record.value + 1,
-                updated_by=writer,
-                expected_version=record.version,
-            )
-            return
-        except ConflictError:
-            record = store.get("counters", "n")
 
 
 # --------------------------------------------------------------------------------------------

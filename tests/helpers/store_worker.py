@@ -88,25 +88,30 @@ def crash_writer(db: str, log_path: str, seed: int) -> None:
                 ack({"op": "write", "key": key, "version": result.version, "value": value})
 
 
+def increment_with_retry(store: StateStore, writer: str) -> int:
+    """Add 1 to counters/n with the read, check, retry loop; the conflicts it met. (The
+    threads of tests/test_store.py call it too, imported from here.)"""
+    conflicts = 0
+    record = store.get("counters", "n")
+    while True:
+        try:
+            store.set(
+                "counters",
+                "n",
+                record.value + 1,
+                updated_by=writer,
+                expected_version=record.version,
+            )
+            return conflicts
+        except ConflictError:
+            conflicts += 1
+            record = store.get("counters", "n")
+
+
 def increment(db: str, count: int) -> None:
     store = StateStore(db)
     say("ready")
-    conflicts = 0
-    for _ in range(count):
-        record = store.get("counters", "n")
-        while True:
-            try:
-                store.set(
-                    "counters",
-                    "n",
-                    record.value + 1,
-                    updated_by=f"proc-{os.getpid()}",
-                    expected_version=record.version,
-                )
-                break
-            except ConflictError:
-                conflicts += 1
-                record = store.get("counters", "n")
+    conflicts = sum(increment_with_retry(store, f"proc-{os.getpid()}") for _ in range(count))
     store.close()
     say(json.dumps({"increments": count, "conflicts": conflicts}))
 

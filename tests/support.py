@@ -1,0 +1,442 @@
+"""What several test modules need alike: servers, clients and child processes, made one way.
+
+Test modules import it as ``support`` (pytest puts tests/ on sys.path: the directory has no
+__init__.py and the default import mode prepends it, in xdist workers too). Fixtures stay in
+conftest.py; everything here is a plain function or class, so a test reads what it starts.
+
+The pieces are the real ones, as everywhere in the suite: agenthold's HTTP application on
+uvicorn in the test's own event loop (configured as ``agenthold --transport http`` configures
+it), SDK clients, stdio servers in child processes, and child processes read line by line with
+a timeout on every read. Nothing of agenthold's is mocked here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult
+from sse_starlette.sse import AppStatus
+from starlette.types import ASGIApp
+
+from agenthold.claims import Coordinator
+from agenthold.server import Agenthold, _Uvicorn, build_server, listen, web_config
+from agenthold.store import StateStore
+from agenthold.uris import Resolver, Workspace
+
+REPO = Path(__file__).resolve().parents[1]
+STORE_WORKER = REPO / "tests" / "helpers" / "store_worker.py"
+LEGACY, MODERN = "2025-11-25", "2026-07-28"  # the protocol eras: handshake, and per request
+ACCEPT = "application/json, text/event-stream"
+ANSWER_LIMIT = 10.0  # seconds any one call may take to be answered (milliseconds in practice)
+STARTUP = 30.0  # seconds a server process may take to start on a busy machine (it takes ~0.6)
+ERROR_KEYS = {"status", "error", "message", "hint"}
+
+
+# --------------------------------------------------------------------------------------------
+# A store, a coordinator, and an in-process server
+# --------------------------------------------------------------------------------------------
+
+
+def coordinator_at(store: StateStore, root: Path, *, claim_ttl: float | None = None) -> Coordinator:
+    """A Coordinator on ``store`` whose one workspace, "default", is ``root``."""
+    return Coordinator(
+        store, resolver=Resolver([Workspace("default", str(root))]), claim_ttl=claim_ttl
+    )
+
+
+@contextlib.asynccontextmanager
+async def in_process_client(
+    coordinator: Coordinator, *, tools: str, mode: str = "auto", **options: Any
+) -> AsyncIterator[tuple[Agenthold, Client]]:
+    """agenthold on ``coordinator`` (``options`` go to Agenthold) and an ``mcp.Client``
+    connected to it over the SDK's in-process transport, in protocol era ``mode``."""
+    app = Agenthold(coordinator, tools=tools, **options)
+    async with Client(build_server(app), mode=mode) as client:  # type: ignore[arg-type]
+        yield app, client
+
+
+def refuse_constant(name: str) -> Any:
+    """For json.loads: text that holds NaN or Infinity is not JSON."""
+    raise ValueError(f"reply text holds {name}, which is not JSON")
+
+
+def reply_of(result: CallToolResult) -> dict[str, Any]:
+    """The reply of a tool call, checked for what every reply must be: one strict-JSON text
+    (no NaN) equal to the structured content, a status, and isError exactly when the status is
+    "error", in which case the reply carries a message and a hint."""
+    assert len(result.content) == 1 and result.content[0].type == "text"
+    parsed = json.loads(result.content[0].text, parse_constant=refuse_constant)
+    assert parsed == result.structured_content
+    assert isinstance(parsed, dict) and isinstance(parsed.get("status"), str), parsed
+    assert bool(result.is_error) == (parsed["status"] == "error"), parsed
+    if parsed["status"] == "error":
+        assert set(parsed) == ERROR_KEYS, parsed
+        assert parsed["message"] and parsed["hint"]
+    return parsed
+
+
+# --------------------------------------------------------------------------------------------
+# agenthold's HTTP application on uvicorn in the test's event loop, and its clients
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Web:
+    url: str  # the MCP endpoint
+    port: int
+
+
+@contextlib.asynccontextmanager
+async def uvicorn_serving(
+    app: Agenthold, asgi: ASGIApp, *, path: str = "/mcp", keep_alive: float | None = None
+) -> AsyncIterator[Web]:
+    """``asgi``, the HTTP application of ``app`` (``http_app`` or ``_http_stack`` builds it),
+    served with the MCP endpoint at ``path`` on uvicorn in this event loop, on a free loopback
+    port, until the block ends. uvicorn is configured as ``agenthold --transport http``
+    configures it, but for a 2-second bound on its shutdown (and ``keep_alive``, if given);
+    sse-starlette's process-wide "close every stream" flag is cleared first."""
+    app.transport = "http"
+    AppStatus.should_exit = False
+    sock = listen("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    config = web_config(asgi)
+    config.timeout_graceful_shutdown = 2
+    if keep_alive is not None:
+        config.timeout_keep_alive = keep_alive  # type: ignore[assignment]
+    web = _Uvicorn(config)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(web.serve, [sock])
+            while not web.started:
+                await anyio.sleep(0.01)
+            try:
+                yield Web(f"http://127.0.0.1:{port}{path}", port)
+            finally:
+                web.should_exit = True
+    finally:
+        sock.close()
+
+
+@contextlib.asynccontextmanager
+async def sdk_client(
+    url: str,
+    *,
+    mode: str = "auto",
+    headers: dict[str, str] | None = None,
+    terminate_on_close: bool = True,
+    statuses: list[int] | None = None,
+) -> AsyncIterator[Client]:
+    """An ``mcp.Client`` over Streamable HTTP (``mode`` "auto" speaks 2026-07-28, "legacy" the
+    initialize handshake), sending ``headers``; the HTTP status of each answer goes to
+    ``statuses``, if given."""
+
+    async def note(response: httpx2.Response) -> None:
+        if statuses is not None:
+            statuses.append(response.status_code)
+
+    async with (
+        httpx2.AsyncClient(
+            headers=headers or {},
+            timeout=httpx2.Timeout(30, read=300),
+            event_hooks={"response": [note]},
+        ) as http,
+        Client(
+            streamable_http_client(url, http_client=http, terminate_on_close=terminate_on_close),
+            mode=mode,  # type: ignore[arg-type]
+        ) as client,
+    ):
+        yield client
+
+
+def initialize_request(request_id: int = 1, client: str = "raw-test") -> dict[str, Any]:
+    """A 2025-11-25 initialize request, as JSON-RPC."""
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": LEGACY,
+            "capabilities": {},
+            "clientInfo": {"name": client, "version": "0"},
+        },
+    }
+
+
+async def open_session(http: httpx2.AsyncClient, url: str, client: str = "raw-test") -> str:
+    """A 2025-11-25 session over raw HTTP: initialize, then the initialized notification; its
+    id."""
+    init = await http.post(
+        url,
+        json=initialize_request(client=client),
+        headers={"Content-Type": "application/json", "Accept": ACCEPT},
+    )
+    session = init.headers["mcp-session-id"]
+    done = await http.post(
+        url,
+        json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+        headers={
+            "Content-Type": "application/json",
+            "Accept": ACCEPT,
+            "MCP-Protocol-Version": LEGACY,
+            "Mcp-Session-Id": session,
+        },
+    )
+    assert done.status_code == 202
+    return session
+
+
+def sse_messages(text: str) -> list[dict[str, Any]]:
+    """The JSON-RPC messages of a text/event-stream body."""
+    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
+
+
+async def raw_connection(port: int) -> anyio.abc.SocketStream:
+    """A bare TCP connection to the server on ``port``, for what no HTTP client sends."""
+    return await anyio.connect_tcp("127.0.0.1", port)
+
+
+def post_head(port: int, *headers: str) -> bytes:
+    """The head of a JSON POST to /mcp, with ``headers`` (``Name: value``) after the usual ones."""
+    lines = [
+        "POST /mcp HTTP/1.1",
+        f"Host: 127.0.0.1:{port}",
+        "Content-Type: application/json",
+        f"Accept: {ACCEPT}",
+        *headers,
+    ]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def free_port() -> int:
+    """A loopback port that is free now, for a server process to take."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --------------------------------------------------------------------------------------------
+# Threads
+# --------------------------------------------------------------------------------------------
+
+
+def run_threads(count: int, target: Callable[[int], Any]) -> list[Any]:
+    """Run ``target(i)`` in ``count`` threads released together; return their results in
+    order, re-raising the first failure (and failing if a thread never finishes)."""
+    barrier = threading.Barrier(count)
+    results: list[Any] = [None] * count
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            results[i] = target(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a thread did not finish"
+    if errors:
+        raise errors[0]
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# Child processes
+# --------------------------------------------------------------------------------------------
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a child process: this one's (coverage settings included), with this
+    source tree first on PYTHONPATH, so it imports agenthold from here, installed or not."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    return env
+
+
+def agenthold_args(db: Path | str, root: Path, *flags: str) -> list[str]:
+    """The arguments of ``python`` that serve ``db`` over stdio, with one workspace "default"
+    at ``root``."""
+    return ["-m", "agenthold", "--db", str(db), "--workspace", f"default={root}", *flags]
+
+
+def run_agenthold(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m agenthold --db tmp_path/state.db ARGS`` to its end, with empty stdin."""
+    return subprocess.run(
+        [sys.executable, "-m", "agenthold", "--db", str(tmp_path / "state.db"), *args],
+        cwd=tmp_path,
+        env={**os.environ, **(env or {})},
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+class LineProcess:
+    """A child process whose stdout a thread reads line by line into a queue (None at its
+    end), so that every read can have a timeout. ``popen`` goes to subprocess.Popen."""
+
+    def __init__(self, argv: list[str], **popen: Any) -> None:
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, **popen)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def next_line(self, timeout: float = 30.0) -> str:
+        """The next line it writes. If none comes within ``timeout`` seconds, or it ends, the
+        test fails with what it wrote on stderr (where that is piped), and it is killed."""
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            line = None
+        if line is None:
+            self.kill()
+            stderr = self.proc.stderr.read() if self.proc.stderr is not None else "(see stderr)"
+            pytest.fail(f"{self.proc.args} said nothing more: {stderr}")
+        return line
+
+    def write_line(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def another_process_holds_the_write_lock(db: Path) -> Iterator[None]:
+    """SQLite's write lock (BEGIN IMMEDIATE and an uncommitted change), held by another
+    process (tests/helpers/store_worker.py hold-lock) until the block ends."""
+    holder = subprocess.Popen(
+        [sys.executable, str(STORE_WORKER), "hold-lock", str(db)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield
+    finally:
+        holder.stdin.write("done\n")
+        holder.stdin.close()
+        holder.wait(10)
+        holder.stdout.close()
+
+
+class StdioPipes:
+    """An agenthold stdio server process (``argv``, in ``cwd``) spoken to in raw JSON-RPC
+    lines over its pipes. A thread files what it writes by id (a line without an id under
+    None); its stderr goes to a file in ``cwd``, read when it is closed."""
+
+    def __init__(self, argv: list[str], cwd: Path) -> None:
+        self.errors = (cwd / f"stderr-{time.monotonic_ns()}.txt").open("w+b")
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.errors,
+            cwd=cwd,
+            env=child_env(),
+        )
+        self.replies: dict[Any, list[dict[str, Any]]] = {}
+        self.arrived = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.next_id = 0
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            message = json.loads(line)
+            with self.arrived:
+                self.replies.setdefault(message.get("id"), []).append(message)
+                self.arrived.notify_all()
+
+    def send(self, text: str | bytes) -> None:
+        """Write one line to the server's stdin."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((text.encode() if isinstance(text, str) else text) + b"\n")
+        self.proc.stdin.flush()
+
+    def reply(self, request_id: Any, timeout: float = ANSWER_LIMIT) -> dict[str, Any]:
+        """The first message with ``request_id`` not taken yet (waiting ``timeout`` seconds)."""
+        with self.arrived:
+            assert self.arrived.wait_for(lambda: self.replies.get(request_id), timeout), (
+                f"no answer to request {request_id!r} within {timeout} s"
+            )
+            return self.replies[request_id].pop(0)
+
+    def request(
+        self,
+        method: str,
+        params: dict[str, Any],
+        timeout: float = ANSWER_LIMIT,
+        request_id: int | str | None = None,
+    ) -> Any:
+        """Send a request (numbered in turn unless ``request_id`` is given); its result."""
+        if request_id is None:
+            self.next_id += 1
+            request_id = self.next_id
+        line = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+        self.send(json.dumps(line))
+        reply = self.reply(request_id, timeout)
+        assert "result" in reply, reply
+        return reply["result"]
+
+    def handshake(self, client: str) -> None:
+        """The 2025-11-25 initialize handshake."""
+        init = initialize_request(client=client)
+        self.request("initialize", init["params"], STARTUP, request_id="init")
+        self.send('{"jsonrpc":"2.0","method":"notifications/initialized"}')
+
+    def close(self) -> tuple[int, str]:
+        """End the server as a client does (EOF on stdin); its exit status and stderr."""
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            status = self.proc.wait(timeout=15)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self.reader.join(timeout=10)
+            if self.proc.stdout is not None:
+                self.proc.stdout.close()
+        self.errors.seek(0)
+        err = self.errors.read().decode(errors="replace")
+        self.errors.close()
+        return status, err
