@@ -40,6 +40,7 @@ from agenthold.store import (
     MAX_NAMESPACE_LENGTH,
     MAX_WAIT_SECONDS,
     MAX_WRITER_LENGTH,
+    PAGE_SIZE,
     SCHEMA_VERSION,
     AgentholdError,
     BusyError,
@@ -869,6 +870,18 @@ def test_new_database_uses_wal_and_says_so_in_the_file(db_path: Path) -> None:
     assert header[18:20] == b"\x02\x02"  # file format read/write versions 2: WAL
     assert int.from_bytes(header[68:72], "big") == APPLICATION_ID
     assert int.from_bytes(header[60:64], "big") == SCHEMA_VERSION
+    assert int.from_bytes(header[16:18], "big") == PAGE_SIZE == 2048
+
+
+def test_a_file_made_with_another_page_size_keeps_it(db_path: Path) -> None:
+    conn = sqlite3.connect(db_path)
+    conn.execute("PRAGMA page_size = 8192")
+    conn.execute("PRAGMA journal_mode = wal")  # the first write fixes the page size
+    conn.close()
+    with StateStore(db_path) as store:
+        store.set("ns", "k", {"x": "y" * 20_000}, updated_by="w")
+        assert store.db.fetchone("PRAGMA page_size")[0] == 8192
+        assert store.get("ns", "k").value == {"x": "y" * 20_000}
 
 
 # --------------------------------------------------------------------------------------------
