@@ -288,10 +288,10 @@ class Coordinator:
         elif not isinstance(purpose, str):
             raise InvalidInputError(f"purpose must be a string, got {type(purpose).__name__}")
         agent_id = "agent-" + secrets.token_hex(8)
-        now = time.time()
-        at = utc_iso(now)
-        lease = None if self.claim_ttl is None else now + self.claim_ttl
         with self.db.write() as (conn, changed):
+            now = time.time()
+            at = utc_iso(now)
+            lease = None if self.claim_ttl is None else now + self.claim_ttl
             conn.execute(
                 "INSERT INTO agents (agent_id, name, model, purpose, registered_at, "
                 "last_seen_at, lease_ends_at, lease_end_outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -336,9 +336,9 @@ class Coordinator:
         """Claim ``resource`` for ``agent_id``: "claimed", "already_claimed" or "busy"."""
         res = self.resolver.resolve(resource)
         _check_agent_id(agent_id)
-        now = time.time()
-        at = utc_iso(now)
         with self.db.write() as (conn, changed):
+            now = time.time()  # read under the write lock: a wait for it may cross a lease end
+            at = utc_iso(now)
             self._touch(conn, changed, agent_id, now)
             row = conn.execute(_CLAIM_ROW + "WHERE c.resource = ?", (res.key,)).fetchone()
             if row is None:
@@ -406,9 +406,9 @@ class Coordinator:
             raise InvalidInputError(
                 f"moved_to is only for outcome 'moved' (the outcome given is {outcome!r})"
             )
-        now = time.time()
-        at = utc_iso(now)
         with self.db.write() as (conn, changed):
+            now = time.time()
+            at = utc_iso(now)
             self._touch(conn, changed, agent_id, now)
             row = conn.execute(_CLAIM_ROW + "WHERE c.resource = ?", (res.key,)).fetchone()
             if row is None:
@@ -525,18 +525,19 @@ class Coordinator:
 
     def end_lease(self, agent_id: str, grace: float, outcome: str = "abandoned") -> None:
         """End ``agent_id``'s lease ``grace`` seconds from now unless it acts again first; then
-        its claims are free with ``outcome``. A lease that already ends sooner is kept."""
+        its claims are free with ``outcome``. A lease that already ends sooner is kept, and an
+        agent that is gone (never registered, or reaped) is left alone."""
         _check_agent_id(agent_id)
         grace = check_seconds("grace", grace, maximum=10 * 365 * 86400)
         if outcome not in LAPSE_OUTCOMES:
             raise InvalidInputError(f"outcome must be 'abandoned' or 'expired', got {outcome!r}")
-        now = time.time()
         with self.db.write() as (conn, changed):
+            now = time.time()
             row = conn.execute(
                 "SELECT lease_ends_at FROM agents WHERE agent_id = ?", (agent_id,)
             ).fetchone()
             if row is None or (row[0] is not None and row[0] <= now + grace):
-                return
+                return  # an agent that is gone has no lease to end
             conn.execute(
                 "UPDATE agents SET lease_ends_at = ?, lease_end_outcome = ? WHERE agent_id = ?",
                 (now + grace, outcome, agent_id),
@@ -547,13 +548,13 @@ class Coordinator:
             changed.append(agent_topic(agent_id))
 
     def release_all(self, agent_id: str, outcome: str = "abandoned") -> list[str]:
-        """Release every claim ``agent_id`` holds with ``outcome``; returns their URIs."""
+        """Release every claim ``agent_id`` holds with ``outcome``; returns their URIs (none for
+        an agent that is gone: cleaning up is idempotent)."""
         _check_agent_id(agent_id)
         if outcome not in OUTCOMES + LAPSE_OUTCOMES or outcome == "moved":
             raise InvalidInputError(f"release_all cannot use outcome {outcome!r}")
-        now = time.time()
-        at = utc_iso(now)
         with self.db.write() as (conn, changed):
+            at = utc_iso()
             rows = conn.execute(
                 "SELECT resource, uri, version FROM claims WHERE holder = ? ORDER BY uri",
                 (agent_id,),
@@ -570,12 +571,13 @@ class Coordinator:
         """Remove agents that hold no live claim and made no call for ``older_than`` seconds;
         their ids stop working. Claims they let lapse are released first. Returns the ids."""
         older_than = check_seconds("older_than", older_than, maximum=10 * 365 * 86400)
-        now = time.time()
-        # last_seen_at is only rewritten once it is RENEW_EVERY old: allow for that lag (but
-        # never more than older_than itself, so that 0 still means "every idle agent, now")
-        cutoff = utc_iso(now - older_than - min(RENEW_EVERY, older_than))
         reaped: list[str] = []
         with self.db.write() as (conn, changed):
+            now = time.time()
+            # last_seen_at is only rewritten once it is RENEW_EVERY old: allow for that lag, so
+            # that no agent is ever reaped before older_than has passed since its last call (0
+            # means "every agent not in a call right now", so it needs no allowance)
+            cutoff = utc_iso(now - older_than - (RENEW_EVERY if older_than else 0))
             idle = conn.execute(
                 "SELECT agent_id, lease_ends_at FROM agents WHERE last_seen_at < ?", (cutoff,)
             ).fetchall()

@@ -357,13 +357,16 @@ class Agenthold:
         every write thread is stuck behind another process's lock, a caller further back in
         the queue hears "busy" after busy_timeout, not after its turn comes."""
         budget = self.store.db.busy_timeout
-        with anyio.move_on_after(budget) as queued:
-            await self.write_limiter.acquire()
-        if queued.cancelled_caught:
-            raise BusyError(
-                f"the database's writers have been busy for more than {budget:g} s "
-                "(busy_timeout); retry in a moment"
-            )
+        try:
+            self.write_limiter.acquire_nowait()  # a free slot is taken even with a budget of 0
+        except anyio.WouldBlock:
+            with anyio.move_on_after(budget) as queued:
+                await self.write_limiter.acquire()
+            if queued.cancelled_caught:
+                raise BusyError(
+                    f"the database's writers have been busy for more than {budget:g} s "
+                    "(busy_timeout); retry in a moment"
+                ) from None
         try:
             return await anyio.to_thread.run_sync(fn, *args, limiter=self._write_threads)
         finally:
@@ -1018,8 +1021,8 @@ def advanced_tools(a: Agenthold) -> list[ToolSpec]:
             "Wait for a key to change",
             "Wait until a key's version goes above since_version, then get its new value "
             "('ok'), 'deleted' if it was deleted, or 'timeout' after timeout_seconds. Use "
-            "since_version 0 to wait for a key to be created. Your turn is blocked while you "
-            "wait: watch only when you have nothing else to do.",
+            "since_version 0 to wait until a key has a value (also after it was deleted). Your "
+            "turn is blocked while you wait: watch only when you have nothing else to do.",
             (
                 NAMESPACE,
                 KEY,

@@ -804,9 +804,10 @@ class _ChangeFeed:
 class _FileState:
     """What every store of this process shares about one database file."""
 
-    def __init__(self, uri: str | None) -> None:
+    def __init__(self, uri: str | None, identity: tuple[int, int] | None = None) -> None:
         self.write_lock = threading.Lock()
         self.feed = _ChangeFeed(uri)
+        self.identity = identity  # the file's (device, inode), once it exists
 
 
 _files: dict[str, _FileState] = {}
@@ -818,10 +819,14 @@ _inherited: list[sqlite3.Connection] = []
 
 
 def _file_state(real_path: str, uri: str) -> _FileState:
+    """The shared state of the file now at ``real_path``. If another file stood there before
+    (deleted or replaced since), it gets a state of its own: the old one's poller reads the
+    old file, and stores still open on that keep it."""
+    identity = _identity(real_path)
     with _files_lock:
         state = _files.get(real_path)
-        if state is None:
-            state = _files[real_path] = _FileState(uri)
+        if state is None or (state.identity is not None and state.identity != identity):
+            state = _files[real_path] = _FileState(uri, identity)
         return state
 
 
@@ -922,6 +927,8 @@ class SQLiteDatabase:
             )
         if not isinstance(durability, str) or durability not in SYNCHRONOUS:
             raise InvalidInputError(f"durability must be 'normal' or 'full', got {durability!r}")
+        if not isinstance(read_only, bool):
+            raise InvalidInputError(f"read_only must be True or False, got {read_only!r}")
         self.busy_timeout = check_seconds("busy_timeout", busy_timeout, maximum=3600)
         self.path = path
         self.read_only = read_only
@@ -957,6 +964,8 @@ class SQLiteDatabase:
             self._uri = self._uri.replace("?mode=rwc", "?mode=rw")
             self._identity = _identity(real)
             self._real = real
+            if self._file.identity is None:  # this store made the file
+                self._file.identity = self._identity
         _open_databases.add(self)
 
     # -- opening -----------------------------------------------------------------------------
@@ -1581,7 +1590,9 @@ class StateStore:
 
     def changed_since(self, namespace: str, key: str, since_version: int) -> Record | None:
         """Return the key's state if its version is above ``since_version``: the live record,
-        or, if the newest event was a delete, a Record with ``deleted=True`` and value None."""
+        or, if the newest event was a delete, a Record with ``deleted=True`` and value None.
+        ``since_version`` 0 means "no value yet": only a live record answers it, so a key that
+        was deleted (say by clear_namespace) is waited for until it is written again."""
         check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
         check_text("key", key, MAX_KEY_LENGTH)
         check_int("since_version", since_version)
@@ -1589,8 +1600,8 @@ class StateStore:
 
     def _changed_since(self, namespace: str, key: str, since_version: int) -> Record | None:
         row = self.db.fetchone(_CURRENT, (namespace, key))
-        if row is None or row[0] <= since_version:
-            return None
+        if row is None or row[0] <= since_version or (since_version == 0 and row[1]):
+            return None  # since_version 0 knows of no value: it waits for one, not a tombstone
         version, deleted, value, by, at = row
         return Record(namespace, key, _decode(value), version, by, at, bool(deleted))
 

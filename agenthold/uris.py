@@ -82,6 +82,11 @@ class Workspace:
     root: str
 
     def __post_init__(self) -> None:
+        for field, value in (("name", self.name), ("root", self.root)):
+            if not isinstance(value, str):
+                raise InvalidInputError(
+                    f"workspace {field} must be a string, got {type(value).__name__}"
+                )
         if not WORKSPACE_NAME_RE.fullmatch(self.name):
             raise InvalidInputError(
                 f"workspace name {self.name!r} is not valid; use letters, digits, '_' and '-'"
@@ -212,6 +217,31 @@ class Resolver:
         # Longest root first; the stable sort keeps configuration order between equal lengths.
         anchors.sort(key=lambda anchor: -len(anchor.segments))
         self._anchors = tuple(anchors)
+        # Workspaces whose roots lie inside another's (or equal it): a path of the outer one
+        # that leads into an inner root is named in the inner workspace, as its absolute path
+        # is (the longest root wins; between equal roots, the first configured), so that every
+        # spelling of one file gives one URI. Deepest first.
+        order = {ws.name: i for i, ws in enumerate(chosen)}
+        nested: dict[str, list[tuple[tuple[str, ...], Workspace]]] = {}
+        for outer in anchors:
+            for inner in anchors:
+                length = len(outer.segments)
+                if (
+                    inner.workspace.name != outer.workspace.name
+                    and inner.drive == outer.drive
+                    and inner.segments[:length] == outer.segments
+                    and (
+                        len(inner.segments) > length
+                        or order[inner.workspace.name] < order[outer.workspace.name]
+                    )
+                ):
+                    entry = (inner.segments[length:], inner.workspace)
+                    found = nested.setdefault(outer.workspace.name, [])
+                    if entry not in found:
+                        found.append(entry)
+        for found in nested.values():
+            found.sort(key=lambda entry: -len(entry[0]))
+        self._nested = nested
 
     @property
     def workspaces(self) -> tuple[Workspace, ...]:
@@ -290,7 +320,7 @@ class Resolver:
                 f"a resource must be a string, not {type(text).__name__}; "
                 "pass a path, file://<workspace>/<path> or custom://<name>"
             )
-        text = text.strip()
+        text = text.strip()  # surrounding whitespace (a pasted newline too) is not part of it
         if not text:
             raise InvalidInputError(
                 "resource is empty; pass a path, file://<workspace>/<path> or custom://<name>"
@@ -363,6 +393,11 @@ class Resolver:
 
     def _file(self, ws: Workspace, parts: Sequence[str], text: str) -> Resource:
         segments = _segments(parts, text)
+        if segments:
+            folded = tuple(self._fold(s) for s in segments)
+            for relative, inner in self._nested.get(ws.name, ()):
+                if folded[: len(relative)] == relative:
+                    return self._file(inner, segments[len(relative) :], text)
         if not segments:
             raise InvalidInputError(
                 f"{_show(text)} names the root of workspace {ws.name!r}, not a file in it; "

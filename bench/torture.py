@@ -919,7 +919,7 @@ def run(scenario: str, work: Path, sizes: Sizes, seed: int, seconds: float | Non
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", choices=("crash", "contention", "soak", "all"), default="all")
     parser.add_argument("--seed", type=int, help="seed of every random choice (default: random)")
     parser.add_argument(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -1314,6 +1315,42 @@ def test_a_wait_wakes_when_a_process_with_a_shorter_ttl_shortens_the_holders_lea
     assert reply["status"] == "available"
     assert reply["previous_outcome"] == "expired"
     assert elapsed < 1.5, f"the wait slept past the shortened lease: {elapsed:.2f} s"
+
+
+def test_a_heartbeat_that_waited_past_its_lease_end_for_the_lock_does_not_revive_it(
+    open_coordinator: Callable[..., Coordinator], db_file: Path
+) -> None:
+    coord = open_coordinator(claim_ttl=0.3)
+    agent = register(coord)
+    assert coord.claim(RES, agent)["status"] == "claimed"
+    blocker = sqlite3.connect(db_file, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+    answers: list[dict[str, Any]] = []
+    heartbeat = threading.Thread(target=lambda: answers.append(coord.claim(RES, agent)))
+    heartbeat.start()
+    time.sleep(0.5)  # the lease ends while the heartbeat waits for the lock
+    assert coord.status(RES)["previous_outcome"] == "expired"
+    blocker.execute("ROLLBACK")
+    blocker.close()
+    heartbeat.join()
+    # The heartbeat is judged at the time it runs: the claim had lapsed, so it claims anew and
+    # says so, and what everyone else saw (expired) stays on the record.
+    assert answers[0]["status"] == "claimed"
+    assert (answers[0]["previous_outcome"], answers[0]["previous_holder"]) == ("expired", agent)
+    assert events(coord, URI)[-2:] == [
+        ("released", agent, "expired", 2),
+        ("claimed", agent, None, 3),
+    ]
+
+
+def test_a_short_reap_age_never_reaps_an_agent_that_just_made_a_call(coord: Coordinator) -> None:
+    agent = register(coord)
+    time.sleep(0.3)  # last_seen_at is not rewritten by calls within RENEW_EVERY of it
+    coord.claim("custom://r", agent)
+    coord.release("custom://r", agent)
+    assert coord.reap_idle_agents(0.2) == []  # its last call was just now
+    assert coord.agent(agent).name == "agent"
+    assert coord.reap_idle_agents(0) == [agent]  # 0: every agent not in a call right now
 
 
 def test_an_agent_is_never_reaped_before_older_than_has_passed_since_its_last_call(

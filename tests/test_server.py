@@ -1009,6 +1009,16 @@ async def test_a_cancelled_watch_leaves_no_subscription(advanced: Served) -> Non
     await eventually(lambda: advanced.feed_subscribers == 0 and not advanced.app._wakers)
 
 
+async def test_a_busy_timeout_of_zero_still_writes_when_nothing_else_does(tmp_path: Path) -> None:
+    async with serving(tmp_path, busy_timeout=0) as served:
+        for _ in range(3):  # each write finds its slot free, so a budget of 0 is enough
+            agent = await served.register("quick")
+            claimed = await served.call("agenthold_claim", resource="z.md", agent_id=agent)
+            assert claimed["status"] == "claimed"
+            released = await served.call("agenthold_release", resource="z.md", agent_id=agent)
+            assert released["status"] == "released"
+
+
 async def test_a_database_locked_past_the_busy_timeout_answers_unavailable_while_reads_work(
     tmp_path: Path,
 ) -> None:

@@ -795,6 +795,8 @@ BAD_OPTIONS = [
     pytest.param({"durability": "extra"}, "durability must be 'normal' or 'full'", id="durability"),
     pytest.param({"durability": ["full"]}, "durability must be", id="durability-list"),
     pytest.param({"durability": None}, "durability must be", id="durability-none"),
+    pytest.param({"read_only": "no"}, "read_only must be True or False", id="read-only-str"),
+    pytest.param({"read_only": 1}, "read_only must be True or False", id="read-only-int"),
     pytest.param({"busy_timeout": -1}, "busy_timeout must be between 0", id="busy-negative"),
     pytest.param({"busy_timeout": float("nan")}, "busy_timeout must be between", id="busy-nan"),
     pytest.param({"busy_timeout": 10**400}, "busy_timeout must be between", id="busy-huge"),
@@ -1497,6 +1499,49 @@ def test_watch_from_version_zero_returns_once_the_key_is_created(store: StateSto
     creator.join()
     assert record is not None
     assert (record.value, record.version, record.deleted) == ("born", 1, False)
+
+
+def test_watch_from_version_zero_waits_through_a_tombstone_for_a_new_value(
+    store: StateStore,
+) -> None:
+    store.set("ns", "k", "first life", updated_by="w")
+    store.clear_namespace("ns", deleted_by="cleanup")
+    assert store.changed_since("ns", "k", 0) is None  # a tombstone is no value to wait for
+    assert store.watch("ns", "k", since_version=0, timeout=0.05) is None
+    writer = threading.Timer(0.05, lambda: store.set("ns", "k", "second", updated_by="w"))
+    writer.start()
+    record = store.watch("ns", "k", since_version=0, timeout=10)
+    writer.join()
+    assert record is not None
+    assert (record.value, record.version, record.deleted) == ("second", 3, False)
+    deleted = store.changed_since("ns", "k", 0)
+    assert deleted == record  # a live key answers since_version 0 at once
+    store.delete("ns", "k", deleted_by="w")
+    gone = store.changed_since("ns", "k", 3)  # a watcher that knew version 3 learns of it
+    assert gone is not None and (gone.deleted, gone.version) == (True, 4)
+
+
+def test_watch_hears_another_process_after_the_file_was_replaced_at_the_same_path(
+    db_path: Path, workers: Callable[..., Worker]
+) -> None:
+    with StateStore(db_path) as first:
+        first.set("ns", "k", "old file", updated_by="w")
+        assert first.watch("ns", "k", since_version=1, timeout=0.01) is None  # starts the feed
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(db_path) + suffix).unlink(missing_ok=True)
+    with StateStore(db_path) as store:
+        store.set("ns", "k", "new file", updated_by="w")
+        other = workers("set-when-told", db_path, "ns", "k", json.dumps("from the other process"))
+        other.expect("ready")
+        go = threading.Timer(0.1, other.send)
+        started = time.monotonic()
+        go.start()
+        record = store.watch("ns", "k", since_version=1, timeout=5)
+        elapsed = time.monotonic() - started
+        go.join()
+        assert other.result() == {"version": 2}
+        assert record is not None and record.value == "from the other process"
+        assert elapsed < 2, f"woken only after {elapsed:.2f} s: the feed read the old file"
 
 
 def test_watch_ignores_other_keys_until_its_own_changes(store: StateStore) -> None:

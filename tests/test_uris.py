@@ -7,6 +7,7 @@ import re
 import sys
 import unicodedata
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import assume, given, settings
@@ -138,6 +139,12 @@ def test_parse_rejects_a_file_as_root(tmp_path: Path) -> None:
 def test_workspace_rejects_an_invalid_name(root: Path) -> None:
     with pytest.raises(InvalidInputError, match="workspace name 'a/b' is not valid"):
         Workspace(name="a/b", root=str(root))
+
+
+@pytest.mark.parametrize(("name", "root"), [(None, "/tmp"), ("app", None), ("app", b"/tmp")])
+def test_workspace_rejects_a_name_or_root_that_is_not_a_string(name: Any, root: Any) -> None:
+    with pytest.raises(InvalidInputError, match="must be a string"):
+        Workspace(name=name, root=root)
 
 
 def test_workspace_rejects_a_relative_root() -> None:
@@ -314,7 +321,29 @@ def test_the_longest_containing_root_wins(tmp_path: Path, order: int) -> None:
     resolver = Resolver(spaces, case_insensitive=False)
     assert resolver.resolve(str(inner / "a.py")).uri == "file://inner/a.py"
     assert resolver.resolve(str(outer / "a.py")).uri == "file://outer/a.py"
-    assert resolver.resolve("file://outer/inner/a.py").uri == "file://outer/inner/a.py"
+    # Every spelling of one file gives one URI: the one its absolute path gets.
+    for spelling in ("file://outer/inner/a.py", "file://inner/a.py", str(inner / "a.py")):
+        assert resolver.resolve(spelling).uri == "file://inner/a.py"
+        assert resolver.resolve(spelling).key == resolver.resolve(str(inner / "a.py")).key
+    with pytest.raises(InvalidInputError, match="names the root of workspace 'inner'"):
+        resolver.resolve("file://outer/inner")
+
+
+def test_a_bare_path_into_a_nested_workspace_is_named_in_the_nested_one(tmp_path: Path) -> None:
+    outer = make_dir(tmp_path / "proj")
+    make_dir(outer / "lib" / "vendor")
+    resolver = Resolver(
+        [
+            Workspace("default", str(outer)),
+            Workspace("lib", str(outer / "lib")),
+            Workspace("vendor", str(outer / "lib" / "vendor")),
+        ],
+        case_insensitive=False,
+    )
+    assert resolver.resolve("lib/a.py").uri == "file://lib/a.py"
+    assert resolver.resolve("./lib//vendor/x/y.c").uri == "file://vendor/x/y.c"
+    assert resolver.resolve("file://lib/vendor/x/y.c").uri == "file://vendor/x/y.c"
+    assert resolver.resolve("library.py").uri == "file://default/library.py"
 
 
 def test_a_root_does_not_contain_its_sibling_with_a_longer_name(tmp_path: Path) -> None:
@@ -327,6 +356,8 @@ def test_a_root_does_not_contain_its_sibling_with_a_longer_name(tmp_path: Path) 
 def test_equal_roots_resolve_absolute_paths_to_the_first_configured(root: Path) -> None:
     resolver = Resolver([Workspace.parse(f"b={root}"), Workspace.parse(f"a={root}")])
     assert resolver.resolve(str(root / "x.py")).uri == "file://b/x.py"
+    assert resolver.resolve("file://a/x.py").uri == "file://b/x.py"  # one file, one URI
+    assert resolver.resolve("file://b/x.py").uri == "file://b/x.py"
 
 
 @posix_only
@@ -593,10 +624,10 @@ def test_case_folding_keeps_the_result_in_nfc(root: Path) -> None:
 # --- identity (Resource.key) -----------------------------------------------------------------
 
 
-def test_one_root_under_two_names_is_one_key(root: Path) -> None:
+def test_one_root_under_two_names_is_one_key_and_one_uri(root: Path) -> None:
     resolver = Resolver([Workspace.parse(f"a={root}"), Workspace.parse(f"b={root}")])
     via_a, via_b = resolver.resolve("file://a/x.py"), resolver.resolve("file://b/x.py")
-    assert via_a.uri != via_b.uri
+    assert via_a.uri == via_b.uri == "file://a/x.py"  # the first configured name
     assert via_a.key == via_b.key
 
 
