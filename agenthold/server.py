@@ -1178,7 +1178,7 @@ OVERSIZE_KEY = "agenthold_oversize"
 
 def _oversize_marker(head: bytes) -> str:
     """A line standing for a dropped oversized message: not JSON-RPC, so the SDK hands it to
-    ``_answer_unparseable``, which answers the request (its id is looked for in the head)."""
+    ``_guard_stdio``, which answers the request (its id is looked for in the head)."""
     found = _ID_AT_START.search(head)
     request_id = json.loads(found.group(1)) if found else None
     return json.dumps({OVERSIZE_KEY: MAX_LINE_BYTES, "id": request_id}) + "\n"
@@ -1232,16 +1232,69 @@ def _claim_stdio() -> tuple[_PipeLines, _PipeWriter] | None:
     return _PipeLines(wire_in), _PipeWriter(wire_out)
 
 
+class _Answers:
+    """The write side the SDK answers on, keeping count of the requests read from stdin that
+    are still unanswered, so that the end of stdin can wait for their answers (below)."""
+
+    def __init__(self, inner: MemoryObjectSendStream[SessionMessage]) -> None:
+        self._inner = inner
+        self.open: set[str | int] = set()
+        self._changed = anyio.Event()
+
+    def asked(self, message: object) -> None:
+        if isinstance(message, types.JSONRPCRequest):
+            self.open.add(message.id)
+        elif isinstance(message, types.JSONRPCNotification) and message.method == (
+            "notifications/cancelled"
+        ):  # a cancelled request is never answered
+            request_id = (message.params or {}).get("requestId")
+            if isinstance(request_id, (str, int)):
+                self._settle(request_id)
+
+    def _settle(self, request_id: str | int) -> None:
+        self.open.discard(request_id)
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def all_answered(self) -> None:
+        while self.open:
+            await self._changed.wait()
+
+    async def send(self, item: SessionMessage) -> None:
+        await self._inner.send(item)
+        message = item.message
+        if (
+            isinstance(message, (types.JSONRPCResponse, types.JSONRPCError))
+            and message.id is not None
+        ):
+            self._settle(message.id)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _Answers:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
 @contextlib.asynccontextmanager
-async def _answer_unparseable(
+async def _guard_stdio(
+    app: Agenthold,
     read_stream: MemoryObjectReceiveStream[SessionMessage | Exception],
     write_stream: MemoryObjectSendStream[SessionMessage],
-) -> AsyncIterator[MemoryObjectReceiveStream[SessionMessage | Exception]]:
-    """Answer lines the SDK cannot parse with a JSON-RPC error carrying the request's id.
+) -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception], _Answers]]:
+    """Stand between the SDK and the pipes, for two things the SDK does not do.
 
-    The SDK drops them silently (a 5,000-digit integer, nesting past ~200 levels, text that is
-    not JSON-RPC), and the client then waits forever for an answer."""
+    Lines it cannot parse get a JSON-RPC error carrying the request's id (the SDK drops them
+    silently: a 5,000-digit integer, nesting past ~200 levels, text that is not JSON-RPC, and
+    the client then waits forever). And the end of stdin waits until every request read before
+    it is answered (waits and watches end at once, as 'unavailable'; SHUTDOWN_GRACE at most):
+    the SDK cancels calls in flight at EOF, so a claim or a write that had already committed
+    would be reported as failed, or not at all, to a client that sent it and closed its end."""
     send, receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    answers = _Answers(write_stream)
 
     async def relay() -> None:
         async with send:
@@ -1259,11 +1312,16 @@ async def _answer_unparseable(
                     except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                         return
                     continue
+                answers.asked(item.message)
                 await send.send(item)
+            if answers.open:
+                app.stop_waiting()
+                with anyio.move_on_after(SHUTDOWN_GRACE):
+                    await answers.all_answered()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(relay)
-        yield receive
+        yield receive, answers
         tg.cancel_scope.cancel()
 
 
@@ -1311,9 +1369,9 @@ async def _serve_stdio(app: Agenthold) -> int:
             tg.start_soon(app.reap_forever)
             async with (
                 stdio_server(**streams) as (read_stream, write_stream),
-                _answer_unparseable(read_stream, write_stream) as guarded,
+                _guard_stdio(app, read_stream, write_stream) as (guarded, answers),
             ):
-                await server.run(guarded, write_stream, server.create_initialization_options())
+                await server.run(guarded, answers, server.create_initialization_options())
             tg.cancel_scope.cancel()  # stdin reached EOF: the client has gone
     finally:
         with anyio.CancelScope(shield=True):

@@ -527,8 +527,48 @@ def test_a_server_whose_stdin_is_a_file_reads_it_and_ends_at_its_end(tmp_path: P
             timeout=60,
         )
     assert (done.returncode, done.stderr) == (0, b"")
-    for line in done.stdout.splitlines():  # the initialize answer, unless EOF cancelled it
-        assert json.loads(line)["id"] == 0
+    assert [json.loads(line)["id"] for line in done.stdout.splitlines()] == [0]
+
+
+def test_requests_sent_just_before_the_end_of_stdin_are_answered_and_waits_end_at_once(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "eof.db"
+    with coordinator_on(db, tmp_path) as coordinator:
+        holder = coordinator.register("holder")["agent_id"]
+        coordinator.claim("held.md", holder)
+    messages = [
+        {"id": 0, "method": "initialize",
+         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "one-shot", "version": "1"}}},
+        {"method": "notifications/initialized"},
+        {"id": 1, "method": "tools/call",
+         "params": {"name": "agenthold_register", "arguments": {"name": "late"}}},
+        {"id": 2, "method": "tools/call",
+         "params": {"name": "agenthold_wait",
+                    "arguments": {"resource": "held.md", "timeout_seconds": 60}}},
+        {"id": 3, "method": "tools/list"},
+    ]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(  # writes every line, then closes stdin at once
+        [sys.executable, *agenthold_args(db, tmp_path)],
+        input="".join(json.dumps({"jsonrpc": "2.0", **m}) + "\n" for m in messages).encode(),
+        capture_output=True,
+        cwd=tmp_path,
+        env={**os.environ, **child_env()},
+        timeout=60,
+    )
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr.decode()
+    replies = {r["id"]: r for r in map(json.loads, done.stdout.splitlines())}
+    assert sorted(replies) == [0, 1, 2, 3]  # the SDK alone cancels them with the end of input
+    registered = replies[1]["result"]["structuredContent"]
+    assert registered["status"] == "registered"
+    waited = replies[2]["result"]["structuredContent"]
+    assert waited["status"] == "unavailable"  # the client has gone: the wait ends now
+    assert elapsed < 30, f"the server lingered {elapsed:.1f} s after its client left"
+    with coordinator_on(db, tmp_path) as coordinator:
+        assert coordinator.agent(registered["agent_id"]).name == "late"  # answered == done
 
 
 @pytest.mark.parametrize("ending", ["SIGTERM", "SIGINT", "EOF"])
@@ -643,8 +683,10 @@ def test_version_prints_agentholds_version(tmp_path: Path) -> None:
         f"agenthold {_installed_version()}\n",
         "",
     )
-    installed = shutil.which("agenthold")
-    if installed is not None:  # the console script, as users run it
+    # The console script as users run it: the one installed beside this interpreter (PATH
+    # may lead to another Python's).
+    installed = shutil.which("agenthold", path=str(Path(sys.executable).parent))
+    if installed is not None:
         script = subprocess.run(
             [installed, "--version"], capture_output=True, text=True, timeout=60
         )
