@@ -1,4 +1,5 @@
-"""Bearer tokens for the HTTP transport, as plain ASGI middleware (standard library only).
+"""Who may call over HTTP: bearer tokens, and browser pages of other sites, as plain ASGI
+middleware (standard library only).
 
 Decisions behind it:
 - Every HTTP request must carry ``Authorization: Bearer <token>`` matching one configured
@@ -9,15 +10,21 @@ Decisions behind it:
   early exit that would tell which one matched.
 - The scheme is matched case-insensitively and the token is trimmed; tokens never appear in
   logs, error messages or replies.
+- Without ``--allowed-host`` the Host header is not checked (a reverse proxy or a container
+  may present any name). On a loopback address, though, a request that carries an ``Origin``
+  other than a loopback one is refused with 403: only browsers send Origin, and a page of
+  another site reaching a server on this machine is what a DNS-rebinding attack looks like.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -81,8 +88,65 @@ class BearerAuth:
                 "headers": [
                     (b"content-type", b"application/json"),
                     (b"content-length", str(len(UNAUTHORIZED)).encode()),
-                    (b"www-authenticate", b'Bearer realm="agenthold"'),
+                    (b"www-authenticate", b"Bearer"),
                 ],
             }
         )
         await send({"type": "http.response.body", "body": UNAUTHORIZED})
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address, IPv6 with or without brackets) is this machine."""
+    bare = host.strip("[]").lower()
+    if bare == "localhost" or bare.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(bare).is_loopback
+    except ValueError:  # a host name: assume it reaches beyond this machine
+        return False
+
+
+FOREIGN_ORIGIN = json.dumps(
+    {
+        "error": "forbidden_origin",
+        "message": "requests from web pages of other sites are refused; "
+        "start agenthold with --allowed-host to accept a site",
+    }
+).encode()
+
+
+class LoopbackOrigins:
+    """Refuse requests whose Origin header names a host other than this machine (403)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    @staticmethod
+    def accepts(origin: bytes | None) -> bool:
+        if origin is None:
+            return True  # not a browser
+        try:
+            host = urlsplit(origin.decode("latin-1").strip()).hostname
+        except ValueError:
+            return False
+        return host is not None and is_loopback(host)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        origin = next((v for k, v in scope.get("headers", ()) if k == b"origin"), None)
+        if self.accepts(origin):
+            await self.app(scope, receive, send)
+            return
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 403,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(FOREIGN_ORIGIN)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": FOREIGN_ORIGIN})

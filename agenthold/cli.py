@@ -220,6 +220,7 @@ def serve_options(
     args: argparse.Namespace, environ: dict[str, str]
 ) -> tuple[ServeOptions, list[str]]:
     """Check the serving flags; returns the options and the warnings to print."""
+    from agenthold.auth import is_loopback
     from agenthold.store import InvalidInputError
     from agenthold.uris import Workspace
 
@@ -292,7 +293,7 @@ def serve_options(
             "authentication was requested (--auth-token or AGENTHOLD_AUTH_TOKEN) but every "
             "token is blank; refusing to serve without authentication"
         )
-    if not opts.auth_tokens and not _is_loopback(opts.host):
+    if not opts.auth_tokens and not is_loopback(opts.host):
         warnings.append(
             f"warning: serving on {opts.host} beyond this machine without an auth token: anyone "
             "who can reach the port can use it; set AGENTHOLD_AUTH_TOKEN"
@@ -303,17 +304,6 @@ def serve_options(
             "without a session end are never reclaimed; consider --claim-ttl 1800"
         )
     return opts, warnings
-
-
-def _is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host.strip("[]").lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:  # a host name: assume it reaches beyond this machine
-        return False
 
 
 def _fail(message: str, code: int = 2) -> NoReturn:

@@ -52,7 +52,7 @@ from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from agenthold.auth import BearerAuth
+from agenthold.auth import BearerAuth, LoopbackOrigins, is_loopback
 from agenthold.claims import Coordinator, timeout_reply
 from agenthold.store import (
     AgentholdError,
@@ -1620,13 +1620,14 @@ def listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def transport_security(opts: ServeOptions) -> TransportSecuritySettings | None:
-    """DNS-rebinding protection: the given Host values, or the SDK's loopback default.
+def transport_security(opts: ServeOptions) -> TransportSecuritySettings:
+    """DNS-rebinding protection: the SDK's Host and Origin checks for the given Host values,
+    or none without them (then LoopbackOrigins guards a loopback server; see auth.py).
 
     A value without a port (``agents.example``, ``[::1]``) also accepts that host on any port,
     since a Host header carries the port unless it is 80 or 443; ``host:*`` says so outright."""
     if not opts.allowed_hosts:
-        return None
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     hosts: list[str] = []
     for host in opts.allowed_hosts:
         hosts.append(host)
@@ -1669,6 +1670,8 @@ def _http_stack(app: Agenthold, opts: ServeOptions) -> tuple[ASGIApp, CancelOnDi
     )
     requests = CancelOnDisconnect(starlette_app)
     asgi: ASGIApp = requests
+    if not opts.allowed_hosts and is_loopback(opts.host):
+        asgi = LoopbackOrigins(asgi)
     if opts.auth_tokens:
         asgi = BearerAuth(asgi, opts.auth_tokens)
     return asgi, requests

@@ -25,7 +25,7 @@ import pytest
 from mcp import Client
 from support import free_port, run_agenthold, sdk_client, uvicorn_serving
 
-from agenthold.auth import UNAUTHORIZED, BearerAuth, usable_tokens
+from agenthold.auth import UNAUTHORIZED, BearerAuth, LoopbackOrigins, is_loopback, usable_tokens
 from agenthold.claims import Coordinator
 from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
 from agenthold.server import Agenthold, http_app
@@ -124,7 +124,7 @@ async def test_anything_but_a_configured_bearer_token_gets_401_before_the_app(
     status, headers, body = await ask(BearerAuth(inner, TOKENS), header)
     assert status == 401
     assert inner.reached == []
-    assert headers[b"www-authenticate"].startswith(b"Bearer")
+    assert headers[b"www-authenticate"] == b"Bearer"
     assert headers[b"content-type"] == b"application/json"
     assert json.loads(body)["error"] == "unauthorized"
     assert int(headers[b"content-length"]) == len(body)
@@ -252,7 +252,7 @@ async def test_a_refused_request_does_no_database_work(
             url, json=body, headers={**headers, "Authorization": "Bearer first-token-1234"}
         )
     assert refused.status_code == 401
-    assert refused.headers["www-authenticate"].startswith("Bearer")
+    assert refused.headers["www-authenticate"] == "Bearer"
     assert refused.json()["error"] == "unauthorized"
     assert accepted.status_code == 200, accepted.text
     assert accepted.json()["result"]["structuredContent"]["status"] == "ok"
@@ -402,3 +402,44 @@ async def test_the_variable_protects_a_served_command_and_no_token_reaches_the_l
     assert secret not in err and secret not in out and "other-token" not in err
     assert "DEBUG" in err  # the log was as talkative as it gets
     assert secret not in reply
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [
+        ("127.0.0.1", True),
+        ("127.8.9.10", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("localhost", True),
+        ("LocalHost", True),
+        ("app.localhost", True),
+        ("0.0.0.0", False),
+        ("10.0.0.5", False),
+        ("::", False),
+        ("example.com", False),
+        ("localhost.example.com", False),
+    ],
+)
+def test_is_loopback_knows_this_machine_by_name_and_address(host: str, loopback: bool) -> None:
+    assert is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize(
+    ("origin", "accepted"),
+    [
+        (None, True),
+        (b"http://localhost:6274", True),
+        (b"https://127.0.0.1", True),
+        (b"http://[::1]:8417", True),
+        (b"http://evil.example", False),
+        (b"http://localhost.evil.example", False),
+        (b"null", False),
+        (b"http://[broken", False),
+        (b"", False),
+    ],
+)
+def test_loopback_origins_let_through_non_browsers_and_local_pages_only(
+    origin: bytes | None, accepted: bool
+) -> None:
+    assert LoopbackOrigins.accepts(origin) is accepted

@@ -226,16 +226,24 @@ async def test_unknown_path_is_404_and_the_configured_path_serves(tmp_path: Path
 # --------------------------------------------------------------------------------------------
 
 
-async def test_a_loopback_server_rejects_a_foreign_host_header(tmp_path: Path) -> None:
+async def test_without_allowed_host_any_host_header_is_served_but_foreign_origins_are_not(
+    tmp_path: Path,
+) -> None:
     async with serving(tmp_path) as s, httpx2.AsyncClient(timeout=10) as http:
-        foreign = await http.post(
-            s.url, json=initialize_request(), headers=post_headers(Host="attacker.example")
-        )
-        local = await http.post(
-            s.url, json=initialize_request(), headers=post_headers(Host=f"localhost:{s.port}")
-        )
-    assert foreign.status_code == 421
-    assert local.status_code == 200
+
+        async def status(**headers: str) -> int:
+            return await initialize_status(http, s.url, **headers)
+
+        # No Host check (a proxy or a container may present any name)...
+        proxied = await status(Host="agents.internal.example")
+        local = await status(Host=f"localhost:{s.port}")
+        # ...but a browser page of another site is refused, as DNS rebinding would be.
+        rebound = await status(Host=f"attacker.example:{s.port}", Origin="http://attacker.example")
+        from_local_page = await status(Origin=f"http://localhost:{s.port}")
+        from_v6_page = await status(Origin="http://[::1]:6274")
+        garbled = await status(Origin="http://[not-an-address")
+    assert (proxied, local, from_local_page, from_v6_page) == (200, 200, 200, 200)
+    assert (rebound, garbled) == (403, 403)
 
 
 async def test_allowed_host_accepts_only_the_given_host_and_origin(tmp_path: Path) -> None:
