@@ -329,17 +329,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         opts, warnings = serve_options(args, dict(os.environ))
     except UsageError as exc:
         _fail(str(exc))
-    for line in warnings:
-        print(f"agenthold: {line}", file=sys.stderr)
-    coordinator = open_coordinator(opts)
-    from agenthold.server import serve
+    from agenthold.server import listen, serve
 
-    return serve(opts, coordinator)
+    sock = None
+    if opts.transport == "http":  # a port that cannot be had stops us before the database opens
+        try:
+            sock = listen(opts.host, opts.port)
+        except OSError as exc:
+            _fail(str(exc))
+    coordinator = open_coordinator(opts)
+    for line in warnings:  # once nothing can fail any more: a failure is one line alone
+        print(f"agenthold: {line}", file=sys.stderr)
+    return serve(opts, coordinator, sock)
 
 
 def open_coordinator(opts: ServeOptions) -> Coordinator:
     """Open the database and set up claims as ``opts`` says; a problem ends the process with
-    one line on standard error (exit status 1), before any transport opens."""
+    one line on standard error (exit status 1), before anything is served."""
     from agenthold.claims import Coordinator
     from agenthold.store import AgentholdError, StateStore
     from agenthold.uris import Resolver

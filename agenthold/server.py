@@ -1387,8 +1387,9 @@ async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
             return
 
 
-def serve(opts: ServeOptions, coordinator: Coordinator) -> int:
-    """Serve MCP as ``opts`` says until the client goes away or a signal arrives."""
+def serve(opts: ServeOptions, coordinator: Coordinator, sock: socket.socket | None = None) -> int:
+    """Serve MCP as ``opts`` says until the client goes away or a signal arrives. ``sock``:
+    for HTTP, a socket already listening (see ``listen``); without one the server binds."""
     logging.basicConfig(
         stream=sys.stderr,
         level=opts.log_level.upper(),
@@ -1400,7 +1401,7 @@ def serve(opts: ServeOptions, coordinator: Coordinator) -> int:
     try:
         if opts.transport == "stdio":
             return anyio.run(_serve_stdio, app)
-        return anyio.run(_serve_http, app, opts)
+        return anyio.run(_serve_http, app, opts, sock)
     except KeyboardInterrupt:  # a signal before the handlers were in place
         return 0
     finally:

@@ -743,12 +743,22 @@ def test_a_port_in_use_fails_with_one_line_before_serving(tmp_path: Path) -> Non
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = run_agenthold(
-            tmp_path, "--transport", "http", "--port", str(port), "--claim-ttl", "60"
-        )
+        done = run_agenthold(tmp_path, "--transport", "http", "--port", str(port))
     lines = done.stderr.splitlines()
     assert done.returncode == 2
+    # One line: not even the warning about --claim-ttl, and no database was made.
     assert lines == [f"agenthold: cannot listen on 127.0.0.1:{port}: the port is already in use"]
+    assert not (tmp_path / "state.db").exists()
+
+
+def test_a_host_beyond_loopback_that_cannot_be_bound_fails_with_one_line_alone(
+    tmp_path: Path,
+) -> None:
+    done = run_agenthold(tmp_path, "--transport", "http", "--host", "192.0.2.1", "--port", "8417")
+    lines = done.stderr.splitlines()
+    assert done.returncode == 2
+    assert len(lines) == 1 and lines[0].startswith("agenthold: cannot listen on 192.0.2.1"), lines
+    assert not (tmp_path / "state.db").exists()
 
 
 def test_a_host_that_does_not_resolve_fails_with_one_line(tmp_path: Path) -> None:
