@@ -1150,7 +1150,7 @@ class _PipeLines:
             except BlockingIOError:
                 continue
             if not chunk:
-                if buffer and not skipping:
+                if buffer and not skipping and not buffer.isspace():
                     yield buffer.decode("utf-8", errors="replace")
                 return
             searched = len(buffer)  # holds no newline: look only at the new chunk (a long
@@ -1161,6 +1161,8 @@ class _PipeLines:
                 del buffer[: end + 1]
                 if skipping:
                     skipping = False
+                    continue
+                if line.isspace():  # a blank line is no message (the SDK's reader skips it too)
                     continue
                 yield line.decode("utf-8", errors="replace")
             if len(buffer) > MAX_LINE_BYTES and not skipping:
