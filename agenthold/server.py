@@ -72,7 +72,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agenthold.server")
 
-MAX_WAIT_SECONDS = 300.0  # longest agenthold_wait / agenthold_watch a tool call may ask for
+MAX_WAIT_SECONDS = 300  # longest agenthold_wait / agenthold_watch a tool call may ask for
 DEFAULT_WAIT_SECONDS = 30.0
 MAX_HISTORY_LIMIT = 1000
 MAX_VERSION = 2**63 - 1  # SQLite's largest integer: no key's version can be above it
