@@ -761,11 +761,13 @@ class _ChangeFeed:
         while True:
             time.sleep(POLL_INTERVAL if not failures else min(1.0, POLL_INTERVAL * 2**failures))
             with self._lock:
+                if self._poller is not threading.current_thread():  # stopped by stop()
+                    return
                 if not self._count:
                     now = time.monotonic()
                     idle_since = idle_since or now
                     if now - idle_since > 1.0:  # nobody listened for a second: stop
-                        self._poller = None
+                        self._stop()
                         return
                     continue
                 idle_since = None
@@ -790,6 +792,19 @@ class _ChangeFeed:
             if topics:
                 self.notify(topics)
 
+    def stop(self) -> None:
+        """End the poller and close its connection (the last store on the file has closed: a
+        connection left open would keep SQLite from removing the -wal file at exit)."""
+        with self._lock:
+            self._stop()
+
+    def _stop(self) -> None:
+        self._poller = None
+        if self._poll_conn is not None:
+            with suppress(sqlite3.Error):
+                self._poll_conn.close()
+            self._poll_conn = None
+
     def reset_after_fork(self) -> None:
         if self._poll_conn is not None:
             _inherited.append(self._poll_conn)
@@ -808,6 +823,7 @@ class _FileState:
         self.write_lock = threading.Lock()
         self.feed = _ChangeFeed(uri)
         self.identity = identity  # the file's (device, inode), once it exists
+        self.stores = 0  # open SQLiteDatabases of this process on the file
 
 
 _files: dict[str, _FileState] = {}
@@ -957,6 +973,8 @@ class SQLiteDatabase:
             mode = "ro" if read_only else "rwc"
             self._uri = f"file:{_quote_path(real)}?mode={mode}"
             self._file = _file_state(real, f"file:{_quote_path(real)}?mode=ro")
+        with _files_lock:
+            self._file.stores += 1  # from here on, close() counts it out again
         self._prepare_schema()
         if not self.memory:
             # From now on a thread's new connection must find this very file: never create an
@@ -1261,6 +1279,12 @@ class SQLiteDatabase:
         self._file.feed.add_source(source)
 
     def close(self) -> None:
+        if not self._closed:
+            with _files_lock:
+                self._file.stores -= 1
+                last = self._file.stores == 0
+            if last:
+                self._file.feed.stop()
         self._closed = True
         with self._connections_lock:
             conns, self._connections = list(self._connections.values()), {}

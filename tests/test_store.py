@@ -1544,6 +1544,39 @@ def test_watch_hears_another_process_after_the_file_was_replaced_at_the_same_pat
         assert elapsed < 2, f"woken only after {elapsed:.2f} s: the feed read the old file"
 
 
+def test_closing_the_last_store_after_a_watch_leaves_no_wal_file_behind(db_path: Path) -> None:
+    with StateStore(db_path) as store:
+        store.set("ns", "k", "v", updated_by="w")
+        assert store.watch("ns", "k", since_version=1, timeout=0.01) is None  # starts the feed
+        assert Path(f"{db_path}-wal").exists()
+    # Every connection, the change feed's too, is closed, so SQLite checkpointed and removed
+    # the write-ahead log as it does at a clean close.
+    assert not Path(f"{db_path}-wal").exists()
+
+
+def test_closing_one_of_two_stores_on_a_file_keeps_the_others_cross_process_wakeups(
+    db_path: Path, workers: Callable[..., Worker]
+) -> None:
+    staying = StateStore(db_path)
+    try:
+        with StateStore(db_path) as leaving:
+            leaving.set("ns", "k", "v", updated_by="w")
+            assert leaving.watch("ns", "k", since_version=1, timeout=0.01) is None
+        other = workers("set-when-told", db_path, "ns", "k", json.dumps("from afar"))
+        other.expect("ready")
+        go = threading.Timer(0.1, other.send)
+        started = time.monotonic()
+        go.start()
+        record = staying.watch("ns", "k", since_version=1, timeout=5)
+        elapsed = time.monotonic() - started
+        go.join()
+        assert other.result() == {"version": 2}
+        assert record is not None and record.value == "from afar"
+        assert elapsed < 2, f"woken only after {elapsed:.2f} s"
+    finally:
+        staying.close()
+
+
 def test_watch_ignores_other_keys_until_its_own_changes(store: StateStore) -> None:
     store.set("ns", "k", 0, updated_by="w")
 
