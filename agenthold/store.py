@@ -76,6 +76,7 @@ MAX_DEPTH = 256  # nesting of lists and objects inside one value
 DEFAULT_MAX_VALUE_BYTES = 1_048_576  # UTF-8 size of a value's compact JSON text
 MAX_WAIT_SECONDS = 86_400.0  # longest watch the library accepts (the MCP tools allow 300 s)
 POLL_INTERVAL = 0.002  # how often the poller checks for commits by other processes
+FEED_LINGER = 1.0  # seconds the poller goes on after the last subscriber left
 
 # --------------------------------------------------------------------------------------------
 # Errors
@@ -766,7 +767,7 @@ class _ChangeFeed:
                 if not self._count:
                     now = time.monotonic()
                     idle_since = idle_since or now
-                    if now - idle_since > 1.0:  # nobody listened for a second: stop
+                    if now - idle_since > FEED_LINGER:  # nobody listened for a while: stop
                         self._stop()
                         return
                     continue

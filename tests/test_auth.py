@@ -9,6 +9,7 @@ AGENTHOLD_AUTH_TOKEN variable, the refusal of blank tokens and the logs.
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import os
 import signal
@@ -144,6 +145,30 @@ async def test_configured_tokens_are_trimmed_and_blanks_dropped() -> None:
     assert (await ask(auth, b"Bearer other"))[0] == 200
     assert (await ask(auth, b"Bearer   "))[0] == 401
     assert usable_tokens(["  a ", "", " ", "b"]) == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "presented",
+    [b"Bearer first", b"Bearer middle", b"Bearer last", b"Bearer none-of-them", b"Basic x", b""],
+)
+def test_every_configured_token_is_compared_whichever_matches(
+    presented: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    auth = BearerAuth(Recorder(), ["first", "middle", "last"])
+    compared: list[tuple[bytes, bytes]] = []
+    real = hmac.compare_digest
+
+    def counting(a: bytes, b: bytes) -> bool:
+        compared.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", counting)
+    accepted = auth.accepts(presented)
+    assert accepted is (presented in (b"Bearer first", b"Bearer middle", b"Bearer last"))
+    # Three comparisons of equal-length digests every time: the work done does not tell which
+    # token matched, or whether one did.
+    assert len(compared) == 3
+    assert {len(a) for a, b in compared} == {len(b) for a, b in compared} == {32}
 
 
 @pytest.mark.parametrize("tokens", [[], [""], ["  ", "\t"]])

@@ -736,6 +736,44 @@ async def test_a_second_signal_ends_the_calls_still_in_flight(tmp_path: Path) ->
     assert "error" in outcome, outcome  # ended, not answered after the busy timeout
     assert "again: ending the calls in flight now" in server.stderr
     assert "Traceback" not in server.stderr
+    with StateStore(server.db) as store:  # the ended write is whole or absent, never half-done
+        versions = [entry.version for entry in store.history("n", "k")]
+        assert versions in ([], [1])
+        if versions:
+            assert (store.get("n", "k").value, store.get("n", "k").version) == (1, 1)
+
+
+@pytest.mark.parametrize("released_after", [0.05, 1.2])  # within --busy-timeout, or after it
+async def test_a_write_its_client_gave_up_on_while_it_waited_for_the_lock_is_whole_or_absent(
+    tmp_path: Path, released_after: float
+) -> None:
+    with server_process(
+        tmp_path, "--tools", "advanced", "--busy-timeout", "1", "--claim-ttl", "60"
+    ) as server:
+        server.wait_serving()
+        async with connect(server.url) as c:
+            await call(c, "agenthold_set", namespace="n", key="k", value="before",
+                       updated_by="a", expected_version=0)  # fmt: skip
+            with another_process_holds_the_write_lock(server.db):
+                with anyio.move_on_after(0.3) as gave_up:
+                    await call(c, "agenthold_set", namespace="n", key="k", value="after",
+                               updated_by="b", expected_version=1)  # fmt: skip
+                assert gave_up.cancelled_caught
+                await anyio.sleep(released_after)
+            await anyio.sleep(0.2)  # a write still queued may now take the lock and commit
+            read = await call(c, "agenthold_get", namespace="n", key="k")
+            history = await call(c, "agenthold_history", namespace="n", key="k")
+            # Either the write happened entirely (value, version, history row) or not at all.
+            assert (read["value"], read["version"], [e["version"] for e in history["history"]]) in (
+                ("before", 1, [1]),
+                ("after", 2, [2, 1]),
+            )
+            follow = await call(c, "agenthold_set", namespace="n", key="k", value="next",
+                                updated_by="c", expected_version=read["version"])  # fmt: skip
+            assert follow["version"] == read["version"] + 1  # and the server goes on writing
+        server.proc.send_signal(signal.SIGTERM)
+        assert await anyio.to_thread.run_sync(server.wait) == 0
+    assert "Traceback" not in server.stderr
 
 
 def test_a_port_in_use_fails_with_one_line_before_serving(tmp_path: Path) -> None:
@@ -806,6 +844,19 @@ def test_the_path_loses_a_trailing_slash_and_the_defaults_hold() -> None:
     defaults, _ = options("--transport", "http")
     assert (defaults.host, defaults.port, defaults.path) == ("127.0.0.1", 8417, "/mcp")
     assert not defaults.json_response and defaults.allowed_hosts == defaults.auth_tokens == []
+
+
+def test_the_serving_defaults_are_the_documented_ones() -> None:
+    defaults, _ = options()
+    assert (defaults.transport, defaults.tools, defaults.claim_ttl) == ("stdio", "standard", None)
+    assert (defaults.disconnect_grace, defaults.reap_idle) == (300, 86400)
+    assert (defaults.durability, defaults.busy_timeout, defaults.log_level) == (
+        "normal",
+        5.0,
+        "warning",
+    )
+    assert Path(defaults.db) == Path("agenthold.db")  # in the directory it is started from
+    assert defaults.workspaces == []  # the Resolver then serves the current directory
 
 
 def test_binding_beyond_loopback_without_a_token_warns() -> None:

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from importlib.metadata import version as distribution_version
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,6 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from support import in_process_client, reply_of
 
-from agenthold import _installed_version
 from agenthold import claims as claims_module
 from agenthold.claims import Coordinator
 from agenthold.server import (
@@ -135,7 +135,7 @@ async def eventually(condition: Any, timeout: float = 5.0) -> None:
 async def test_server_info_carries_agentholds_own_version(standard: Served) -> None:
     info = standard.client.server_info
     assert info is not None
-    assert (info.name, info.version) == ("agenthold", _installed_version())
+    assert (info.name, info.version) == ("agenthold", distribution_version("agenthold"))
     assert info.version != "" and not info.version.startswith("2.")  # not the SDK's version
 
 
@@ -1001,12 +1001,21 @@ async def test_a_cancelled_wait_leaves_no_subscription_and_no_busy_thread(
 
 
 async def test_a_cancelled_watch_leaves_no_subscription(advanced: Served) -> None:
-    with anyio.move_on_after(0.3):
+    app = advanced.app
+
+    async def watch() -> None:
         await advanced.client.call_tool(
             "agenthold_watch",
             {"namespace": "n", "key": "k", "since_version": 0, "timeout_seconds": 30},
         )
-    await eventually(lambda: advanced.feed_subscribers == 0 and not advanced.app._wakers)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(watch)
+        # Cancel only once the watch is waiting in the server, subscribed to the feed.
+        await eventually(lambda: bool(app._wakers) and advanced.feed_subscribers > 0)
+        tg.cancel_scope.cancel()
+    await eventually(lambda: advanced.feed_subscribers == 0 and not app._wakers)
+    assert app.in_flight == 0
 
 
 async def test_a_busy_timeout_of_zero_still_writes_when_nothing_else_does(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager, suppress
+from importlib.metadata import version as distribution_version
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,6 @@ import pytest
 from mcp import Client, StdioServerParameters
 from support import STARTUP, agenthold_args, coordinator_at, reply_of
 
-from agenthold import _installed_version
 from agenthold.claims import Coordinator
 from agenthold.store import StateStore
 from agenthold.uris import Resolver
@@ -95,7 +95,7 @@ async def test_the_stdio_server_serves_the_claim_protocol_in_both_eras(
         assert client.server_info is not None
         assert (client.server_info.name, client.server_info.version) == (
             "agenthold",
-            _installed_version(),
+            distribution_version("agenthold"),
         )
         assert f"- default: {tmp_path}" in (client.instructions or "")
         tools = [t.name for t in (await client.list_tools()).tools]
@@ -682,7 +682,7 @@ def test_version_prints_agentholds_version(tmp_path: Path) -> None:
     done = run_agenthold("--version", cwd=tmp_path)
     assert (done.returncode, done.stdout, done.stderr) == (
         0,
-        f"agenthold {_installed_version()}\n",
+        f"agenthold {distribution_version('agenthold')}\n",
         "",
     )
     # The console script as users run it: the one installed beside this interpreter (PATH

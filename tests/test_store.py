@@ -1602,9 +1602,13 @@ def test_a_waiting_watch_uses_little_cpu(store: StateStore) -> None:
     assert time.process_time() - started < 0.1
 
 
-def test_the_change_feed_thread_ends_a_second_after_the_last_watch(
-    store: StateStore, db_path: Path, workers: Callable[..., Worker]
+def test_the_change_feed_thread_ends_soon_after_the_last_watch(
+    store: StateStore,
+    db_path: Path,
+    workers: Callable[..., Worker],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr("agenthold.store.FEED_LINGER", 0.1)  # 1 s by default
     other = workers("set-when-told", db_path, "ns", "k", '"late"')
     before = set(threading.enumerate())
     seen: list[threading.Thread] = []
@@ -1622,8 +1626,10 @@ def test_the_change_feed_thread_ends_a_second_after_the_last_watch(
     store.watch("ns", "k", since_version=0, timeout=0.2)
     looker.join()
     assert len(seen) == 1
+    ended = time.monotonic()
     seen[0].join(timeout=5)
     assert not seen[0].is_alive()
+    assert time.monotonic() - ended < 3  # after the linger, not at the join's timeout
     # A later watch starts a new one, which hears the commit of another process.
     other.expect("ready")
     go = threading.Timer(0.1, other.send)
