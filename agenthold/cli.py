@@ -254,7 +254,8 @@ def serve_options(
     if opts.transport == "stdio":
         if given_http:
             flags = ", ".join("--" + n.replace("_", "-").removesuffix("s") for n in given_http)
-            warnings.append(f"warning: {flags} only apply with --transport http; ignored")
+            verb = "applies" if len(given_http) == 1 else "apply"
+            warnings.append(f"warning: {flags} only {verb} with --transport http; ignored")
         if args.auth_tokens or env_tokens:
             warnings.append(
                 "warning: auth tokens apply to --transport http only; stdio is a local, "

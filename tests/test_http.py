@@ -884,6 +884,7 @@ def test_http_flags_and_tokens_given_with_stdio_warn_without_showing_the_token()
     assert opts.transport == "stdio" and opts.auth_tokens == []
     assert len(found) == 2
     assert all(flag in found[0] for flag in ("--port", "--json-response", "--allowed-host"))
+    assert "only apply with --transport http" in found[0]  # several flags: plural
     assert "token" in found[1] and "ignored" in found[1]
     assert not any("s3cret-tok" in line for line in found)
     _, from_env = options(env={"AGENTHOLD_AUTH_TOKEN": "envtok"})

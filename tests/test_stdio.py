@@ -506,7 +506,7 @@ def test_with_the_disconnect_grace_off_claims_outlive_the_server_and_http_flags_
     assert server.proc.returncode == 0
     warnings = server.stderr_text().splitlines()
     assert len(warnings) == 2
-    assert "--port only apply with --transport http; ignored" in warnings[0]
+    assert "--port only applies with --transport http; ignored" in warnings[0]
     assert "auth tokens apply to --transport http only" in warnings[1]
     with coordinator_on(tmp_path / "off.db", tmp_path) as coordinator:
         assert coordinator.agent(agent).lease_ends_at is None
