@@ -40,6 +40,24 @@ UNAUTHORIZED = json.dumps(
 ).encode()
 
 
+async def refuse(
+    send: Send, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    """Answer a request with ``status`` and a short JSON ``body``, before any app sees it."""
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
 def usable_tokens(tokens: Sequence[str]) -> list[str]:
     """The configured tokens, trimmed, without blanks."""
     return [t.strip() for t in tokens if t.strip()]
@@ -81,18 +99,7 @@ class BearerAuth:
         if scope["type"] == "websocket":  # refused before the handshake: the server sends 403
             await send({"type": "websocket.close", "code": 1008})
             return
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(UNAUTHORIZED)).encode()),
-                    (b"www-authenticate", b"Bearer"),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": UNAUTHORIZED})
+        await refuse(send, 401, UNAUTHORIZED, [(b"www-authenticate", b"Bearer")])
 
 
 def is_loopback(host: str) -> bool:
@@ -139,14 +146,4 @@ class LoopbackOrigins:
         if self.accepts(origin):
             await self.app(scope, receive, send)
             return
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 403,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(FOREIGN_ORIGIN)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": FOREIGN_ORIGIN})
+        await refuse(send, 403, FOREIGN_ORIGIN)
