@@ -1454,20 +1454,31 @@ def test_watch_is_woken_by_a_commit_of_another_thread(db_path: Path, where: str)
         assert elapsed < 0.05 + 0.5  # woken by the commit, far before the timeout
 
 
+def watch_a_write_of_another_process(
+    store: StateStore, db_path: Path, workers: Callable[..., Worker], value: Any, timeout: float
+) -> tuple[Record | None, float]:
+    """Watch ns/k past version 1 while another process writes ``value`` there 0.1 s in;
+    returns what the watch saw and how long it took."""
+    other = workers("set-when-told", db_path, "ns", "k", json.dumps(value))
+    other.expect("ready")
+    go = threading.Timer(0.1, other.send)
+    started = time.monotonic()
+    go.start()
+    record = store.watch("ns", "k", since_version=1, timeout=timeout)
+    elapsed = time.monotonic() - started
+    go.join()
+    assert other.result() == {"version": 2}
+    return record, elapsed
+
+
 def test_watch_is_woken_by_a_commit_of_another_process(
     db_path: Path, workers: Callable[..., Worker]
 ) -> None:
     with StateStore(db_path) as store:
         store.set("ns", "k", "old", updated_by="w")
-        other = workers("set-when-told", db_path, "ns", "k", json.dumps({"from": "process"}))
-        other.expect("ready")
-        go = threading.Timer(0.1, other.send)
-        started = time.monotonic()
-        go.start()
-        record = store.watch("ns", "k", since_version=1, timeout=20)
-        elapsed = time.monotonic() - started
-        go.join()
-        assert other.result() == {"version": 2}
+        record, elapsed = watch_a_write_of_another_process(
+            store, db_path, workers, {"from": "process"}, timeout=20
+        )
         assert record is not None
         assert (record.value, record.version) == ({"from": "process"}, 2)
         assert record.updated_by == "other-process"
@@ -1531,15 +1542,9 @@ def test_watch_hears_another_process_after_the_file_was_replaced_at_the_same_pat
         Path(str(db_path) + suffix).unlink(missing_ok=True)
     with StateStore(db_path) as store:
         store.set("ns", "k", "new file", updated_by="w")
-        other = workers("set-when-told", db_path, "ns", "k", json.dumps("from the other process"))
-        other.expect("ready")
-        go = threading.Timer(0.1, other.send)
-        started = time.monotonic()
-        go.start()
-        record = store.watch("ns", "k", since_version=1, timeout=5)
-        elapsed = time.monotonic() - started
-        go.join()
-        assert other.result() == {"version": 2}
+        record, elapsed = watch_a_write_of_another_process(
+            store, db_path, workers, "from the other process", timeout=5
+        )
         assert record is not None and record.value == "from the other process"
         assert elapsed < 2, f"woken only after {elapsed:.2f} s: the feed read the old file"
 
@@ -1562,15 +1567,9 @@ def test_closing_one_of_two_stores_on_a_file_keeps_the_others_cross_process_wake
         with StateStore(db_path) as leaving:
             leaving.set("ns", "k", "v", updated_by="w")
             assert leaving.watch("ns", "k", since_version=1, timeout=0.01) is None
-        other = workers("set-when-told", db_path, "ns", "k", json.dumps("from afar"))
-        other.expect("ready")
-        go = threading.Timer(0.1, other.send)
-        started = time.monotonic()
-        go.start()
-        record = staying.watch("ns", "k", since_version=1, timeout=5)
-        elapsed = time.monotonic() - started
-        go.join()
-        assert other.result() == {"version": 2}
+        record, elapsed = watch_a_write_of_another_process(
+            staying, db_path, workers, "from afar", timeout=5
+        )
         assert record is not None and record.value == "from afar"
         assert elapsed < 2, f"woken only after {elapsed:.2f} s"
     finally:
