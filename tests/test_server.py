@@ -1148,7 +1148,7 @@ async def test_with_the_disconnect_grace_off_claims_outlive_the_connection(
         assert (await served.call("agenthold_status", resource="x.md"))["held_by"] == a
 
 
-async def test_an_agent_named_on_two_connections_stays_until_both_have_gone(
+async def test_the_tracker_lets_an_agent_named_on_two_connections_go_when_both_have_gone(
     tmp_path: Path,
 ) -> None:
     async with serving(tmp_path) as served:
