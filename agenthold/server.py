@@ -110,6 +110,9 @@ class Param:
     enum: tuple[str, ...] = ()
     minimum: float | None = None
     maximum: float | None = None
+    # Listed as required in the schema although a call may leave it out: expected_version,
+    # which `force` makes unnecessary (the tool then explains what is missing, if anything).
+    advertised: bool = False
 
     def schema(self) -> dict[str, Any]:
         schema: dict[str, Any] = {"description": self.description}
@@ -223,7 +226,7 @@ class ToolSpec:
             input_schema={
                 "type": "object",
                 "properties": {p.name: p.schema() for p in self.params},
-                "required": [p.name for p in self.params if p.required],
+                "required": [p.name for p in self.params if p.required or p.advertised],
                 "additionalProperties": False,
             },
             output_schema=OUTPUT_SCHEMA,
@@ -916,8 +919,10 @@ def advanced_tools(a: Agenthold) -> list[ToolSpec]:
     expected = Param(
         "expected_version",
         "integer",
-        "the version you read with agenthold_get, or 0 for a key that must not exist yet",
+        "the version you read with agenthold_get, or 0 for a key that must not exist yet "
+        "(ignored with force: true)",
         required=False,
+        advertised=True,
         minimum=0,
         maximum=MAX_VERSION,
     )
