@@ -41,15 +41,20 @@ UNAUTHORIZED = json.dumps(
 
 
 async def refuse(
-    send: Send, status: int, body: bytes, headers: Sequence[tuple[bytes, bytes]] = ()
+    send: Send,
+    status: int,
+    body: bytes,
+    headers: Sequence[tuple[bytes, bytes]] = (),
+    *,
+    content_type: bytes = b"application/json",
 ) -> None:
-    """Answer a request with ``status`` and a short JSON ``body``, before any app sees it."""
+    """Answer a request with ``status`` and a short ``body``, before any app sees it."""
     await send(
         {
             "type": "http.response.start",
             "status": status,
             "headers": [
-                (b"content-type", b"application/json"),
+                (b"content-type", content_type),
                 (b"content-length", str(len(body)).encode()),
                 *headers,
             ],

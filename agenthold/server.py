@@ -52,7 +52,7 @@ from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from agenthold.auth import BearerAuth, LoopbackOrigins, is_loopback
+from agenthold.auth import BearerAuth, LoopbackOrigins, is_loopback, refuse
 from agenthold.claims import Coordinator, timeout_reply
 from agenthold.store import (
     AgentholdError,
@@ -1533,18 +1533,7 @@ class CancelOnDisconnect:
 
 
 async def _plain(send: Send, status: int, text: str) -> None:
-    body = text.encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"text/plain; charset=utf-8"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    await refuse(send, status, text.encode(), content_type=b"text/plain; charset=utf-8")
 
 
 class _H11WithHeadTimeout(H11Protocol):
