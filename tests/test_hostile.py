@@ -19,14 +19,16 @@ The ways in:
   malformed, oversized and mistyped bodies, a client that stalls in its body, and one that stalls
   inside its headers (which nothing times out: see that test).
 
-Example counts are modest (40 a tool and era), so the file runs in well under a minute; a
-failure prints the call that broke the rule.
+Example counts are modest (40 a tool and era), so the file runs in well under a minute; set
+AGENTHOLD_FUZZ_EXAMPLES for a longer hunt. A failure prints the call that broke the rule.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
+import os
 import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -71,7 +73,7 @@ from agenthold.store import StateStore
 
 pytestmark = pytest.mark.anyio
 
-EXAMPLES = 40  # hypothesis examples a tool and era
+EXAMPLES = int(os.environ.get("AGENTHOLD_FUZZ_EXAMPLES", "40"))  # examples a tool and era
 BIG = "1" + "0" * 5000  # a 5,001-digit integer, as JSON text
 HUGE = 10**5000  # the same size, as a Python int
 
@@ -309,13 +311,14 @@ def valid_strategies(fuzz_agent: str) -> dict[str, st.SearchStrategy[Any]]:
 
 
 def _wait_ready(name: str, value: Any) -> bool:
-    """Whether ``value`` would make a wait or watch really wait (longer than a test can)."""
-    return (
-        name == "timeout_seconds"
-        and isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and 0.05 < value <= 300
-    )
+    """Whether ``value`` would make a wait or watch really wait (longer than a test can). Null
+    counts, as it means the default 30 s, and so do NaN and infinities, which an SDK client
+    sends as null."""
+    if name != "timeout_seconds" or isinstance(value, bool):
+        return False
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return True
+    return isinstance(value, (int, float)) and 0.05 < value <= 300
 
 
 def shown(value: Any, depth: int = 0) -> str:
