@@ -1032,7 +1032,7 @@ class SQLiteDatabase:
             )
         except sqlite3.Error as exc:
             self._check_file_is_ours()
-            raise _translate(exc, self.busy_timeout, self.path) from None
+            raise self._error(exc) from None
         try:
             conn.execute(f"PRAGMA synchronous = {SYNCHRONOUS[self.durability]}")
             for name, value in PRAGMAS.items():
@@ -1049,12 +1049,16 @@ class SQLiteDatabase:
             self._connections[threading.current_thread()] = conn
         return conn
 
+    def _error(self, exc: sqlite3.Error) -> AgentholdError:
+        """The error a caller can act on for a SQLite error on this database."""
+        return _translate(exc, self.busy_timeout, self.path)
+
     def _opening_error(self, exc: sqlite3.Error) -> AgentholdError:
         """Translate an error met while opening: a file SQLite cannot read as a database
         (SQLITE_NOTADB, SQLITE_CORRUPT) is incompatible; busy and I/O errors stay what they are."""
         if type(exc) is sqlite3.DatabaseError:
             return IncompatibleDatabaseError(f"cannot open database {self.path!r}: {exc}")
-        return _translate(exc, self.busy_timeout, self.path)
+        return self._error(exc)
 
     def _prepare_schema(self) -> None:
         """Check that the file is ours (or empty) and bring its schema up to date. On any
@@ -1187,7 +1191,7 @@ class SQLiteDatabase:
             with self._mem_lock:
                 return self._live_shared().execute(sql, params).fetchone()
         except sqlite3.Error as exc:
-            raise _translate(exc, self.busy_timeout, self.path) from None
+            raise self._error(exc) from None
 
     def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Run one read statement and return all its rows."""
@@ -1201,7 +1205,7 @@ class SQLiteDatabase:
             with self._mem_lock:
                 return self._live_shared().execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            raise _translate(exc, self.busy_timeout, self.path) from None
+            raise self._error(exc) from None
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
@@ -1216,7 +1220,7 @@ class SQLiteDatabase:
                     if conn.in_transaction:
                         conn.execute("COMMIT")
             except sqlite3.Error as exc:
-                raise _translate(exc, self.busy_timeout, self.path) from None
+                raise self._error(exc) from None
 
     @contextmanager
     def write(self) -> Iterator[tuple[sqlite3.Connection, list[Topic]]]:
@@ -1250,7 +1254,7 @@ class SQLiteDatabase:
                 else:
                     conn.execute("BEGIN IMMEDIATE")
             except sqlite3.Error as exc:
-                raise _translate(exc, self.busy_timeout, self.path) from None
+                raise self._error(exc) from None
             try:
                 yield conn, changed
                 conn.execute("COMMIT")
@@ -1259,7 +1263,7 @@ class SQLiteDatabase:
                     with suppress(sqlite3.Error):  # SQLite may have rolled back already
                         conn.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.Error):
-                    raise _translate(exc, self.busy_timeout, self.path) from None
+                    raise self._error(exc) from None
                 raise
         finally:
             lock.release()
