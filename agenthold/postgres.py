@@ -124,6 +124,16 @@ class _Connection:
                 cursor.executemany(_pg(text), rows)
 
 
+def _lost(conn: psycopg.Connection[Any], exc: psycopg.Error) -> bool:
+    """Whether ``exc`` says the connection is gone (the server restarted, or the session was
+    ended): then a statement that changed nothing yet can run again on another connection."""
+    if conn.broken or isinstance(exc, (errors.AdminShutdown, errors.CrashShutdown)):
+        return True
+    return isinstance(exc, psycopg.OperationalError) and not isinstance(
+        exc, (errors.LockNotAvailable, errors.QueryCanceled)
+    )
+
+
 def _first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return "; ".join(lines) or type(exc).__name__
@@ -414,9 +424,16 @@ class PostgresDatabase:
                 return conn
             except psycopg.Error as exc:
                 self._pool.putconn(conn)  # a broken connection is discarded by the pool
-                if attempt == 2 or not conn.broken:
+                if attempt == 2 or not _lost(conn, exc):
                     raise self._error(exc) from None
+                self._drop_dead()
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _drop_dead(self) -> None:
+        """One pooled connection was found dead (a restart, or sessions ended by an
+        administrator): check the idle others now, so the retry gets a live one."""
+        with suppress(psycopg.Error, PoolTimeout):
+            self._pool.check()
 
     @contextmanager
     def _transaction(self, begin: str) -> Iterator[psycopg.Connection[Any]]:
@@ -439,12 +456,16 @@ class PostgresDatabase:
         for attempt in (1, 2):
             conn = self._begin(None)
             try:
-                return run(conn)
+                result = run(conn)
             except psycopg.Error as exc:
-                if attempt == 2 or not conn.broken:
-                    raise self._error(exc) from None
-            finally:
+                lost = _lost(conn, exc)
                 self._pool.putconn(conn)
+                if attempt == 2 or not lost:
+                    raise self._error(exc) from None
+                self._drop_dead()
+                continue
+            self._pool.putconn(conn)
+            return result
         raise AssertionError("unreachable")  # pragma: no cover
 
     # -- the interface -------------------------------------------------------------------------

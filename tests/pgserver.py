@@ -73,7 +73,8 @@ class Cluster:
         self.run("pg_ctl", "stop", "-w", "-D", str(self.data), "-m", mode)
 
     def restart(self) -> None:
-        self.run("pg_ctl", "restart", "-w", "-D", str(self.data), "-m", "fast")
+        self.stop("fast")
+        self.start()  # with its log file: a server writing to our pipe would keep run() waiting
 
     def url(self, options: str = "") -> str:
         host = quote(self.socket_dir, safe="")
