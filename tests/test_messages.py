@@ -35,6 +35,7 @@ from agenthold.messages import (
     TooFewParticipantsError,
     UnknownThreadError,
 )
+from agenthold.store import SCHEMA_VERSION as store_schema
 from agenthold.store import IncompatibleDatabaseError, InvalidInputError, StateStore
 
 BUS_WORKER = REPO / "tests" / "helpers" / "bus_worker.py"
@@ -156,7 +157,7 @@ def test_get_or_create_agent_reuses_a_name_and_create_agent_refuses_it(bus: Mess
     alice = bus.get_or_create_agent("Alice")
     assert bus.get_or_create_agent("Alice") == alice
     assert uuid.UUID(alice.id)
-    with pytest.raises(NameTakenError, match="agent name taken.*get_or_create_agent") as info:
+    with pytest.raises(NameTakenError, match=r"agent name taken.*get_or_create_agent") as info:
         bus.create_agent("Alice")
     assert isinstance(info.value, ValueError) and info.value.hint
     assert bus.create_agent("alice").id != alice.id  # names are case-sensitive
@@ -189,7 +190,7 @@ def test_join_and_leave_thread(pair: Any) -> None:
     assert bus.has_unread(tid, carol)  # a newcomer's cursor starts at 0
     bus.append(tid, carol, "hello")
     assert [a.name for a in bus.leave_thread(tid, carol).participants] == ["Alice", "Bob"]
-    with pytest.raises(NotParticipantError, match="sender not in thread.*join_thread"):
+    with pytest.raises(NotParticipantError, match=r"sender not in thread.*join_thread"):
         bus.append(tid, carol, "again")
     with pytest.raises(NotParticipantError, match="not a participant"):
         bus.leave_thread(tid, carol)
@@ -357,7 +358,7 @@ def test_content_is_text_within_the_limit(tmp_path: Path) -> None:
 
 
 def test_every_common_error_is_a_clear_value_error(pair: Any) -> None:
-    bus, alice, bob, tid = pair
+    bus, alice, _, tid = pair
     carol = bus.get_or_create_agent("Carol")
     cases: list[tuple[Any, type[Exception], str]] = [
         (lambda: bus.create_thread(alice), TooFewParticipantsError, "need >=2 participants"),
@@ -445,9 +446,8 @@ def test_sequences_have_no_gaps_under_many_processes(db_path: Path) -> None:
         finally:
             stop.set()
             appender.join()
-        local_count = bus.db.fetchone(
-            "SELECT count(*) FROM msg_messages WHERE content = 'local'"
-        )[0]
+        local_sql = "SELECT count(*) FROM msg_messages WHERE content = 'local'"
+        local_count = bus.db.fetchone(local_sql)[0]
         check_contiguous(bus, threads[0], 160 + local_count)
         check_contiguous(bus, threads[1], 160)
         for p in procs:
@@ -574,7 +574,7 @@ def test_the_bus_tables_sit_beside_the_store_and_claims(db_path: Path) -> None:
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"state", "agents", "claims", "msg_agents", "msg_threads", "msg_messages"} <= tables
     assert conn.execute("SELECT * FROM agenthold_components").fetchall() == [("messages", 1)]
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1  # the store's, untouched
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == store_schema  # the store's own
     conn.close()
     with StateStore(db_path) as store:
         assert store.get("ns", "k").value == 1
