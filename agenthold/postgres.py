@@ -331,20 +331,20 @@ class PostgresDatabase:
                 )
             if not versions:
                 conn.execute(
-                    "CREATE TABLE IF NOT EXISTS agenthold_schema "
+                    "CREATE TABLE IF NOT EXISTS agenthold_components "
                     "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
                 )
             for step in range(have, component.version):
                 conn.execute(component.migrations["postgresql"][step])
             conn.execute(
-                "INSERT INTO agenthold_schema (component, version) VALUES (%s, %s) "
+                "INSERT INTO agenthold_components (component, version) VALUES (%s, %s) "
                 "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
                 (component.name, component.version),
             )
             return component.version
 
     def _versions(self, conn: psycopg.Connection[Any]) -> dict[str, int]:
-        if conn.execute("SELECT to_regclass('agenthold_schema')").fetchone()[0] is None:  # type: ignore[index]
+        if conn.execute("SELECT to_regclass('agenthold_components')").fetchone()[0] is None:  # type: ignore[index]
             tables = [
                 r[0]
                 for r in conn.execute(
@@ -358,7 +358,7 @@ class PostgresDatabase:
                     f"{self.path} is not an agenthold database ({held}); give another --db"
                 )
             return {}
-        rows = conn.execute("SELECT component, version FROM agenthold_schema").fetchall()
+        rows = conn.execute("SELECT component, version FROM agenthold_components").fetchall()
         return {name: version for name, version in rows}
 
     # -- connections ---------------------------------------------------------------------------

@@ -506,14 +506,16 @@ def utc_iso(timestamp: float | None = None) -> str:
 # --------------------------------------------------------------------------------------------
 
 APPLICATION_ID = 0x41474844  # "AGHD" in PRAGMA application_id marks a file as ours
-# PRAGMA user_version is the layout of a file: 1 (agenthold 0.11 before components) means the
-# store's and claims' tables at version 1 each; 2 means the table agenthold_schema names each
-# component's version. Files of layout 1 open unchanged; the first component that must migrate
-# writes agenthold_schema, which moves the file to layout 2.
-SCHEMA_VERSION = 2
-LAYOUT_1 = {"store": 1, "claims": 1}
+# PRAGMA user_version is the layout of a file. Files of agenthold 0.11 before components: 1 (the
+# store's and claims' tables at version 1 each) and 2 (claims at version 2). 3: the table
+# agenthold_components names each component's version. Files of layouts 1 and 2 open unchanged
+# (a component that keeps its version in agenthold_components, such as the message bus, may add
+# that table to them); the first store or claims migration moves a file to layout 3.
+SCHEMA_VERSION = 3
+LAYOUTS = {1: {"store": 1, "claims": 1}, 2: {"store": 1, "claims": 2}}
 COMPONENTS_SQL = (
-    "CREATE TABLE agenthold_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+    "CREATE TABLE IF NOT EXISTS agenthold_components ("
+    "component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
 )
 
 
@@ -1244,14 +1246,14 @@ class SQLiteDatabase:
                 conn.execute(statement)
         if legacy:
             _import_legacy(conn)
-        if layout < 2:
-            conn.execute(COMPONENTS_SQL)
-            conn.executemany(
-                "INSERT INTO agenthold_schema (component, version) VALUES (?, ?)",
-                versions.items(),
-            )
+        conn.execute(COMPONENTS_SQL)
+        conn.executemany(  # what layouts 1 and 2 implied, now written down
+            "INSERT INTO agenthold_components (component, version) VALUES (?, ?) "
+            "ON CONFLICT (component) DO NOTHING",
+            versions.items(),
+        )
         conn.execute(
-            "INSERT INTO agenthold_schema (component, version) VALUES (?, ?) "
+            "INSERT INTO agenthold_components (component, version) VALUES (?, ?) "
             "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
             (component.name, component.version),
         )
@@ -1623,10 +1625,10 @@ def _describe(conn: sqlite3.Connection) -> tuple[int, int, dict[str, int], list[
             )
         ]
         versions: dict[str, int] = {}
-        if app_id == APPLICATION_ID and layout == 1:
-            versions = dict(LAYOUT_1)
-        elif app_id == APPLICATION_ID and "agenthold_schema" in tables:
-            versions = dict(conn.execute("SELECT component, version FROM agenthold_schema"))
+        if app_id == APPLICATION_ID:
+            versions = dict(LAYOUTS.get(layout, {}))
+        if "agenthold_components" in tables:
+            versions.update(conn.execute("SELECT component, version FROM agenthold_components"))
     finally:
         if own:
             conn.execute("COMMIT")

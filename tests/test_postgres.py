@@ -393,7 +393,7 @@ def test_a_database_of_another_program_is_refused_and_left_untouched(pg_url: str
 
 def test_newer_tables_are_refused(pg: StateStore, pg_url: str) -> None:
     with raw(pg_url) as conn:
-        conn.execute("UPDATE agenthold_schema SET version = 99 WHERE component = 'store'")
+        conn.execute("UPDATE agenthold_components SET version = 99 WHERE component = 'store'")
     with pytest.raises(IncompatibleDatabaseError, match="newer"):
         StateStore(pg_url)
 
@@ -415,10 +415,10 @@ def test_a_store_creates_only_its_tables_and_claims_add_theirs(pg_url: str, tmp_
         return [r[0] for r in rows]
 
     with StateStore(pg_url) as store:
-        assert tables() == ["agenthold_schema", "state", "state_history"]
+        assert tables() == ["agenthold_components", "state", "state_history"]
         coordinator(store, tmp_path)
         assert tables() == [
-            "agenthold_schema", "agents", "claim_events", "claims", "state", "state_history",
+            "agenthold_components", "agents", "claim_events", "claims", "state", "state_history",
         ]  # fmt: skip
 
 

@@ -64,7 +64,7 @@ from agenthold.store import (
 HELPER = Path(__file__).parent / "helpers" / "store_worker.py"
 APPLICATION_ID = 0x41474844  # "AGHD", how an agenthold database marks itself
 # what a StateStore alone creates: its own tables and the table of component versions
-OUR_TABLES = {"state", "state_history", "agenthold_schema"}
+OUR_TABLES = {"state", "state_history", "agenthold_components"}
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals and fork()")
 
@@ -1945,3 +1945,52 @@ def test_an_agenthold_0_10_database_is_refused_read_only_and_left_untouched(
     with pytest.raises(IncompatibleDatabaseError, match=r"0\.10 or older.*upgrade"):
         StateStore(path, read_only=True)
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_a_schema_version_1_database_gains_the_claims_file_id_column(tmp_path: Path) -> None:
+    """Version 2 of the claims tables added claims.file_id (hard links share a claim); a file
+    of layout 1 (store and claims at version 1) migrates in place once claims open it, keeping
+    its rows, and a store alone leaves it unchanged."""
+    from agenthold.claims import CLAIMS_SCHEMA, Coordinator
+    from agenthold.store import STORE_SCHEMA
+
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(STORE_SCHEMA.migrations["sqlite"][0])
+    conn.executescript(CLAIMS_SCHEMA.migrations["sqlite"][0])
+    conn.execute(
+        "INSERT INTO claims (resource, uri, holder, claimed_at, version) "
+        "VALUES ('file:///r/a', 'file://default/a', NULL, NULL, 4)"
+    )
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    def schema() -> list[Any]:
+        with sqlite3.connect(path) as conn:
+            rows = conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+            return [conn.execute("PRAGMA user_version").fetchone()[0], rows]
+
+    before = schema()
+    with StateStore(path) as store:
+        assert store.list_namespaces() == []
+    assert schema() == before  # a store alone opens a file of this version unchanged
+    with StateStore(path) as store:
+        Coordinator(store)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("SELECT resource, version, file_id FROM claims").fetchall() == [
+        ("file:///r/a", 4, None)
+    ]
+    assert dict(conn.execute("SELECT component, version FROM agenthold_components")) == {
+        "store": 1,
+        "claims": 2,
+    }
+    conn.close()
+    StateStore(path).close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("SELECT resource, version, file_id FROM claims").fetchall() == [
+        ("file:///r/a", 4, None)
+    ]
+    conn.close()
