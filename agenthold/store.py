@@ -1237,7 +1237,7 @@ class SQLiteDatabase:
         return have
 
     def _migrate(self, conn: sqlite3.Connection, component: Component, have: int) -> None:
-        app_id, layout, versions, tables = _describe(conn)
+        app_id, _, versions, tables = _describe(conn)
         legacy = component is STORE_SCHEMA and app_id == 0 and "state_records" in tables
         if legacy:
             conn.execute("ALTER TABLE state_history RENAME TO legacy_history")
