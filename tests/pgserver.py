@@ -14,6 +14,7 @@ import itertools
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from urllib.parse import quote
@@ -54,6 +55,36 @@ class Cluster:
         self.run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8",
                  "--no-sync", "--locale=C.UTF-8")  # fmt: skip
         self.start()
+        self._reaper = self._start_reaper()
+
+    def _start_reaper(self) -> subprocess.Popen[bytes]:
+        """A small process that stops the server and removes its files once this process is
+        gone, even if it never ran its teardown (the hang watchdog ends it with os._exit)."""
+        stop = [
+            os.path.join(self.bindir, "pg_ctl"),
+            "stop",
+            "-D",
+            str(self.data),
+            "-m",
+            "immediate",
+        ]
+        if self.as_root:
+            stop = ["runuser", "-u", "postgres", "--", *stop]
+        script = (
+            "import os, shutil, subprocess, sys, time\n"
+            "parent, stop, root = int(sys.argv[1]), sys.argv[3:], sys.argv[2]\n"
+            "while os.getppid() == parent:\n"
+            "    time.sleep(0.5)\n"
+            "subprocess.run(stop, capture_output=True)\n"
+            "shutil.rmtree(root, ignore_errors=True)\n"
+        )
+        return subprocess.Popen(
+            [sys.executable, "-c", script, str(os.getpid()), str(self.root), *stop],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={k: v for k, v in os.environ.items() if not k.startswith("COVERAGE")},
+        )
 
     def run(self, tool: str, *args: str) -> None:
         argv = [os.path.join(self.bindir, tool), *args]
@@ -94,3 +125,5 @@ class Cluster:
         with contextlib.suppress(subprocess.CalledProcessError):
             self.stop("immediate")
         shutil.rmtree(self.root, ignore_errors=True)
+        self._reaper.kill()
+        self._reaper.wait()
