@@ -842,7 +842,7 @@ def standard_tools(a: Agenthold) -> list[ToolSpec]:
                     False,
                     "",
                     max_length=MAX_MODEL,
-                ),  # fmt: skip
+                ),
                 Param(
                     "purpose",
                     "string",
@@ -850,7 +850,7 @@ def standard_tools(a: Agenthold) -> list[ToolSpec]:
                     False,
                     "",
                     max_length=MAX_PURPOSE,
-                ),  # fmt: skip
+                ),
             ),
             read_only=False,
             destructive=False,
