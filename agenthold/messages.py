@@ -498,6 +498,11 @@ class MessageBus:
         return self._store.path
 
     @property
+    def has_tables(self) -> bool:
+        """False for a read-only bus on a file whose bus tables were never created."""
+        return self._ready
+
+    @property
     def read_only(self) -> bool:
         return self._store.read_only
 

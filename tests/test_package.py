@@ -54,7 +54,13 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
         "uris": {"agenthold.store"},
         "auth": set(),
         "messages": {"agenthold.store", "agenthold.claims"},
-        "inspect": {"agenthold", "agenthold.store", "agenthold.claims", "agenthold.uris"},
+        "inspect": {
+            "agenthold",
+            "agenthold.store",
+            "agenthold.claims",
+            "agenthold.messages",
+            "agenthold.uris",
+        },
         "cli": {
             "agenthold",
             "agenthold.inspect",
