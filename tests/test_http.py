@@ -53,7 +53,8 @@ from support import (
 
 from agenthold.claims import Coordinator
 from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
-from agenthold.server import Agenthold, CancelOnDisconnect, _http_stack
+from agenthold.http import CancelOnDisconnect, _http_stack
+from agenthold.server import Agenthold
 from agenthold.store import StateStore
 
 pytestmark = pytest.mark.anyio
@@ -385,7 +386,7 @@ async def test_a_body_over_4_mib_gets_413(tmp_path: Path) -> None:
 async def test_a_body_not_sent_in_time_gets_408(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("agenthold.server.BODY_TIMEOUT", 0.3)
+    monkeypatch.setattr("agenthold.http.BODY_TIMEOUT", 0.3)
     async with serving(tmp_path) as s:
         stream = await raw_connection(s.port)
         async with stream:

@@ -33,12 +33,9 @@ from support import in_process_client, reply_of
 
 from agenthold import claims as claims_module
 from agenthold.claims import Coordinator
-from agenthold.server import (
-    MAX_WAIT_SECONDS,
-    PROCESS,
-    Agenthold,
-)
+from agenthold.server import PROCESS, Agenthold
 from agenthold.store import StateStore
+from agenthold.toolkit import MAX_WAIT_SECONDS
 from agenthold.uris import Resolver, Workspace
 
 pytestmark = pytest.mark.anyio
