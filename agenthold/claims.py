@@ -19,11 +19,12 @@ next claimant is told. Decisions behind it:
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -219,6 +220,8 @@ _CLAIM_ROW = (
     "c.last_holder, c.last_outcome_at, c.moved_to, a.name, a.model, a.lease_ends_at, "
     "a.lease_end_outcome FROM claims AS c LEFT JOIN agents AS a ON a.agent_id = c.holder "
 )
+# Held claims on other names of one file (hard links): see _alias.
+_ALIASES = _CLAIM_ROW + "WHERE c.file_id = ? AND c.resource != ? AND c.holder IS NOT NULL"
 _AGENT_ROW = (
     "SELECT agent_id, name, model, purpose, registered_at, last_seen_at, lease_ends_at, "
     "lease_end_outcome FROM agents "
@@ -231,6 +234,31 @@ _FREE = (
     "UPDATE claims SET holder = NULL, claimed_at = NULL, version = ?, last_outcome = ?, "
     "last_holder = ?, last_outcome_at = ?, moved_to = ? WHERE resource = ?"
 )
+
+
+def _alias(
+    fetchall: Callable[[str, tuple[Any, ...]], list[Any]],
+    resource: Resource,
+    now: float,
+    agent_id: str | None = None,
+) -> ClaimInfo | None:
+    """A live claim by another agent (not ``agent_id``) on another name of ``resource``'s file.
+
+    A claim records its file's device and inode; it counts only while the name it was taken
+    under still leads to that file, so a deleted file whose inode is reused blocks nothing."""
+    if resource.file_id is None:
+        return None
+    for row in fetchall(_ALIASES, (resource.file_id, resource.key)):
+        info = _claim_info(row, now)
+        if info.state != "claimed" or info.holder == agent_id:
+            continue
+        try:
+            found = os.stat(info.resource.removeprefix("file://"))
+        except (OSError, ValueError):
+            continue
+        if f"{found.st_dev}:{found.st_ino}" == resource.file_id:
+            return info
+    return None
 
 
 def _claim_info(row: Any, now: float) -> ClaimInfo:
@@ -247,6 +275,22 @@ def _claim_info(row: Any, now: float) -> ClaimInfo:
         key, uri, "claimed" if holder else "free", version, holder, name, model, claimed_at,
         lease_end, outcome, last_holder, outcome_at, moved_to,
     )  # fmt: skip
+
+
+def _busy(uri: str, holder: ClaimInfo) -> dict[str, Any]:
+    """The reply to a claim of ``uri`` while ``holder`` holds it (under another name, a hard
+    link of the same file, when ``held_as`` is in the reply)."""
+    reply = {
+        "status": "busy",
+        "resource": uri,
+        "held_by": holder.holder,
+        "agent_name": holder.holder_name,
+        "claimed_at": holder.claimed_at,
+        "hint": BUSY_HINT,
+    }
+    if holder.uri != uri:
+        reply["held_as"] = holder.uri
+    return reply
 
 
 class Coordinator:
@@ -341,36 +385,36 @@ class Coordinator:
             at = utc_iso(now)
             self._touch(conn, changed, agent_id, now)
             row = conn.execute(_CLAIM_ROW + "WHERE c.resource = ?", (res.key,)).fetchone()
+            info = None if row is None else _claim_info(row, now)
+            if info is None or info.state == "free":
+                alias = _alias(
+                    lambda sql, args: conn.execute(sql, args).fetchall(), res, now, agent_id
+                )
+                if alias is not None:
+                    return _busy(res.uri, alias)
             if row is None:
                 conn.execute(
-                    "INSERT INTO claims (resource, uri, holder, claimed_at, version) "
-                    "VALUES (?, ?, ?, ?, 1)",
-                    (res.key, res.uri, agent_id, at),
+                    "INSERT INTO claims (resource, uri, holder, claimed_at, version, file_id) "
+                    "VALUES (?, ?, ?, ?, 1, ?)",
+                    (res.key, res.uri, agent_id, at, res.file_id),
                 )
                 conn.execute(_EVENT, (at, agent_id, "claimed", res.key, res.uri, None, None, 1))
                 changed.append(resource_topic(res.key))
                 return {"status": "claimed", "resource": res.uri, "version": 1}
-            info = _claim_info(row, now)
+            assert info is not None
             if info.holder == agent_id:
                 return {"status": "already_claimed", "resource": info.uri, "version": info.version}
             if info.state == "claimed":
-                return {
-                    "status": "busy",
-                    "resource": info.uri,
-                    "held_by": info.holder,
-                    "agent_name": info.holder_name,
-                    "claimed_at": info.claimed_at,
-                    "hint": BUSY_HINT,
-                }
+                return _busy(info.uri, info)
             version = info.version
             if row[2] is not None:  # the holder's lease lapsed: record that release first
                 version += 1
                 self._record_lapse(conn, info, version)
             version += 1
             conn.execute(
-                "UPDATE claims SET holder = ?, claimed_at = ?, version = ?, uri = ? "
+                "UPDATE claims SET holder = ?, claimed_at = ?, version = ?, uri = ?, file_id = ? "
                 "WHERE resource = ?",
-                (agent_id, at, version, res.uri, res.key),
+                (agent_id, at, version, res.uri, res.file_id, res.key),
             )
             conn.execute(_EVENT, (at, agent_id, "claimed", res.key, res.uri, None, None, version))
             changed.append(resource_topic(res.key))
@@ -389,7 +433,12 @@ class Coordinator:
             raise InvalidInputError(
                 f"outcome must be one of {', '.join(OUTCOMES)}; got {outcome!r}"
             )
-        res = self.resolver.resolve(resource)
+        named = self.resolver.resolve(resource, follow_links=False)
+        refused: InvalidInputError | None = None
+        try:
+            res = self.resolver.resolve(resource)
+        except InvalidInputError as exc:  # a link that appeared after the claim leads out
+            res, refused = named, exc
         _check_agent_id(agent_id)
         target: Resource | None = None
         if outcome == "moved":
@@ -411,6 +460,14 @@ class Coordinator:
             at = utc_iso(now)
             self._touch(conn, changed, agent_id, now)
             row = conn.execute(_CLAIM_ROW + "WHERE c.resource = ?", (res.key,)).fetchone()
+            if named.key != res.key and (row is None or row[2] != agent_id):
+                # The name became a symbolic link after this agent claimed it: release the
+                # claim taken under the name as written.
+                held = conn.execute(_CLAIM_ROW + "WHERE c.resource = ?", (named.key,)).fetchone()
+                if held is not None and held[2] == agent_id:
+                    res, row = named, held
+            if refused is not None and (row is None or row[2] != agent_id):
+                raise refused
             if row is None:
                 return {
                     "status": "not_found",
@@ -450,16 +507,25 @@ class Coordinator:
         res = self.resolver.resolve(resource)
         info = self.info(res)
         if info is None or info.state == "free":
-            return {"status": "available", "resource": res.uri, **(info.previous() if info else {})}
+            alias = _alias(self.db.fetchall, res, time.time())
+            if alias is None:
+                return {
+                    "status": "available",
+                    "resource": res.uri,
+                    **(info.previous() if info else {}),
+                }
+            info = alias
         reply = {
             "status": "claimed",
-            "resource": info.uri,
+            "resource": res.uri if info.resource != res.key else info.uri,
             "held_by": info.holder,
             "agent_name": info.holder_name,
             "agent_model": info.holder_model,
             "claimed_at": info.claimed_at,
             "version": info.version,
         }
+        if info.resource != res.key:
+            reply["held_as"] = info.uri
         if info.lease_ends_at is not None:
             reply["lease_ends_at"] = utc_iso(info.lease_ends_at)
         return reply
@@ -485,9 +551,13 @@ class Coordinator:
         info = self.info(resource)
         topics = {resource_topic(resource.key)}
         if info is None or info.state == "free":
-            reply = {"status": "available", "resource": resource.uri}
-            reply.update(info.previous() if info else {})
-            return WaitProbe(reply, None, None, None, frozenset(topics))
+            alias = _alias(self.db.fetchall, resource, time.time())
+            if alias is None:
+                reply = {"status": "available", "resource": resource.uri}
+                reply.update(info.previous() if info else {})
+                return WaitProbe(reply, None, None, None, frozenset(topics))
+            info = alias
+            topics.add(resource_topic(alias.resource))
         assert info.holder is not None
         topics.add(agent_topic(info.holder))
         return WaitProbe(None, info.holder, info.holder_name, info.lease_ends_at, frozenset(topics))

@@ -501,7 +501,7 @@ def utc_iso(timestamp: float | None = None) -> str:
 # --------------------------------------------------------------------------------------------
 
 APPLICATION_ID = 0x41474844  # "AGHD" in PRAGMA application_id marks a file as ours
-SCHEMA_VERSION = 1  # PRAGMA user_version; MIGRATIONS[n] takes a database from version n to n+1
+SCHEMA_VERSION = 2  # PRAGMA user_version; MIGRATIONS[n] takes a database from version n to n+1
 
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -571,6 +571,12 @@ MIGRATIONS: tuple[str, ...] = (
         moved_to  TEXT,
         version   INTEGER
     );
+    """,
+    """
+    -- The device and inode ("dev:ino") of a claimed file that existed when it was claimed, so
+    -- that a claim through one hard link is seen through the others (agenthold.uris).
+    ALTER TABLE claims ADD COLUMN file_id TEXT;
+    CREATE INDEX claims_by_file ON claims (file_id) WHERE file_id IS NOT NULL;
     """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION

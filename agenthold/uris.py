@@ -11,12 +11,23 @@ claims are keyed on, carries the realpath of the workspace root instead: two pro
 database may give one name (say "default") to different directories, and must not share claims on
 different files. So one root under two names is one key, and one name over two roots is two keys,
 even though both show agents the same uri.
+
+A file resource is the file it resolves to. When its path (or a prefix of it) exists, symlinks in
+the file and every parent are followed, and the resource is named where it ends up: inside some
+workspace (its uri and key then name the resolved path, so every alias of one file is one claim),
+or nowhere, which is refused, so a link inside a workspace cannot reach ``/etc``. A file that
+exists also carries ``file_id`` (device and inode), which claims compare so that hard links to one
+file share a claim. A path that does not exist yet is named as written; if it later becomes a
+symlink, later calls resolve through the link, and a claim taken earlier stays on the name it was
+taken under (the README says what that means for its holder).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
+import stat
 import sys
 import unicodedata
 from collections.abc import Sequence
@@ -155,7 +166,9 @@ class Resource:
 
     ``uri`` is the canonical name shown to agents; ``key`` is the identity claims are keyed on (see
     the module docstring). ``workspace`` and ``path`` (relative, "/"-separated) are set for files
-    and None for custom resources.
+    and None for custom resources. ``file_id`` is "<device>:<inode>" of a file (not a directory)
+    that existed when the name was resolved, else None; it is a fact about the disk at that
+    moment, so it takes no part in comparing resources.
     """
 
     uri: str
@@ -163,6 +176,7 @@ class Resource:
     kind: Literal["file", "custom"]
     workspace: str | None
     path: str | None
+    file_id: str | None = dataclasses.field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,8 +267,11 @@ class Resolver:
         """Whether file paths match regardless of case (custom:// names never do)."""
         return self._case_insensitive
 
-    def resolve(self, text: str) -> Resource:
+    def resolve(self, text: str, *, follow_links: bool = True) -> Resource:
         """Canonicalise a bare path, an absolute path, a file:// URI or a custom:// URI.
+
+        With ``follow_links`` false, symbolic links are not followed and no ``file_id`` is
+        read: the name as written, which a claim taken before a link appeared is keyed on.
 
         Raises InvalidInputError, naming the input and what to do, when it is empty, too long,
         contains control characters or unpaired surrogates, has "." or ".." segments, names a
@@ -264,6 +281,8 @@ class Resolver:
         try:
             text = self._clean(text)
             resource = self._resolve(text)
+            if resource.kind == "file" and follow_links:
+                resource = self._follow(resource, text)
         except InvalidInputError as exc:
             exc.hint = exc.hint or RESOURCE_HINT
             raise
@@ -285,6 +304,40 @@ class Resolver:
             return None
         root = self._by_name[checked.workspace].root
         return os.path.normpath(os.path.join(root, *checked.path.split("/")))
+
+    def _follow(self, resource: Resource, text: str) -> Resource:
+        """The resource a file path resolves to on disk: symlinks of the file and its parents
+        followed as far as the path exists, refused if that leads outside every workspace."""
+        assert resource.workspace is not None and resource.path is not None
+        root = self._by_name[resource.workspace].root
+        lexical = os.path.normpath(os.path.join(root, *resource.path.split("/")))
+        real = os.path.realpath(lexical)
+        if real != lexical and real != os.path.join(
+            os.path.realpath(root), *resource.path.split("/")
+        ):
+            try:
+                resource = self._resolve_absolute(text, real)
+            except InvalidInputError:
+                roots = ", ".join(repr(ws.root) for ws in self._workspaces)
+                raise InvalidInputError(
+                    f"{_show(text)} resolves through a symbolic link to {real!r}, which is not "
+                    f"a file inside any workspace (roots: {roots}); a resource is the file a "
+                    "path leads to, so name files that lie inside a workspace"
+                ) from None
+        try:
+            found = os.stat(real)
+        except (OSError, ValueError):
+            return resource
+        if stat.S_ISDIR(found.st_mode):
+            return resource
+        return Resource(
+            resource.uri,
+            resource.key,
+            "file",
+            resource.workspace,
+            resource.path,
+            file_id=f"{found.st_dev}:{found.st_ino}",
+        )
 
     def _resolve(self, text: str) -> Resource:
         drive, rest = os.path.splitdrive(text)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import re
 import sqlite3
 import statistics
@@ -1387,3 +1388,128 @@ def test_an_agent_is_never_reaped_before_older_than_has_passed_since_its_last_ca
     assert coord.reap_idle_agents(0.5) == []  # its last call was only 0.1 s ago
     time.sleep(0.55)
     assert coord.reap_idle_agents(0.3) == [agent]  # idle for 0.55 s now
+
+
+# --------------------------------------------------------------------------------------------
+# Aliases: one file under several names is one claim
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def linked(root: Path) -> tuple[str, str]:
+    """AGENTS.md and its hard link CLAUDE.md in the workspace."""
+    (root / "AGENTS.md").write_text("rules")
+    os.link(root / "AGENTS.md", root / "CLAUDE.md")
+    return "AGENTS.md", "CLAUDE.md"
+
+
+posix_only = pytest.mark.skipif(sys.platform == "win32", reason="symlinks need privileges there")
+
+
+@posix_only
+def test_a_symlink_is_the_same_claim_as_its_target(coord: Coordinator, root: Path) -> None:
+    (root / "AGENTS.md").write_text("rules")
+    (root / "CLAUDE.md").symlink_to("AGENTS.md")
+    first, second = register(coord, "first"), register(coord, "second")
+    assert coord.claim("AGENTS.md", first)["status"] == "claimed"
+    busy = coord.claim("CLAUDE.md", second)
+    assert (busy["status"], busy["held_by"], busy["resource"]) == (
+        "busy",
+        first,
+        "file://default/AGENTS.md",
+    )
+
+
+@posix_only
+def test_a_symlink_out_of_the_workspace_cannot_be_claimed(
+    coord: Coordinator, root: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "shadow").write_text("secret")
+    (root / "etc-link").mkdir()
+    (root / "etc-link" / "shadow").symlink_to(tmp_path / "shadow")
+    with pytest.raises(InvalidInputError, match="symbolic link"):
+        coord.claim("etc-link/shadow", register(coord))
+    assert coord.list_claims(include_free=True) == []
+
+
+def test_a_hard_link_of_a_claimed_file_is_busy(coord: Coordinator, linked: tuple[str, str]) -> None:
+    first, second = register(coord, "first"), register(coord, "second")
+    assert coord.claim(linked[0], first)["status"] == "claimed"
+    busy = coord.claim(linked[1], second)
+    assert busy["status"] == "busy"
+    assert (busy["resource"], busy["held_as"], busy["held_by"], busy["agent_name"]) == (
+        "file://default/CLAUDE.md",
+        "file://default/AGENTS.md",
+        first,
+        "first",
+    )
+    status = coord.status(linked[1])
+    assert (status["status"], status["held_by"], status["held_as"]) == (
+        "claimed",
+        first,
+        "file://default/AGENTS.md",
+    )
+    assert coord.wait(linked[1], 0.05)["status"] == "timeout"
+    assert coord.claim(linked[1], first)["status"] == "claimed"  # the holder may take both names
+    coord.release(linked[1], first)
+    coord.release(linked[0], first)
+    assert coord.claim(linked[1], second)["status"] == "claimed"
+
+
+def test_releasing_through_one_hard_link_wakes_a_waiter_on_the_other(
+    coord: Coordinator, linked: tuple[str, str]
+) -> None:
+    first, second = register(coord, "first"), register(coord, "second")
+    coord.claim(linked[0], first)
+    replies: list[dict[str, Any]] = []
+    waiter = threading.Thread(target=lambda: replies.append(coord.wait(linked[1], 10)))
+    waiter.start()
+    time.sleep(0.1)
+    coord.release(linked[0], first, "modified")
+    waiter.join(10)
+    assert replies and replies[0]["status"] == "available"
+    assert replies[0]["elapsed_seconds"] < 5
+    assert coord.claim(linked[1], second)["status"] == "claimed"
+
+
+def test_a_hard_link_no_longer_blocks_once_the_claimed_name_is_another_file(
+    coord: Coordinator, root: Path, linked: tuple[str, str]
+) -> None:
+    first, second = register(coord, "first"), register(coord, "second")
+    coord.claim(linked[0], first)
+    (root / "AGENTS.md").unlink()  # the claimed name now leads nowhere, then to a new file
+    assert coord.status(linked[1])["status"] == "available"
+    (root / "AGENTS.md").write_text("new")
+    assert coord.claim(linked[1], second)["status"] == "claimed"
+    assert coord.status(linked[0])["held_by"] == first
+
+
+def test_a_file_claimed_before_it_existed_is_keyed_by_its_path(
+    coord: Coordinator, root: Path
+) -> None:
+    first, second = register(coord, "first"), register(coord, "second")
+    assert coord.claim("new.py", first)["status"] == "claimed"
+    (root / "new.py").write_text("created")
+    assert coord.claim("new.py", second)["status"] == "busy"
+    assert coord.release("new.py", first, "created")["status"] == "released"
+
+
+@posix_only
+def test_a_claim_on_a_name_that_later_became_a_symlink_is_released_by_its_holder(
+    coord: Coordinator, root: Path, tmp_path: Path
+) -> None:
+    holder, other = register(coord, "holder"), register(coord, "other")
+    (root / "target.md").write_text("")
+    assert coord.claim("later.md", holder)["resource"] == "file://default/later.md"
+    (root / "later.md").symlink_to("target.md")
+    assert coord.claim("later.md", other)["resource"] == "file://default/target.md"
+    released = coord.release("later.md", holder, "modified")
+    assert (released["status"], released["resource"]) == ("released", "file://default/later.md")
+    assert coord.status("target.md")["held_by"] == other
+    (root / "gone.md").touch()
+    coord.claim("gone.md", holder)
+    (root / "gone.md").unlink()
+    (root / "gone.md").symlink_to(tmp_path)  # now leads out of the workspace
+    assert coord.release("gone.md", holder)["status"] == "released"
+    with pytest.raises(InvalidInputError, match="symbolic link"):
+        coord.release("gone.md", other)

@@ -113,11 +113,11 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
     def visit(node: str, path: list[str]) -> list[str] | None:
         if node in path:
-            return path[path.index(node) :] + [node]
+            return [*path[path.index(node) :], node]
         if node in done:
             return None
         for nxt in sorted(graph.get(node, ())):
-            found = visit(nxt, path + [node])
+            found = visit(nxt, [*path, node])
             if found:
                 return found
         done.add(node)

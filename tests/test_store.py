@@ -1917,3 +1917,28 @@ def test_an_agenthold_0_10_database_is_refused_read_only_and_left_untouched(
     with pytest.raises(IncompatibleDatabaseError, match=r"0\.10 or older.*upgrade"):
         StateStore(path, read_only=True)
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_a_schema_version_1_database_gains_the_claims_file_id_column(tmp_path: Path) -> None:
+    """Version 2 added claims.file_id (hard links share a claim); a version-1 file migrates in
+    place, keeping its rows."""
+    from agenthold.store import MIGRATIONS
+
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(MIGRATIONS[0])
+    conn.execute(
+        "INSERT INTO claims (resource, uri, holder, claimed_at, version) "
+        "VALUES ('file:///r/a', 'file://default/a', NULL, NULL, 4)"
+    )
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    StateStore(path).close()
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("SELECT resource, version, file_id FROM claims").fetchall() == [
+        ("file:///r/a", 4, None)
+    ]
+    conn.close()

@@ -786,3 +786,92 @@ def test_equivalent_spellings_always_agree(
     ]
     canonical = {resolver.resolve(spelling) for spelling in spellings}
     assert len(canonical) == 1
+
+
+# --- Aliases: symlinks and hard links --------------------------------------------------------
+
+
+@posix_only
+def test_a_symlinked_file_is_named_as_the_file_it_leads_to(root: Path, resolver: Resolver) -> None:
+    (root / "AGENTS.md").write_text("rules")
+    (root / "CLAUDE.md").symlink_to("AGENTS.md")
+    via_link = resolver.resolve("CLAUDE.md")
+    assert via_link == resolver.resolve("AGENTS.md")
+    assert via_link.uri == "file://default/AGENTS.md"
+
+
+@posix_only
+def test_a_symlinked_parent_is_followed_even_for_a_file_not_yet_created(
+    root: Path, resolver: Resolver
+) -> None:
+    make_dir(root / "real")
+    (root / "alias").symlink_to(root / "real")
+    assert resolver.resolve("alias/new.py").uri == "file://default/real/new.py"
+    assert (
+        resolver.resolve(str(root / "alias" / "new.py")).key == resolver.resolve("real/new.py").key
+    )
+
+
+@posix_only
+@pytest.mark.parametrize(
+    "spelling", ["etc-link/passwd", "etc-link/not-there", "file://default/etc-link/passwd"]
+)
+def test_a_symlink_that_leads_out_of_every_workspace_is_refused(
+    tmp_path: Path, root: Path, resolver: Resolver, spelling: str
+) -> None:
+    outside = make_dir(tmp_path / "outside")
+    (outside / "passwd").write_text("secret")
+    (root / "etc-link").symlink_to(outside)
+    with pytest.raises(InvalidInputError, match=r"symbolic link.*not a file inside any workspace"):
+        resolver.resolve(spelling)
+
+
+@posix_only
+def test_a_symlinked_file_leading_out_is_refused(
+    tmp_path: Path, root: Path, resolver: Resolver
+) -> None:
+    (tmp_path / "shadow").write_text("secret")
+    (root / "innocent.txt").symlink_to(tmp_path / "shadow")
+    with pytest.raises(InvalidInputError, match="symbolic link"):
+        resolver.resolve("innocent.txt")
+
+
+@posix_only
+def test_a_symlink_into_another_workspace_names_the_file_there(tmp_path: Path) -> None:
+    app = make_dir(tmp_path / "app")
+    lib = make_dir(tmp_path / "lib")
+    (lib / "core.py").write_text("")
+    (app / "vendored").symlink_to(lib)
+    resolver = Resolver([Workspace.parse(f"app={app}"), Workspace.parse(f"lib={lib}")])
+    assert resolver.resolve("file://app/vendored/core.py").uri == "file://lib/core.py"
+
+
+@posix_only
+def test_a_symlink_to_a_workspace_root_is_refused(root: Path, resolver: Resolver) -> None:
+    (root / "self").symlink_to(root)
+    with pytest.raises(InvalidInputError, match="symbolic link"):
+        resolver.resolve("self")
+
+
+def test_an_existing_file_carries_its_device_and_inode(root: Path, resolver: Resolver) -> None:
+    (root / "a.py").write_text("")
+    found = os.stat(root / "a.py")
+    assert resolver.resolve("a.py").file_id == f"{found.st_dev}:{found.st_ino}"
+    assert resolver.resolve("missing.py").file_id is None
+    make_dir(root / "pkg")
+    assert resolver.resolve("pkg").file_id is None  # a directory cannot be hard-linked
+
+
+@posix_only
+def test_hard_links_share_a_file_id_but_keep_their_own_names(
+    root: Path, resolver: Resolver
+) -> None:
+    (root / "AGENTS.md").write_text("rules")
+    os.link(root / "AGENTS.md", root / "CLAUDE.md")
+    first, second = resolver.resolve("AGENTS.md"), resolver.resolve("CLAUDE.md")
+    assert first.file_id == second.file_id is not None
+    assert first.uri != second.uri
+
+
+def test_a_path_that_does_not_exist_is_named_as_written(root: Path, resolver: Resolver) -> None:
+    assert resolver.resolve("not/yet/here.py").uri == "file://default/not/yet/here.py"
