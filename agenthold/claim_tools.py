@@ -85,7 +85,8 @@ class ClaimHandlers:
                 return {**probe.available, "elapsed_seconds": elapsed}
             return timeout_reply(resource, probe, elapsed)
 
-        return await self.app.wait_for(look, give_up, timeout)
+        progress = call.progress(timeout, f"{resource.uri} to be released")
+        return await self.app.wait_for(look, give_up, timeout, progress)
 
 
 def standard_tools(app: App) -> list[ToolSpec]:

@@ -23,7 +23,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from agenthold.claims import Coordinator
@@ -144,6 +144,23 @@ def workspace_spec(spec: str) -> str:
     return os.path.expanduser(spec) if spec.startswith("~") else spec
 
 
+# The tool sets of tools.TOOL_SETS, named here because tools.py imports mcp (half a second) and
+# a bad flag must fail fast; tests/test_package.py keeps the two equal.
+TOOL_SET_NAMES = ("standard", "advanced")
+
+
+def _tool_sets(text: str) -> str:
+    """``--tools``: one tool set or a comma list of them, each once."""
+    names = [part.strip() for part in text.split(",")]
+    for name in names:
+        if name not in TOOL_SET_NAMES:
+            known = ", ".join(TOOL_SET_NAMES)
+            raise argparse.ArgumentTypeError(f"{name!r} is not a tool set (choose from {known})")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r} names a tool set twice")
+    return ",".join(names)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad flag or value is one line naming it (exit status 2), without the
     usage block; the subcommands' parsers are of this class too."""
@@ -185,10 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve = parser.add_argument_group("serving")
     serve.add_argument(
         "--tools",
-        choices=("standard", "advanced"),
+        type=_tool_sets,
         default="standard",
+        metavar="SET[,SET]",
         help="standard: register/claim/release/status/wait (default); advanced: the "
-        "versioned state store (get/set/list/history/delete/watch/clear_namespace/export)",
+        "versioned state store (get/set/list/history/delete/watch/clear_namespace/export); "
+        "a comma list serves several sets",
     )
     serve.add_argument(
         "--claim-ttl",
@@ -429,6 +448,7 @@ def serve(opts: ServeOptions, coordinator: Coordinator, sock: socket.socket | No
     app = Agenthold(coordinator, tools=opts.tools, disconnect_grace=opts.disconnect_grace)
     app.transport = opts.transport
     app.reap_idle = opts.reap_idle
+    app.progress_every = _progress_every(os.environ.get("AGENTHOLD_PROGRESS_EVERY"), app)
     try:
         if opts.transport == "stdio":
             from agenthold.stdio import serve_stdio
@@ -449,6 +469,16 @@ def serve(opts: ServeOptions, coordinator: Coordinator, sock: socket.socket | No
         return 0
     finally:
         coordinator.store.close()
+
+
+def _progress_every(text: str | None, app: Any) -> float:
+    """Seconds between the progress reports of a wait: the server's default, unless the
+    (internal, undocumented) AGENTHOLD_PROGRESS_EVERY shortens it, which tests do."""
+    try:
+        every = float(text) if text else 0.0
+    except ValueError:
+        every = 0.0
+    return every if 0 < every < app.progress_every else float(app.progress_every)
 
 
 def freeze_startup_objects() -> None:

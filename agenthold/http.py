@@ -33,12 +33,29 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agenthold.auth import BearerAuth, LoopbackOrigins, is_loopback, refuse
 from agenthold.server import SHUTDOWN_GRACE, Agenthold, build_server
+from agenthold.toolkit import Report
 
 log = logging.getLogger("agenthold.http")
 
 BODY_TIMEOUT = 30.0  # seconds a client may take to send a request body
 HEAD_TIMEOUT = 10.0  # seconds a client may take to send its request headers
 MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+def session_progress(ctx: ServerRequestContext) -> Report | None:
+    """How a call answered with plain JSON (--json-response) reports progress: the answer has
+    no stream to carry it, so the notifications go to the session's own event stream (the GET
+    that clients of the 2025 protocol keep open), naming the call's progressToken. A call
+    without a token, or without a session (the 2026-07-28 protocol), has nowhere to send any."""
+    token = (ctx.meta or {}).get("progress_token")
+    if token is None or getattr(ctx.session, "_connection", None) is None:
+        return None
+    session = ctx.session
+
+    async def report(progress: float, total: float | None, message: str | None) -> None:
+        await session.send_progress_notification(token, progress, total, message)
+
+    return report
 
 
 class HttpOptions(Protocol):
@@ -278,7 +295,8 @@ def http_app(app: Agenthold, opts: HttpOptions) -> ASGIApp:
 def _http_stack(app: Agenthold, opts: HttpOptions) -> tuple[ASGIApp, CancelOnDisconnect]:
     """The HTTP application, and its layer that can end every open request at shutdown."""
     app.transport = "http"
-    server = build_server(app, session_connection(app))
+    report_of = session_progress if opts.json_response else None
+    server = build_server(app, session_connection(app), report_of)
 
     def input_schema(name: str) -> dict[str, Any] | None:
         return next((t.input_schema for t in app.declarations if t.name == name), None)

@@ -39,8 +39,18 @@ from agenthold.store import (
     InvalidInputError,
     StateStore,
     UnavailableError,
+    Waiter,
 )
-from agenthold.toolkit import Look, Reply, ToolCall, ToolError, error_result, result
+from agenthold.toolkit import (
+    Look,
+    Progress,
+    Reply,
+    Report,
+    ToolCall,
+    ToolError,
+    error_result,
+    result,
+)
 from agenthold.tools import (
     DEFAULT_TOOLS,
     build_tools,
@@ -53,12 +63,14 @@ from agenthold.tools import (
 log = logging.getLogger("agenthold.server")
 
 REAP_EVERY = 600.0  # seconds between two looks for idle agents to remove
+PROGRESS_EVERY = 10.0  # seconds between two progress notifications of a wait that asked
 SHUTDOWN_GRACE = 5  # seconds that calls in flight get to finish after SIGINT, SIGTERM or EOF
 PROCESS = "this process"  # the connection key of stdio: one client per server process
 BUSY_DB_HINT = (
     "The database is busy or cannot take writes right now; nothing was changed. Retry in a moment."
 )
 ConnectionOf = Callable[[ServerRequestContext], "object | None"]
+ReportOf = Callable[[ServerRequestContext], "Report | None"]
 
 
 def version() -> str:
@@ -114,6 +126,7 @@ class Agenthold:
         self.transport = "memory"  # "stdio" or "http", set by the transport that serves it
         self.reap_idle: float | None = None  # seconds; None: never remove idle agents
         self.in_flight = 0  # tool calls being answered
+        self.progress_every = PROGRESS_EVERY  # seconds between progress reports of a wait
         self.stopping = False  # the server is shutting down: waits end now
         self._wakers: set[Callable[[], None]] = set()
         self.read_limiter = anyio.CapacityLimiter(16)
@@ -151,8 +164,14 @@ class Agenthold:
     # -- dispatch ------------------------------------------------------------------------------
 
     async def call(
-        self, name: str, arguments: dict[str, Any] | None, connection: object | None
+        self,
+        name: str,
+        arguments: dict[str, Any] | None,
+        connection: object | None,
+        report: Report | None = None,
     ) -> types.CallToolResult:
+        """Answer one tool call: an MCP result, whatever happens (a bug is logged and answered
+        as an 'internal' error). ``report`` sends progress, if the client asked for it."""
         spec = self.specs.get(name)
         self.in_flight += 1
         try:
@@ -162,7 +181,7 @@ class Agenthold:
                     unknown_tool_hint(name, self.tool_sets, list(self.specs)),
                     kind="unknown_tool",
                 )
-            reply = await spec.handler(ToolCall(spec.bind(arguments), connection))
+            reply = await spec.handler(ToolCall(spec.bind(arguments), connection, report))
         except ToolError as exc:
             return error_result(exc.kind, str(exc), exc.hint)
         except UnavailableError as exc:
@@ -192,47 +211,51 @@ class Agenthold:
         look: Look,
         give_up: Callable[[], Awaitable[Reply]],
         timeout: float,
+        progress: Progress | None = None,
     ) -> Reply:
-        """Look until ``look`` returns a reply or ``timeout`` passes, sleeping in between on the
-        change feed (woken by commits to the topics ``look`` names) or until the unix time it
-        gives (a holder's lease end). Holds no thread while asleep."""
+        """Look until ``look`` returns a reply or ``timeout`` passes (then ``give_up``), sleeping
+        in between on the change feed (a store.Waiter: woken by commits to the topics ``look``
+        names) or until the unix time it gives (a holder's lease end). Holds no thread while
+        asleep. With ``progress``, it is called every ``progress_every`` seconds with the
+        seconds waited so far, so that a host that cuts calls it thinks hung keeps waiting."""
         loop = asyncio.get_running_loop()
         woken = asyncio.Event()
 
         def wake() -> None:
             loop.call_soon_threadsafe(woken.set)
 
-        deadline = time.monotonic() + timeout
-        subscription = self.store.db.subscribe((), wake)
+        every = self.progress_every
+        next_report = time.monotonic() + every
         self._wakers.add(wake)
         try:
-            current: frozenset[tuple[str, ...]] = frozenset()
-            while True:
-                woken.clear()
-                if self.stopping:
-                    return {
-                        "status": "unavailable",
-                        "message": "the server is shutting down",
-                        "hint": "Call again in a moment, once the server is back.",
-                    }
-                reply, topics, wake_at = await look()
-                if reply is not None:
-                    return reply
-                wanted = frozenset(topics)
-                if wanted != current:
-                    subscription.update(wanted)
-                    current = wanted
-                    continue  # look again now that the new topics are heard
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return await give_up()
-                if wake_at is not None:
-                    remaining = min(remaining, max(0.0, wake_at - time.time()) + 0.001)
-                with anyio.move_on_after(remaining):
-                    await woken.wait()
+            with Waiter(self.store.db, timeout, wake) as waiter:
+                while True:
+                    woken.clear()
+                    if self.stopping:
+                        return {
+                            "status": "unavailable",
+                            "message": "the server is shutting down",
+                            "hint": "Call again in a moment, once the server is back.",
+                        }
+                    reply, topics, wake_at = await look()
+                    if reply is not None:
+                        return reply
+                    if waiter.listen(topics):
+                        continue  # look again now that the new topics are heard
+                    while (pause := waiter.pause(wake_at)) is not None:
+                        if progress is not None:
+                            pause = min(pause, max(0.0, next_report - time.monotonic()))
+                        with anyio.move_on_after(pause):
+                            await woken.wait()
+                        if progress is not None and time.monotonic() >= next_report:
+                            next_report += every
+                            progress = await _report(progress, waiter.elapsed)
+                        if woken.is_set() or (wake_at is not None and time.time() >= wake_at):
+                            break  # something changed: look again
+                    else:
+                        return await give_up()
         finally:
             self._wakers.discard(wake)
-            subscription.close()
 
     def stop_waiting(self) -> None:
         """End every wait and watch in flight (with 'unavailable'): the server is stopping."""
@@ -285,6 +308,17 @@ class Agenthold:
                 log.warning("could not end the lease of %s: %s", agent_id, exc)
 
 
+async def _report(progress: Progress, elapsed: float) -> Progress | None:
+    """Send one progress report; a client that cannot take it (gone, or a transport that
+    has no way to send it) gets no more, and the wait goes on."""
+    try:
+        await progress(elapsed)
+    except Exception as exc:  # the wait's own answer matters more than its progress
+        log.debug("stopped reporting progress: %r", exc)
+        return None
+    return progress
+
+
 def _snake(name: str) -> str:
     out = []
     for i, ch in enumerate(name):
@@ -294,9 +328,15 @@ def _snake(name: str) -> str:
     return "".join(out)
 
 
-def build_server(app: Agenthold, connection_of: ConnectionOf | None = None) -> Server:
+def build_server(
+    app: Agenthold,
+    connection_of: ConnectionOf | None = None,
+    report_of: ReportOf | None = None,
+) -> Server:
     """The low-level MCP server answering tools/list and tools/call with ``app``'s tools.
-    ``connection_of`` names the connection a call came on (by default: this process)."""
+    ``connection_of`` names the connection a call came on (by default: this process);
+    ``report_of`` gives the way to send a call's progress (by default: on the call's own
+    stream, which the SDK makes a no-op unless the client asked for progress)."""
 
     async def list_tools(
         ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
@@ -312,7 +352,8 @@ def build_server(app: Agenthold, connection_of: ConnectionOf | None = None) -> S
                 "invalid_arguments", "arguments must be an object", "Pass an object."
             )
         connection = PROCESS if connection_of is None else connection_of(ctx)
-        return await app.call(params.name, arguments, connection)
+        report = ctx.session.report_progress if report_of is None else report_of(ctx)
+        return await app.call(params.name, arguments, connection, report)
 
     server = Server(
         "agenthold",

@@ -137,7 +137,9 @@ class StoreHandlers:
                 ),
             }
 
-        return await self.app.wait_for(look, give_up, a["timeout_seconds"])
+        timeout = a["timeout_seconds"]
+        progress = call.progress(timeout, f"{key!r} in {ns!r} to change after version {since}")
+        return await self.app.wait_for(look, give_up, timeout, progress)
 
     async def clear_namespace(self, call: ToolCall) -> Reply:
         a = call.args

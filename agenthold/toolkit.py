@@ -213,12 +213,33 @@ OUTPUT_SCHEMA: dict[str, Any] = {
 }
 
 
+# How a call reports progress to its client (MCP's progress, total and message), when the
+# client asked for progress with a progressToken; and a wait's own progress: seconds waited.
+Report = Callable[[float, "float | None", "str | None"], Awaitable[None]]
+Progress = Callable[[float], Awaitable[None]]
+
+
 @dataclass
 class ToolCall:
-    """One call: its checked arguments and the connection it arrived on."""
+    """One call: its checked arguments, the connection it arrived on, and how to report its
+    progress (None: the client did not ask for progress)."""
 
     args: dict[str, Any]
     connection: object | None
+    report: Report | None = None
+
+    def progress(self, total: float, waiting_for: str) -> Progress | None:
+        """A wait's progress reporter: each report says how long it has waited, out of
+        ``total`` seconds, for ``waiting_for`` (None when the client asked for no progress)."""
+        report = self.report
+        if report is None:
+            return None
+
+        async def send(elapsed: float) -> None:
+            message = f"waited {elapsed:.0f} s of {total:g} s for {waiting_for}"
+            await report(elapsed, total, message)  # elapsed grows: progress must increase
+
+        return send
 
 
 # A waiter's look: the reply if the wait is over, else the topics to listen to and a unix time
@@ -242,7 +263,11 @@ class App(Protocol):
         """Run a short database write in a worker thread."""
 
     async def wait_for(
-        self, look: Look, give_up: Callable[[], Awaitable[Reply]], timeout: float
+        self,
+        look: Look,
+        give_up: Callable[[], Awaitable[Reply]],
+        timeout: float,
+        progress: Progress | None = None,
     ) -> Reply:
         """Look until ``look`` returns a reply or ``timeout`` passes (then ``give_up``)."""
 

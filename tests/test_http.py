@@ -949,3 +949,50 @@ def test_the_beyond_loopback_warning_knows_every_spelling_of_loopback(
 ) -> None:
     _, warnings = options("--transport", "http", "--host", host, "--claim-ttl", "60")
     assert bool(warnings) is warned
+
+
+# --------------------------------------------------------------------------------------------
+# Progress of long waits
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("json_response", [False, True], ids=["sse", "json"])
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_wait_with_a_progress_token_reports_progress_over_event_streams_and_sessions(
+    tmp_path: Path, mode: str, json_response: bool
+) -> None:
+    async with (
+        serving(tmp_path, tools="standard,advanced", json_response=json_response) as s,
+        connect(s.url, mode=mode) as c,
+    ):
+        s.app.progress_every = 0.15
+        seen: list[tuple[float, float | None, str | None]] = []
+
+        async def note(progress: float, total: float | None, message: str | None) -> None:
+            seen.append((progress, total, message))
+
+        holder = (await call(c, "agenthold_register", name="holder"))["agent_id"]
+        await call(c, "agenthold_claim", resource="big.md", agent_id=holder)
+        arguments = {"resource": "big.md", "timeout_seconds": 0.8}
+        waited = await c.call_tool("agenthold_wait", arguments, progress_callback=note)
+        assert waited.structured_content is not None
+        assert waited.structured_content["status"] == "timeout"
+        assert "agenthold_wait again" in waited.structured_content["hint"]
+        if json_response and mode == "auto":
+            # A 2026-07-28 call answered with plain JSON has no stream for notifications, and no
+            # session stream either: the wait answers as always, without progress (README).
+            assert seen == []
+            return
+        assert len(seen) >= 3, seen
+        assert [p for p, _, _ in seen] == sorted({p for p, _, _ in seen})  # always increasing
+        assert all(total == 0.8 and "big.md to be released" in str(m) for _, total, m in seen)
+
+        seen.clear()
+        watched = await c.call_tool(
+            "agenthold_watch",
+            {"namespace": "n", "key": "k", "since_version": 0, "timeout_seconds": 0.5},
+            progress_callback=note,
+        )
+        assert watched.structured_content is not None
+        assert watched.structured_content["status"] == "timeout"
+        assert len(seen) >= 2 and all("'k' in 'n'" in str(m) for _, _, m in seen), seen
