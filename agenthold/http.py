@@ -7,9 +7,8 @@ Decisions behind it:
   their agents).
 - Every use of a private part of the SDK or of uvicorn is here, named and commented, and a test
   fails loudly if an upgrade moves it: the session's connection (``ctx.session._connection``),
-  the Streamable HTTP app's input-schema lookup (``Server.get_tool_input_schema``), uvicorn's
-  HTTP/1.1 protocol class (a head deadline), ``uvicorn.Server.capture_signals`` (signals are
-  ours) and sse-starlette's process-wide ``AppStatus.should_exit`` flag.
+  uvicorn's HTTP/1.1 protocol class (a head deadline), ``uvicorn.Server.capture_signals``
+  (signals are ours) and sse-starlette's process-wide ``AppStatus.should_exit`` flag.
 """
 
 from __future__ import annotations
@@ -297,13 +296,6 @@ def _http_stack(app: Agenthold, opts: HttpOptions) -> tuple[ASGIApp, CancelOnDis
     app.transport = "http"
     report_of = session_progress if opts.json_response else None
     server = build_server(app, session_connection(app), report_of)
-
-    def input_schema(name: str) -> dict[str, Any] | None:
-        return next((t.input_schema for t in app.declarations if t.name == name), None)
-
-    # Before each 2026-07-28 tools/call with arguments, the SDK checks Mcp-Param headers against
-    # the tool's input schema; without this lookup it runs a whole tools/list to find it.
-    server.get_tool_input_schema = input_schema
     starlette_app = server.streamable_http_app(
         streamable_http_path=opts.path,
         json_response=opts.json_response,

@@ -136,6 +136,10 @@ class Agenthold:
         self.specs = {spec.name: spec for spec in specs}
         self.declarations = [spec.declaration() for spec in specs]
 
+    def input_schema(self, name: str) -> dict[str, Any] | None:
+        """The input schema of the tool named ``name`` (None if there is none)."""
+        return next((t.input_schema for t in self.declarations if t.name == name), None)
+
     # -- running database work ------------------------------------------------------------
 
     async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -362,5 +366,9 @@ def build_server(
         instructions=server_instructions(app.tool_sets, app.coordinator),
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        # Before each 2026-07-28 tools/call with arguments, the SDK's HTTP transport checks
+        # Mcp-Param headers against the tool's input schema; without this lookup it would run
+        # a whole tools/list to find it.
+        get_tool_input_schema=app.input_schema,
     )
     return server

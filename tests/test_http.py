@@ -996,3 +996,31 @@ async def test_a_wait_with_a_progress_token_reports_progress_over_event_streams_
         assert watched.structured_content is not None
         assert watched.structured_content["status"] == "timeout"
         assert len(seen) >= 2 and all("'k' in 'n'" in str(m) for _, _, m in seen), seen
+
+
+async def test_the_private_parts_http_py_relies_on_are_still_where_it_expects_them(
+    tmp_path: Path,
+) -> None:
+    """An upgrade of the SDK, uvicorn or sse-starlette that moves one of these fails here,
+    by name, rather than as a lease that silently never ends or a signal that kills the
+    process before it frees its claims."""
+    import h11
+    import uvicorn
+    from sse_starlette.sse import AppStatus
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    assert isinstance(AppStatus.should_exit, bool)
+    assert callable(uvicorn.Server.capture_signals)
+    for name in ("connection_made", "on_response_complete", "connection_lost"):
+        assert callable(getattr(H11Protocol, name)), name
+    assert h11.IDLE is not None
+    async with serving(tmp_path) as s:
+        async with connect(s.url, mode="legacy") as c:  # a session: its connection is found
+            await call(c, "agenthold_register", name="in-a-session")
+            assert len(s.app.agents.by_connection) == 1
+            (connection,) = s.app.agents.by_connection
+            assert connection.session_id and connection.state["agenthold"] is True
+        async with connect(s.url, mode="auto") as c:  # sessionless: no connection to find
+            before = set(s.app.agents.by_connection)
+            await call(c, "agenthold_register", name="sessionless")
+            assert set(s.app.agents.by_connection) <= before

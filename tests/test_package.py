@@ -8,6 +8,7 @@ interpreter that cannot see the installed package (``-S``: no site-packages).
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -218,3 +219,21 @@ def test_the_command_line_knows_every_tool_set_of_the_catalogue_and_takes_a_comm
     for bad in ("standard,standard", "standard,", "messages"):
         with pytest.raises(SystemExit):
             cli.build_parser().parse_args(["--tools", bad])
+
+
+def test_every_package_the_code_imports_is_declared_with_bounds() -> None:
+    text = (PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8")
+    block = text[text.index("dependencies = [") : text.index("]", text.index("dependencies = ["))]
+    declared = {
+        re.split(r"[<>=!~]", line.strip().strip('",'))[0]: line
+        for line in block.splitlines()[1:]
+        if line.strip().startswith('"')
+    }
+    imported = set()
+    for module in MODULES:
+        imported |= {n.split(".")[0] for n in outside_stdlib(imported_modules(module))}
+    imported -= {"agenthold"}
+    distributions = {name.replace("_", "-") for name in imported}
+    assert distributions <= set(declared), distributions - set(declared)
+    for name in distributions:
+        assert ">=" in declared[name] and "<" in declared[name], declared[name]
