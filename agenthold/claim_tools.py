@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from agenthold.claims import Coordinator, timeout_reply
+from agenthold.claims import MAX_AGENT_NAME, MAX_MODEL, MAX_PURPOSE, Coordinator, timeout_reply
 from agenthold.toolkit import WAIT_TIMEOUT, App, Param, Reply, ToolCall, ToolSpec
 from agenthold.uris import Resource
 
@@ -100,9 +100,28 @@ def standard_tools(app: App) -> list[ToolSpec]:
             "id keeps working across reconnects and restarts; register again only if a call "
             "says the agent_id is unknown.",
             (
-                Param("name", "string", "a short name for yourself, e.g. editor or reviewer"),
-                Param("model", "string", "the model you run on, if known", False, ""),
-                Param("purpose", "string", "what you are working on, in a few words", False, ""),
+                Param(
+                    "name",
+                    "string",
+                    "a short name for yourself, e.g. editor or reviewer",
+                    max_length=MAX_AGENT_NAME,
+                ),
+                Param(
+                    "model",
+                    "string",
+                    "the model you run on, if known",
+                    False,
+                    "",
+                    max_length=MAX_MODEL,
+                ),
+                Param(
+                    "purpose",
+                    "string",
+                    "what you are working on, in a few words",
+                    False,
+                    "",
+                    max_length=MAX_PURPOSE,
+                ),
             ),
             read_only=False,
             destructive=False,

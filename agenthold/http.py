@@ -30,7 +30,7 @@ from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from agenthold.auth import BearerAuth, LoopbackOrigins, is_loopback, refuse
+from agenthold.auth import BearerAuth, FoldHostCase, LoopbackOrigins, is_loopback, refuse
 from agenthold.server import SHUTDOWN_GRACE, Agenthold, build_server
 from agenthold.toolkit import Report
 
@@ -269,7 +269,7 @@ def transport_security(opts: HttpOptions) -> TransportSecuritySettings:
     if not opts.allowed_hosts:
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     hosts: list[str] = []
-    for host in opts.allowed_hosts:
+    for host in (h.lower() for h in opts.allowed_hosts):  # FoldHostCase lowers the headers
         hosts.append(host)
         if not _has_port(host):
             hosts.append(f"{host}:*")
@@ -305,7 +305,9 @@ def _http_stack(app: Agenthold, opts: HttpOptions) -> tuple[ASGIApp, CancelOnDis
     )
     requests = CancelOnDisconnect(starlette_app)
     asgi: ASGIApp = requests
-    if not opts.allowed_hosts and is_loopback(opts.host):
+    if opts.allowed_hosts:
+        asgi = FoldHostCase(asgi)
+    elif is_loopback(opts.host):
         asgi = LoopbackOrigins(asgi)
     if opts.auth_tokens:
         asgi = BearerAuth(asgi, opts.auth_tokens)

@@ -49,6 +49,7 @@ class Param:
     enum: tuple[str, ...] = ()
     minimum: float | None = None
     maximum: float | None = None
+    max_length: int | None = None  # of a string; the layer below checks it, with its message
     # Listed as required in the schema although a call may leave it out: expected_version,
     # which `force` makes unnecessary (the tool then explains what is missing, if anything).
     advertised: bool = False
@@ -63,6 +64,8 @@ class Param:
             schema["minimum"] = self.minimum
         if self.maximum is not None:
             schema["maximum"] = self.maximum
+        if self.max_length is not None:
+            schema["maxLength"] = self.max_length
         if not self.required and self.default is not None:
             schema["default"] = self.default
         return schema
