@@ -301,11 +301,7 @@ class MessageBus:
         if row is not None:
             return agent_of(row)
         with self.db.write() as (conn, _):
-            conn.execute(
-                "INSERT INTO msg_agents (agent_id, name, created_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (name) DO NOTHING",  # another caller may have created it meanwhile
-                (str(uuid.uuid4()), name, utc_iso()),
-            )
+            self._ensure_agent(conn, name)
             return agent_of(conn.execute(_AGENT_BY_NAME, (name,)).fetchone())
 
     def create_agent(self, name: str) -> BusAgent:
@@ -364,8 +360,7 @@ class MessageBus:
         with self.db.write() as (conn, _):
             if create:
                 for name in dict.fromkeys(agents):
-                    if conn.execute(_AGENT_BY_NAME, (name,)).fetchone() is None:
-                        self._insert_agent(conn, name)  # type: ignore[arg-type]
+                    self._ensure_agent(conn, name)  # type: ignore[arg-type]
             members = self._members(conn, agents)
             thread_id = str(uuid.uuid4())
             now = utc_iso()
@@ -660,13 +655,10 @@ class MessageBus:
             )
         return tuple(members.values())
 
-    def _insert_agent(self, conn: Any, name: str) -> BusAgent:
-        agent = BusAgent(str(uuid.uuid4()), name)
-        conn.execute(
-            "INSERT INTO msg_agents (agent_id, name, created_at) VALUES (?, ?, ?)",
-            (agent.id, agent.name, utc_iso()),
-        )
-        return agent
+    def _ensure_agent(self, conn: Any, name: str) -> None:
+        """Create the agent ``name`` unless it exists (also if another caller creates it at
+        this very moment: the INSERT then does nothing)."""
+        conn.execute(_NEW_AGENT, (str(uuid.uuid4()), name, utc_iso()))
 
     def _thread_row(self, conn: Any, tid: str) -> Any:
         row = conn.execute(_THREAD, (tid,)).fetchone()
