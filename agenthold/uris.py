@@ -315,16 +315,17 @@ class Resolver:
         that meets no symlink already names the file; only one that meets a link resolves the
         whole path (os.path.realpath) and names it again."""
         assert resource.workspace is not None and resource.path is not None
-        current = self._real_roots[resource.workspace]
+        current = self._real_roots[resource.workspace].rstrip(os.sep) + os.sep
         found: os.stat_result | None = None
         for segment in resource.path.split("/"):
-            current = os.path.join(current, segment)
+            current += segment
             try:
                 found = os.lstat(current)
             except (OSError, ValueError):  # missing (or unreadable): no link below this point
                 return resource
             if stat.S_ISLNK(found.st_mode):
                 return self._through_link(resource, text)
+            current += os.sep
         return _with_file_id(resource, found)
 
     def _through_link(self, resource: Resource, text: str) -> Resource:
@@ -483,7 +484,8 @@ def _with_file_id(resource: Resource, found: os.stat_result | None) -> Resource:
     """``resource`` with the device and inode of ``found``, unless that is a directory."""
     if found is None or stat.S_ISDIR(found.st_mode):
         return resource
-    return dataclasses.replace(resource, file_id=f"{found.st_dev}:{found.st_ino}")
+    r = resource  # built directly: dataclasses.replace costs more than the lstat calls
+    return Resource(r.uri, r.key, r.kind, r.workspace, r.path, f"{found.st_dev}:{found.st_ino}")
 
 
 def _segments(parts: Sequence[str], text: str) -> list[str]:
