@@ -10,6 +10,10 @@ Decisions behind it:
   early exit that would tell which one matched.
 - The scheme is matched case-insensitively and the token is trimmed; tokens never appear in
   logs, error messages or replies.
+- With a token file (``--auth-file``, see principals.py) each token names a principal, which
+  is put in the ASGI scope as ``agenthold.principal`` for the server to bind agents and check
+  scopes with; every ``--auth-token`` is the one all-access principal ``SHARED``. A token file
+  that became unusable refuses its principals with 503, never lets them through.
 - Without ``--allowed-host`` the Host header is not checked (a reverse proxy or a container
   may present any name). On a loopback address, though, a request that carries an ``Origin``
   other than a loopback one is refused with 403: only browsers send Origin, and a page of
@@ -25,6 +29,8 @@ import json
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
+
+from agenthold.principals import SHARED, Principal, TokenTable
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -68,37 +74,84 @@ def usable_tokens(tokens: Sequence[str]) -> list[str]:
     return [t.strip() for t in tokens if t.strip()]
 
 
+UNUSABLE_FILE = json.dumps(
+    {
+        "error": "auth_file_unusable",
+        "message": "this agenthold server's token file cannot be read since it last changed; "
+        "its operator must fix it (the server's log says why)",
+    }
+).encode()
+
+PRINCIPAL = "agenthold.principal"  # the ASGI scope key the caller's Principal is put under
+
+
 def _digest(token: bytes) -> bytes:
     return hashlib.sha256(token).digest()
 
 
-class BearerAuth:
-    """Let a request through only if it carries one of ``tokens`` as a bearer token."""
+class UnusableFile(Exception):
+    """The token file cannot be used right now: refuse with 503."""
 
-    def __init__(self, app: ASGIApp, tokens: Sequence[str]) -> None:
+
+class BearerAuth:
+    """Let a request through only if it carries one of ``tokens``, or a token of the token
+    file ``table``, as a bearer token."""
+
+    def __init__(
+        self, app: ASGIApp, tokens: Sequence[str] = (), *, table: TokenTable | None = None
+    ) -> None:
         accepted = usable_tokens(tokens)
-        if not accepted:
-            raise ValueError("BearerAuth needs at least one non-blank token")
+        if not accepted and table is None:
+            raise ValueError("BearerAuth needs at least one non-blank token or a token file")
         self.app = app
+        self.table = table
         self._digests = [_digest(t.encode("utf-8")) for t in accepted]
 
-    def accepts(self, header: bytes | None) -> bool:
-        """Whether an Authorization header value carries an accepted token."""
+    def identify(self, header: bytes | None) -> Principal | None:
+        """The principal an Authorization header value names, or None; UnusableFile if only
+        the token file could say and it cannot be read."""
         if header is None:
-            return False
+            return None
         scheme, _, token = header.strip().partition(b" ")
         presented = _digest(token.strip())
         matched = False
         for expected in self._digests:  # no early exit: every token is compared
             matched |= hmac.compare_digest(presented, expected)
-        return matched and scheme.lower() == b"bearer" and bool(token.strip())
+        found: Principal | None = None
+        if self.table is not None:
+            current = self.table.current()  # one stat; read again if the file changed
+            if current is not None:
+                found = current.match(presented)
+            elif not matched:
+                raise UnusableFile
+        if scheme.lower() != b"bearer" or not token.strip():
+            return None
+        if found is not None:
+            return found
+        return SHARED if matched else None
+
+    def accepts(self, header: bytes | None) -> bool:
+        """Whether an Authorization header value carries an accepted token."""
+        try:
+            return self.identify(header) is not None
+        except UnusableFile:
+            return False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
-        if self.accepts(header):
+        try:
+            principal = self.identify(header)
+        except UnusableFile:
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1011})
+                return
+            await refuse(send, 503, UNUSABLE_FILE)
+            return
+        if principal is not None:
+            scope[PRINCIPAL] = principal
             await self.app(scope, receive, send)
             return
         if scope["type"] == "websocket":  # refused before the handshake: the server sends 403

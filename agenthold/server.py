@@ -1669,8 +1669,8 @@ def _http_stack(app: Agenthold, opts: ServeOptions) -> tuple[ASGIApp, CancelOnDi
     asgi: ASGIApp = requests
     if not opts.allowed_hosts and is_loopback(opts.host):
         asgi = LoopbackOrigins(asgi)
-    if opts.auth_tokens:
-        asgi = BearerAuth(asgi, opts.auth_tokens)
+    if opts.auth_tokens or opts.auth_file is not None:
+        asgi = BearerAuth(asgi, opts.auth_tokens, table=opts.auth_file)
     return asgi, requests
 
 
