@@ -5,6 +5,7 @@ hanging CI; and asyncio for every async test. Helpers that are not fixtures live
 from __future__ import annotations
 
 import faulthandler
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,14 @@ def watchdog() -> Iterator[None]:
     faulthandler.dump_traceback_later(HANG_SECONDS, exit=True, file=sys.__stderr__)
     yield
     faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_state_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The per-user default database of every process the tests start is in a temporary
+    directory, never the real user's (on Linux; tests of other platforms pass their own)."""
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    os.environ.pop("AGENTHOLD_DB", None)
 
 
 @pytest.fixture
