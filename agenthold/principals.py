@@ -169,6 +169,48 @@ class Scopes:
 ALL_ACCESS = Scopes()
 
 
+class ForbiddenError(Exception):
+    """A call outside the caller's scopes; the message names the scope that is missing."""
+
+    hint = (
+        "Nothing was done. Ask the server's operator for a token with that scope "
+        "('agenthold token add NAME --scope SCOPE'), or stay within your scopes."
+    )
+
+    def __init__(self, scope: str, what: str) -> None:
+        super().__init__(f"this caller's token lacks the scope {scope}: {what}")
+        self.scope = scope
+
+
+def require_tool_set(principal: Principal | None, tool_set: str, tool: str) -> None:
+    if principal is not None and not principal.scopes.may_use(tool_set):
+        raise ForbiddenError(f"tools:{tool_set}", f"{tool} is one of the {tool_set} tools")
+
+
+def require_namespace(principal: Principal | None, namespace: str, *, write: bool) -> None:
+    if principal is None:
+        return
+    if write and not principal.scopes.may_write(namespace):
+        raise ForbiddenError(f"write:{namespace}", f"it may not change namespace {namespace!r}")
+    if not write and not principal.scopes.may_read(namespace):
+        raise ForbiddenError(f"read:{namespace}", f"it may not read namespace {namespace!r}")
+
+
+def require_claim(principal: Principal | None, uri: str, workspace: str | None) -> None:
+    if principal is not None and not principal.scopes.may_claim(uri, workspace):
+        where = workspace if workspace is not None else uri
+        raise ForbiddenError(f"claim:{where}", f"it may not claim {uri}")
+
+
+def require_thread(principal: Principal | None, thread: str, *, write: bool) -> None:
+    if principal is None:
+        return
+    if write and not principal.scopes.may_write_thread(thread):
+        raise ForbiddenError(f"thread-write:{thread}", f"it may not post to thread {thread!r}")
+    if not write and not principal.scopes.may_read_thread(thread):
+        raise ForbiddenError(f"thread-read:{thread}", f"it may not read thread {thread!r}")
+
+
 @dataclass(frozen=True)
 class Principal:
     """A caller known by a token: ``name`` is what agents and history entries are bound to."""

@@ -28,6 +28,7 @@ from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
 from agenthold.principals import (
     SHARED,
     AuthFileError,
+    ForbiddenError,
     Principal,
     Scopes,
     Table,
@@ -35,6 +36,10 @@ from agenthold.principals import (
     add_token,
     digest,
     load_file,
+    require_claim,
+    require_namespace,
+    require_thread,
+    require_tool_set,
     revoke,
 )
 from agenthold.server import Agenthold, http_app
@@ -420,3 +425,29 @@ async def test_the_token_file_never_reaches_the_log(tmp_path: Path) -> None:
         assert secret not in err and secret not in out
     assert "{broken" not in err
     assert os.path.exists(path)
+
+
+def test_refusals_name_the_missing_scope_and_trusted_callers_pass() -> None:
+    p = Principal("p", Scopes.parse(["tools:messages", "thread-read:news", "claim:repo"]))
+    checks = [
+        (lambda: require_tool_set(p, "advanced", "agenthold_get"), "tools:advanced"),
+        (lambda: require_namespace(p, "n", write=True), None),  # namespaces not limited
+        (lambda: require_thread(p, "news", write=True), "thread-write:news"),
+        (lambda: require_thread(p, "other", write=False), "thread-read:other"),
+        (lambda: require_claim(p, "lock:x", None), "claim:lock:x"),
+        (lambda: require_claim(p, "file://other/a", "other"), "claim:other"),
+    ]
+    for check, scope in checks:
+        if scope is None:
+            check()
+            continue
+        with pytest.raises(ForbiddenError) as refused:
+            check()
+        assert refused.value.scope == scope and scope in str(refused.value)
+    require_thread(p, "news", write=False)
+    require_claim(p, "file://repo/a", "repo")
+    for trusted in (None, SHARED):
+        require_tool_set(trusted, "advanced", "agenthold_get")
+        require_namespace(trusted, "n", write=True)
+        require_thread(trusted, "t", write=True)
+        require_claim(trusted, "lock:x", None)
