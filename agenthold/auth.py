@@ -14,6 +14,9 @@ Decisions behind it:
   is put in the ASGI scope as ``agenthold.principal`` for the server to bind agents and check
   scopes with; every ``--auth-token`` is the one all-access principal ``SHARED``. A token file
   that became unusable refuses its principals with 503, never lets them through.
+- A session of the handshake era (``Mcp-Session-Id``) belongs to the principal that opened it:
+  a request from another principal naming it gets 404, as an unknown session would, so nobody
+  can end or use a session (and with it the leases of its agents) that is not theirs.
 - Without ``--allowed-host`` the Host header is not checked (a reverse proxy or a container
   may present any name). On a loopback address, though, a request that carries an ``Origin``
   other than a loopback one is refused with 403: only browsers send Origin, and a page of
@@ -26,6 +29,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -83,6 +87,13 @@ UNUSABLE_FILE = json.dumps(
 ).encode()
 
 PRINCIPAL = "agenthold.principal"  # the ASGI scope key the caller's Principal is put under
+MAX_SESSIONS = 20_000  # session owners remembered (the SDK keeps at most 10,000 sessions)
+FOREIGN_SESSION = json.dumps(
+    {
+        "error": "unknown_session",
+        "message": "no session with this Mcp-Session-Id belongs to this token; open a new one",
+    }
+).encode()
 
 
 def _digest(token: bytes) -> bytes:
@@ -106,6 +117,7 @@ class BearerAuth:
         self.app = app
         self.table = table
         self._digests = [_digest(t.encode("utf-8")) for t in accepted]
+        self._session_owners: OrderedDict[bytes, str] = OrderedDict()
 
     def identify(self, header: bytes | None) -> Principal | None:
         """The principal an Authorization header value names, or None; UnusableFile if only
@@ -130,6 +142,20 @@ class BearerAuth:
             return found
         return SHARED if matched else None
 
+    def _noting_sessions(self, send: Send, name: str) -> Send:
+        """``send``, noting whose a session is when the response opens one."""
+
+        async def noting(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                for key, value in message.get("headers", ()):
+                    if key.lower() == b"mcp-session-id" and value not in self._session_owners:
+                        self._session_owners[value] = name
+                        while len(self._session_owners) > MAX_SESSIONS:
+                            self._session_owners.popitem(last=False)
+            await send(message)
+
+        return noting
+
     def accepts(self, header: bytes | None) -> bool:
         """Whether an Authorization header value carries an accepted token."""
         try:
@@ -152,7 +178,12 @@ class BearerAuth:
             return
         if principal is not None:
             scope[PRINCIPAL] = principal
-            await self.app(scope, receive, send)
+            session = next((v for k, v in scope.get("headers", ()) if k == b"mcp-session-id"), None)
+            owner = None if session is None else self._session_owners.get(session)
+            if owner is not None and owner != principal.name:
+                await refuse(send, 404, FOREIGN_SESSION)
+                return
+            await self.app(scope, receive, self._noting_sessions(send, principal.name))
             return
         if scope["type"] == "websocket":  # refused before the handshake: the server sends 403
             await send({"type": "websocket.close", "code": 1008})

@@ -428,8 +428,7 @@ _STATE_EVENTS = (
     "FROM state_history "
 )
 _CLAIM_EVENTS = (
-    "SELECT id, at, agent_id, event, uri, outcome, moved_to, version, principal "
-    "FROM claim_events "
+    "SELECT id, at, agent_id, event, uri, outcome, moved_to, version, principal FROM claim_events "
 )
 
 

@@ -52,8 +52,15 @@ from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from agenthold.auth import BearerAuth, LoopbackOrigins, is_loopback, refuse
-from agenthold.claims import Coordinator, timeout_reply
+from agenthold.auth import PRINCIPAL, BearerAuth, LoopbackOrigins, is_loopback, refuse
+from agenthold.claims import Coordinator, ForeignAgentError, timeout_reply
+from agenthold.principals import (
+    ForbiddenError,
+    Principal,
+    require_claim,
+    require_namespace,
+    require_tool_set,
+)
 from agenthold.store import (
     AgentholdError,
     BusyError,
@@ -276,10 +283,17 @@ OUTPUT_SCHEMA: dict[str, Any] = {
 
 @dataclass
 class ToolCall:
-    """One call: its checked arguments and the connection it arrived on."""
+    """One call: its checked arguments, the connection it arrived on, and who made it (the
+    principal a token named; None for a trusted transport, or HTTP without tokens)."""
 
     args: dict[str, Any]
     connection: object | None
+    principal: Principal | None = None
+
+    @property
+    def by(self) -> str | None:
+        """The principal's name, which agents are bound to and history records."""
+        return None if self.principal is None else self.principal.name
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,7 +392,11 @@ class Agenthold:
     # -- dispatch ------------------------------------------------------------------------------
 
     async def call(
-        self, name: str, arguments: dict[str, Any] | None, connection: object | None
+        self,
+        name: str,
+        arguments: dict[str, Any] | None,
+        connection: object | None,
+        principal: Principal | None = None,
     ) -> types.CallToolResult:
         spec = self.specs.get(name)
         self.in_flight += 1
@@ -389,9 +407,15 @@ class Agenthold:
                     self._unknown_tool_hint(name),
                     kind="unknown_tool",
                 )
-            reply = await spec.handler(ToolCall(spec.bind(arguments), connection))
+            require_tool_set(principal, tool_set_of(name), name)
+            args = spec.bind(arguments)
+            if "namespace" in args:  # every tool that names a namespace: read, or read-write
+                require_namespace(principal, args["namespace"], write=not spec.read_only)
+            reply = await spec.handler(ToolCall(args, connection, principal))
         except ToolError as exc:
             return error_result(exc.kind, str(exc), exc.hint)
+        except (ForbiddenError, ForeignAgentError) as exc:
+            return error_result("forbidden", str(exc), exc.hint or "")
         except UnavailableError as exc:
             hint = exc.hint or BUSY_DB_HINT
             return result({"status": "unavailable", "message": str(exc), "hint": hint})
@@ -427,21 +451,31 @@ class Agenthold:
     async def register(self, call: ToolCall) -> Reply:
         a = call.args
         reply: Reply = await self.write(
-            self.coordinator.register, a["name"], a["model"], a["purpose"]
+            lambda: self.coordinator.register(
+                a["name"], a["model"], a["purpose"], principal=call.by
+            )
         )
         self.agents.note(call.connection, reply["agent_id"], registered=True)
         return reply
 
     async def claim(self, call: ToolCall) -> Reply:
         a = call.args
-        reply: Reply = await self.write(self.coordinator.claim, a["resource"], a["agent_id"])
+        resource = a["resource"]
+        if call.principal is not None:  # resolved once here, for the scope check and the claim
+            resource = self.coordinator.resolver.resolve(resource)
+            require_claim(call.principal, resource.uri, resource.workspace)
+        reply: Reply = await self.write(
+            lambda: self.coordinator.claim(resource, a["agent_id"], principal=call.by)
+        )
         self.agents.note(call.connection, a["agent_id"])
         return reply
 
     async def release(self, call: ToolCall) -> Reply:
         a = call.args
         reply: Reply = await self.write(
-            self.coordinator.release, a["resource"], a["agent_id"], a["outcome"], a["moved_to"]
+            lambda: self.coordinator.release(
+                a["resource"], a["agent_id"], a["outcome"], a["moved_to"], principal=call.by
+            )
         )
         self.agents.note(call.connection, a["agent_id"])
         return reply
@@ -498,7 +532,7 @@ class Agenthold:
             done = await self.write(
                 lambda: self.store.set(
                     a["namespace"], a["key"], a["value"], updated_by=a["updated_by"],
-                    expected_version=expected,
+                    expected_version=expected, principal=call.by,
                 )
             )  # fmt: skip
         except ConflictError as exc:
@@ -533,8 +567,12 @@ class Agenthold:
         try:
             done = await self.write(
                 lambda: self.store.delete(
-                    a["namespace"], a["key"], deleted_by=a["deleted_by"], expected_version=expected
-                )
+                    a["namespace"],
+                    a["key"],
+                    deleted_by=a["deleted_by"],
+                    expected_version=expected,
+                    principal=call.by,
+                )  # fmt: skip
             )
         except NotFoundError:
             return {
@@ -580,7 +618,9 @@ class Agenthold:
     async def clear_namespace(self, call: ToolCall) -> Reply:
         a = call.args
         keys = await self.write(
-            lambda: self.store.clear_namespace(a["namespace"], deleted_by=a["deleted_by"])
+            lambda: self.store.clear_namespace(
+                a["namespace"], deleted_by=a["deleted_by"], principal=call.by
+            )
         )
         return {
             "status": "ok",
@@ -814,6 +854,11 @@ ADVANCED_NAMES = frozenset(
     {"agenthold_get", "agenthold_set", "agenthold_list", "agenthold_history",
      "agenthold_delete", "agenthold_watch", "agenthold_clear_namespace", "agenthold_export"}
 )  # fmt: skip
+
+
+def tool_set_of(name: str) -> str:
+    """The tool set (the scope ``tools:SET``) a tool belongs to."""
+    return "standard" if name in STANDARD_NAMES else "advanced"
 
 
 def standard_tools(a: Agenthold) -> list[ToolSpec]:
@@ -1100,13 +1145,26 @@ def instructions(coordinator: Coordinator) -> str:
     return "\n".join(lines)
 
 
+def principal_of(ctx: ServerRequestContext) -> Principal | None:
+    """Who made a request: the principal BearerAuth put in the HTTP request's ASGI scope; None
+    for stdio and in-process clients (trusted) and for HTTP without tokens."""
+    scope = getattr(ctx.request, "scope", None)
+    return None if scope is None else scope.get(PRINCIPAL)
+
+
 def build_server(app: Agenthold) -> Server:
     """The low-level MCP server answering tools/list and tools/call with ``app``'s tools."""
 
     async def list_tools(
         ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=app.declarations)
+        principal = principal_of(ctx)
+        if principal is None or principal.scopes.tools is None:
+            return types.ListToolsResult(tools=app.declarations)
+        allowed = principal.scopes.tools
+        return types.ListToolsResult(
+            tools=[d for d in app.declarations if tool_set_of(d.name) in allowed]
+        )
 
     async def call_tool(
         ctx: ServerRequestContext, params: types.CallToolRequestParams
@@ -1116,7 +1174,7 @@ def build_server(app: Agenthold) -> Server:
             return error_result(
                 "invalid_arguments", "arguments must be an object", "Pass an object."
             )
-        return await app.call(params.name, arguments, app.connection_of(ctx))
+        return await app.call(params.name, arguments, app.connection_of(ctx), principal_of(ctx))
 
     server = Server(
         "agenthold",

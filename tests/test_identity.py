@@ -12,14 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 from mcp import Client
-from support import sdk_client, uvicorn_serving
+from support import ACCEPT, LEGACY, open_session, sdk_client, uvicorn_serving
 
 from agenthold.claims import Coordinator
 from agenthold.cli import ServeOptions
 from agenthold.principals import TokenTable, add_token
-from agenthold.server import Agenthold, http_app
+from agenthold.server import Agenthold, http_app, standard_tools
 from agenthold.store import StateStore
 from agenthold.uris import Resolver, Workspace
 
@@ -33,7 +34,7 @@ SCOPED = {
     "advanced-only": ["tools:advanced"],
     "team-a": ["write:team-a/*", "read:shared"],
     "repo-only": ["claim:repo"],
-    "locks": ["claim:lock:deploy-*"],
+    "locks": ["claim:custom://deploy-*"],
 }
 
 
@@ -62,12 +63,15 @@ async def serving(tmp_path: Path) -> AsyncIterator[Server]:
     db = tmp_path / "state.db"
     with StateStore(db) as store:
         app = Agenthold(
-            Coordinator(store, resolver=resolver), tools="standard,advanced", disconnect_grace=None
+            Coordinator(store, resolver=resolver), tools="advanced", disconnect_grace=None
         )
+        for spec in standard_tools(app):  # both tool sets on one server
+            app.specs[spec.name] = spec
+            app.declarations.append(spec.declaration())
         server = Server("", tokens, db, auth_file)
         opts = ServeOptions(
             transport="http",
-            tools="standard,advanced",
+            tools="advanced",
             auth_tokens=[server.shared],
             auth_file=TokenTable(auth_file),
         )
@@ -125,41 +129,47 @@ async def test_another_principal_cannot_act_as_an_agent_it_did_not_register(
         async with server.client("alice", mode) as alice:
             _, registered = await call(alice, "agenthold_register", name="alice-agent")
             agent = registered["agent_id"]
-            held, _ = await call(alice, "agenthold_claim", resource="repo/a.py", agent_id=agent)
+            held, _ = await call(
+                alice, "agenthold_claim", resource="file://repo/a.py", agent_id=agent
+            )
             assert not held
         before = (claim_rows(server.db), events(server.db), agents(server.db))
         for intruder in ("bob", "shared", "repo-only", "standard-only"):
             async with server.client(intruder, mode) as other:
                 assert_foreign(
-                    await call(other, "agenthold_claim", resource="repo/b.py", agent_id=agent),
+                    await call(
+                        other, "agenthold_claim", resource="file://repo/b.py", agent_id=agent
+                    ),
                     "alice",
                 )
                 assert_foreign(
-                    await call(other, "agenthold_claim", resource="repo/a.py", agent_id=agent),
+                    await call(
+                        other, "agenthold_claim", resource="file://repo/a.py", agent_id=agent
+                    ),
                     "alice",
                 )
                 for outcome in ("released", "modified", "deleted"):
                     assert_foreign(
                         await call(
-                            other, "agenthold_release", resource="repo/a.py", agent_id=agent,
+                            other, "agenthold_release", resource="file://repo/a.py", agent_id=agent,
                             outcome=outcome,
                         ),
                         "alice",
                     )  # fmt: skip
                 assert_foreign(
                     await call(
-                        other, "agenthold_release", resource="repo/a.py", agent_id=agent,
-                        outcome="moved", moved_to="repo/c.py",
+                        other, "agenthold_release", resource="file://repo/a.py", agent_id=agent,
+                        outcome="moved", moved_to="file://repo/c.py",
                     ),
                     "alice",
                 )  # fmt: skip
         # Nothing changed: no claim, no event, not even the agent's last-seen time or lease.
         assert (claim_rows(server.db), events(server.db), agents(server.db)) == before
         async with server.client("alice", mode) as alice:
-            _, status = await call(alice, "agenthold_status", resource="repo/a.py")
-            assert status["holder"] == agent
+            _, status = await call(alice, "agenthold_status", resource="file://repo/a.py")
+            assert status["held_by"] == agent
             done, released = await call(
-                alice, "agenthold_release", resource="repo/a.py", agent_id=agent
+                alice, "agenthold_release", resource="file://repo/a.py", agent_id=agent
             )
             assert not done and released["status"] == "released"
 
@@ -174,7 +184,7 @@ async def test_a_principal_acts_as_its_own_agents_from_any_connection(
         agent = registered["agent_id"]
         async with server.client("bob", "legacy" if mode == "auto" else "auto") as second:
             failed, claimed = await call(
-                second, "agenthold_claim", resource="repo/x", agent_id=agent
+                second, "agenthold_claim", resource="file://repo/x", agent_id=agent
             )
         assert not failed and claimed["status"] == "claimed"
         assert agents(server.db)[0][3] == "bob"
@@ -188,18 +198,18 @@ async def test_an_agent_registered_with_the_shared_token_is_not_a_file_principal
         async with server.client("shared", mode) as shared:
             _, registered = await call(shared, "agenthold_register", name="s")
             agent = registered["agent_id"]
-            ok, _ = await call(shared, "agenthold_claim", resource="repo/s", agent_id=agent)
+            ok, _ = await call(shared, "agenthold_claim", resource="file://repo/s", agent_id=agent)
             assert not ok
         async with server.client("alice", mode) as alice:
             assert_foreign(
-                await call(alice, "agenthold_claim", resource="repo/t", agent_id=agent)
+                await call(alice, "agenthold_claim", resource="file://repo/t", agent_id=agent)
             )
 
 
 async def test_an_unknown_agent_is_unknown_not_foreign(tmp_path: Path) -> None:
     async with serving(tmp_path) as server, server.client("alice", "auto") as alice:
         failed, reply = await call(
-            alice, "agenthold_claim", resource="repo/a", agent_id="agent-0123456789abcdef"
+            alice, "agenthold_claim", resource="file://repo/a", agent_id="agent-0123456789abcdef"
         )
     assert failed and "belongs to another caller" not in reply["message"]
     assert "unknown" in reply["message"] or "not registered" in reply["message"]
@@ -213,7 +223,9 @@ async def test_agents_registered_through_a_trusted_transport_are_refused_to_prin
         with StateStore(server.db) as store:
             agent = Coordinator(store).register("local")["agent_id"]
         async with server.client("alice", "auto") as alice:
-            assert_foreign(await call(alice, "agenthold_claim", resource="repo/a", agent_id=agent))
+            assert_foreign(
+                await call(alice, "agenthold_claim", resource="file://repo/a", agent_id=agent)
+            )
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,8 +242,8 @@ async def test_history_and_claim_events_record_the_principal_beside_updated_by(
             await call(alice, "agenthold_set", namespace="n", key="k", value=1,
                        updated_by="claims-to-be-bob", expected_version=0)  # fmt: skip
             _, r = await call(alice, "agenthold_register", name="a")
-            await call(alice, "agenthold_claim", resource="repo/f", agent_id=r["agent_id"])
-            await call(alice, "agenthold_release", resource="repo/f", agent_id=r["agent_id"])
+            await call(alice, "agenthold_claim", resource="file://repo/f", agent_id=r["agent_id"])
+            await call(alice, "agenthold_release", resource="file://repo/f", agent_id=r["agent_id"])
         async with server.client("shared", mode) as shared:
             await call(shared, "agenthold_delete", namespace="n", key="k",
                        deleted_by="x", expected_version=1)  # fmt: skip
@@ -290,10 +302,10 @@ ADVANCED_CALLS: list[tuple[str, dict[str, Any]]] = [
 ]  # fmt: skip
 STANDARD_CALLS: list[tuple[str, dict[str, Any]]] = [
     ("agenthold_register", {"name": "x"}),
-    ("agenthold_claim", {"resource": "repo/a", "agent_id": "agent-0123456789abcdef"}),
-    ("agenthold_release", {"resource": "repo/a", "agent_id": "agent-0123456789abcdef"}),
-    ("agenthold_status", {"resource": "repo/a"}),
-    ("agenthold_wait", {"resource": "repo/a", "timeout_seconds": 0.1}),
+    ("agenthold_claim", {"resource": "file://repo/a", "agent_id": "agent-0123456789abcdef"}),
+    ("agenthold_release", {"resource": "file://repo/a", "agent_id": "agent-0123456789abcdef"}),
+    ("agenthold_status", {"resource": "file://repo/a"}),
+    ("agenthold_wait", {"resource": "file://repo/a", "timeout_seconds": 0.1}),
 ]
 
 
@@ -310,7 +322,7 @@ async def test_a_tool_outside_a_principals_tool_sets_is_refused_naming_the_scope
             async with server.client(who, mode) as c:
                 for tool, arguments in calls:
                     failed, reply = await call(c, tool, **arguments)
-                    assert failed and reply["kind"] == "forbidden", (tool, reply)
+                    assert failed and reply["error"] == "forbidden", (tool, reply)
                     assert missing in reply["message"], reply
         with StateStore(server.db) as store:
             assert store.list_keys("n") == [] and store.history("n", "k") == []
@@ -334,7 +346,7 @@ async def test_namespace_scopes_limit_reading_and_writing_by_glob(
                 assert not failed, (tool, reply)
             for tool, arguments in ADVANCED_CALLS:
                 failed, reply = await call(c, tool, **{**arguments, "namespace": "team-b"})
-                assert failed and reply["kind"] == "forbidden", (tool, reply)
+                assert failed and reply["error"] == "forbidden", (tool, reply)
                 write = tool in ("agenthold_set", "agenthold_delete", "agenthold_clear_namespace")
                 needed = "write:team-b" if write else "read:team-b"
                 assert needed in reply["message"], (tool, reply)
@@ -359,9 +371,9 @@ async def test_claim_scopes_limit_which_resources_a_principal_may_claim(
 ) -> None:
     async with serving(tmp_path) as server:
         for who, allowed, refused in (
-            ("repo-only", ["repo/a.py", str(tmp_path / "repo" / "b.py")],
-             ["other/a.py", "lock:deploy-prod"]),
-            ("locks", ["lock:deploy-prod"], ["repo/a.py", "lock:other"]),
+            ("repo-only", ["file://repo/a.py", str(tmp_path / "repo" / "b.py")],
+             ["file://other/a.py", "custom://deploy-prod"]),
+            ("locks", ["custom://deploy-prod"], ["file://repo/a.py", "custom://other"]),
         ):  # fmt: skip
             async with server.client(who, mode) as c:
                 _, registered = await call(c, "agenthold_register", name=who)
@@ -375,7 +387,38 @@ async def test_claim_scopes_limit_which_resources_a_principal_may_claim(
                     failed, reply = await call(
                         c, "agenthold_claim", resource=resource, agent_id=agent
                     )
-                    assert failed and reply["kind"] == "forbidden", (resource, reply)
+                    assert failed and reply["error"] == "forbidden", (resource, reply)
                     assert "claim:" in reply["message"], reply
                     _, status = await call(c, "agenthold_status", resource=resource)
-                    assert status.get("holder") is None  # nothing was claimed
+                    assert status.get("held_by") != agent  # nothing was claimed
+
+
+# --------------------------------------------------------------------------------------------
+# Sessions of the handshake era belong to the principal that opened them
+# --------------------------------------------------------------------------------------------
+
+
+async def test_a_session_cannot_be_used_or_ended_by_another_principal(tmp_path: Path) -> None:
+    async with serving(tmp_path) as server:
+
+        def http(who: str) -> httpx2.AsyncClient:
+            token = server.shared if who == "shared" else server.tokens[who]
+            return httpx2.AsyncClient(timeout=10, headers={"Authorization": f"Bearer {token}"})
+
+        async with http("alice") as alice, http("bob") as bob, http("shared") as shared:
+            session = await open_session(alice, server.url)
+            headers = {
+                "Content-Type": "application/json",
+                "Accept": ACCEPT,
+                "MCP-Protocol-Version": LEGACY,
+                "Mcp-Session-Id": session,
+            }
+            listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+            for other in (bob, shared):
+                used = await other.post(server.url, json=listing, headers=headers)
+                ended = await other.delete(server.url, headers=headers)
+                assert (used.status_code, ended.status_code) == (404, 404)
+                assert used.json()["error"] == "unknown_session"
+            still = await alice.post(server.url, json=listing, headers=headers)
+            assert still.status_code == 200, still.text
+            assert (await alice.delete(server.url, headers=headers)).status_code in (200, 204)
