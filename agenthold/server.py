@@ -572,7 +572,7 @@ class Agenthold:
                     deleted_by=a["deleted_by"],
                     expected_version=expected,
                     principal=call.by,
-                )  # fmt: skip
+                )
             )
         except NotFoundError:
             return {
