@@ -48,7 +48,8 @@ def outside_stdlib(names: set[str]) -> set[str]:
 
 
 @pytest.mark.parametrize(
-    "module", ["store", "uris", "principals", "auth", "messages", "inspect", "cli"]
+    "module",
+    ["store", "uris", "principals", "auth", "message_types", "messages", "inspect", "cli"],
 )
 def test_a_module_that_promises_the_standard_library_imports_nothing_else(module: str) -> None:
     allowed = {
@@ -56,8 +57,15 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
         "uris": {"agenthold.store"},
         "principals": set(),
         "auth": {"agenthold.principals"},
-        "messages": {"agenthold.store", "agenthold.claims"},
-        "inspect": {"agenthold", "agenthold.store", "agenthold.claims", "agenthold.uris"},
+        "message_types": {"agenthold.store", "agenthold.claims"},
+        "messages": {"agenthold.store", "agenthold.claims", "agenthold.message_types"},
+        "inspect": {
+            "agenthold",
+            "agenthold.store",
+            "agenthold.claims",
+            "agenthold.messages",
+            "agenthold.uris",
+        },
         "cli": {
             "agenthold",
             "agenthold.inspect",
@@ -77,6 +85,7 @@ def test_only_server_imports_mcp_and_imports_flow_one_way() -> None:
         "store",
         "uris",
         "claims",
+        "message_types",
         "messages",
         "principals",
         "auth",
