@@ -19,8 +19,9 @@ from support import ACCEPT, LEGACY, open_session, sdk_client, uvicorn_serving
 
 from agenthold.claims import Coordinator
 from agenthold.cli import ServeOptions
+from agenthold.http import http_app
 from agenthold.principals import TokenTable, add_token
-from agenthold.server import Agenthold, http_app, standard_tools
+from agenthold.server import Agenthold
 from agenthold.store import StateStore
 from agenthold.uris import Resolver, Workspace
 
@@ -63,15 +64,12 @@ async def serving(tmp_path: Path) -> AsyncIterator[Server]:
     db = tmp_path / "state.db"
     with StateStore(db) as store:
         app = Agenthold(
-            Coordinator(store, resolver=resolver), tools="advanced", disconnect_grace=None
+            Coordinator(store, resolver=resolver), tools="standard,advanced", disconnect_grace=None
         )
-        for spec in standard_tools(app):  # both tool sets on one server
-            app.specs[spec.name] = spec
-            app.declarations.append(spec.declaration())
         server = Server("", tokens, db, auth_file)
         opts = ServeOptions(
             transport="http",
-            tools="advanced",
+            tools="standard,advanced",
             auth_tokens=[server.shared],
             auth_file=TokenTable(auth_file),
         )

@@ -25,6 +25,7 @@ from test_auth import MODERN_META
 
 from agenthold.claims import Coordinator
 from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
+from agenthold.http import http_app
 from agenthold.principals import (
     SHARED,
     AuthFileError,
@@ -42,7 +43,7 @@ from agenthold.principals import (
     require_tool_set,
     revoke,
 )
-from agenthold.server import Agenthold, http_app
+from agenthold.server import Agenthold
 from agenthold.store import StateStore
 
 pytestmark = pytest.mark.anyio
