@@ -502,6 +502,11 @@ LOG_ACTOR_WIDTH = (16, 24)  # the ACTOR column is fixed at start: this wide at l
 _APPENDS = "id, thread_id, seq, sender_id, sender_name, content, created_at"
 
 
+def by_whom(actor: str, principal: str | None) -> str:
+    """An actor as the tables show it: with the principal that made the call, if one did."""
+    return actor if principal is None else f"{actor} ({principal})"
+
+
 class Inspector:
     """One open, read-only database and the commands that read it."""
 
@@ -630,7 +635,7 @@ class Inspector:
             return [
                 [
                     r["agent_id"],
-                    r["name"],
+                    by_whom(r["name"], r.get("principal")),
                     r["model"] or "-",
                     age(r["registered_at"], self.now),
                     age(r["last_seen_at"], self.now),
@@ -724,7 +729,7 @@ class Inspector:
                 [
                     str(r["version"]),
                     r["event_type"],
-                    r["updated_by"],
+                    by_whom(r["updated_by"], r.get("principal")),
                     age(r["updated_at"], self.now),
                     "-" if r["event_type"] == "delete" else compact_json(r["value"]),
                 ]
@@ -838,11 +843,12 @@ class Inspector:
         import json
 
         keyed: list[tuple[tuple[str, int, int], dict[str, Any]]] = []
-        for row_id, ns, key, version, value, by, at, event in state:
+        for row_id, ns, key, version, value, by, at, event, principal in state:
             record = {
                 "at": at,
                 "event": event,
                 "actor": by,
+                "principal": principal,
                 "agent_id": None,
                 "namespace": ns,
                 "key": key,
@@ -854,11 +860,12 @@ class Inspector:
                 "thread_id": None,
             }
             keyed.append(((at, 0, row_id), record))
-        for row_id, at, agent_id, event, uri, outcome, moved_to, version in claims:
+        for row_id, at, agent_id, event, uri, outcome, moved_to, version, principal in claims:
             record = {
                 "at": at,
                 "event": event,
                 "actor": names.get(agent_id, agent_id),
+                "principal": principal,
                 "agent_id": agent_id,
                 "namespace": None,
                 "key": None,
@@ -875,6 +882,7 @@ class Inspector:
                 "at": at,
                 "event": "appended",
                 "actor": sender,
+                "principal": None,
                 "agent_id": sender_id,
                 "namespace": None,
                 "key": None,
@@ -914,7 +922,7 @@ class Inspector:
         else:  # an event this version does not know
             what = e["resource"] or ""
         version = "-" if e["version"] is None else str(e["version"])
-        return [clock(e["at"]), e["actor"], event, version, what]
+        return [clock(e["at"]), by_whom(e["actor"], e["principal"]), event, version, what]
 
     def follow(self, namespace: str | None, limit: int) -> int:
         """Print the last ``limit`` events, then every new event as it is committed, until

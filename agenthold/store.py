@@ -229,15 +229,19 @@ class HistoryEntry:
     updated_by: str
     updated_at: str
     event_type: Literal["write", "delete"]
+    principal: str | None = None  # who made it, as authenticated (None: no authentication)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "version": self.version,
             "value": self.value,
             "updated_by": self.updated_by,
             "updated_at": self.updated_at,
             "event_type": self.event_type,
         }
+        if self.principal is not None:
+            d["principal"] = self.principal
+        return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,9 +310,9 @@ _new = object.__new__
     Record.__dict__[name].__set__
     for name in ("namespace", "key", "value", "version", "updated_by", "updated_at", "deleted")
 )
-_set_h_version, _set_h_value, _set_h_by, _set_h_at, _set_h_event = (
+_set_h_version, _set_h_value, _set_h_by, _set_h_at, _set_h_event, _set_h_principal = (
     HistoryEntry.__dict__[name].__set__
-    for name in ("version", "value", "updated_by", "updated_at", "event_type")
+    for name in ("version", "value", "updated_by", "updated_at", "event_type", "principal")
 )
 
 
@@ -326,13 +330,16 @@ def _record(
     return r
 
 
-def _history_entry(version: int, value: Any, by: str, at: str, event: str) -> HistoryEntry:
+def _history_entry(
+    version: int, value: Any, by: str, at: str, event: str, principal: str | None = None
+) -> HistoryEntry:
     h: HistoryEntry = _new(HistoryEntry)
     _set_h_version(h, version)
     _set_h_value(h, value)
     _set_h_by(h, by)
     _set_h_at(h, at)
     _set_h_event(h, event)
+    _set_h_principal(h, principal)
     return h
 
 
@@ -524,12 +531,13 @@ def utc_iso(timestamp: float | None = None) -> str:
 
 APPLICATION_ID = 0x41474844  # "AGHD" in PRAGMA application_id marks a file as ours
 # PRAGMA user_version is the layout of a file. Files of agenthold 0.11 before components: 1 (the
-# store's and claims' tables at version 1 each) and 2 (claims at version 2). 3: the table
-# agenthold_components names each component's version. Files of layouts 1 and 2 open unchanged
-# (a component that keeps its version in agenthold_components, such as the message bus, may add
-# that table to them); the first store or claims migration moves a file to layout 3.
-SCHEMA_VERSION = 3
-LAYOUTS = {1: {"store": 1, "claims": 1}, 2: {"store": 1, "claims": 2}}
+# store's and claims' tables at version 1 each), 2 (claims at version 2) and 3 (principal
+# columns: store 2, claims 3). 4: the table agenthold_components names each component's
+# version. Files of layouts 1 to 3 open as they are (a component that keeps its version in
+# agenthold_components, such as the message bus, may add that table to them); the first store or
+# claims migration moves a file to layout 4.
+SCHEMA_VERSION = 4
+LAYOUTS = {1: {"store": 1, "claims": 1}, 2: {"store": 1, "claims": 2}, 3: {"store": 2, "claims": 3}}
 COMPONENTS_SQL = (
     "CREATE TABLE IF NOT EXISTS agenthold_components ("
     "component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
@@ -585,6 +593,11 @@ STORE_SCHEMA = Component(
         UNIQUE (namespace, key, version)
     );
     """,
+            """
+    -- The principal (the caller a token names, agenthold.principals) that made each write;
+    -- NULL where no token said who called.
+    ALTER TABLE state_history ADD COLUMN principal TEXT;
+    """,
         ),
         "postgresql": (
             """
@@ -615,6 +628,11 @@ STORE_SCHEMA = Component(
         UNIQUE (namespace, key, version)
     );
     CREATE INDEX state_history_by_xid ON state_history (xid);
+    """,
+            """
+    -- The principal (the caller a token names, agenthold.principals) that made each write;
+    -- NULL where no token said who called.
+    ALTER TABLE state_history ADD COLUMN principal TEXT;
     """,
         ),
     },
@@ -1753,6 +1771,10 @@ _INSERT_HISTORY = (
     "INSERT INTO state_history (namespace, key, version, value, updated_by, updated_at, "
     "event_type) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+_INSERT_HISTORY_BY = (
+    "INSERT INTO state_history (namespace, key, version, value, updated_by, updated_at, "
+    "event_type, principal) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _UPSERT = (
     "INSERT INTO state (namespace, key, value, version, updated_by, updated_at, deleted) "
     "VALUES (?, ?, ?, ?, ?, ?, 0) ON CONFLICT (namespace, key) DO UPDATE SET "
@@ -1768,7 +1790,7 @@ _LIST = (
     "WHERE namespace = ? AND deleted = 0 ORDER BY key"
 )
 _HISTORY = (
-    "SELECT version, value, updated_by, updated_at, event_type FROM state_history "
+    "SELECT version, value, updated_by, updated_at, event_type, principal FROM state_history "
     "WHERE namespace = ? AND key = ? ORDER BY version DESC LIMIT ?"
 )
 
@@ -1905,7 +1927,7 @@ class StateStore:
             self.db,
             conn,
             "state_history",
-            "id, namespace, key, version, value, updated_by, updated_at, event_type",
+            "id, namespace, key, version, value, updated_by, updated_at, event_type, principal",
             after=after,
             limit=limit,
             where="" if namespace is None else "namespace = ?",
@@ -1919,7 +1941,7 @@ class StateStore:
         check_text("key", key, MAX_KEY_LENGTH)
         check_int("limit", limit, minimum=1)
         rows = self.db.fetchall(_HISTORY, (namespace, key, min(limit, 2**62)))
-        return [_history_entry(v, _decode(val), by, at, ev) for v, val, by, at, ev in rows]
+        return [_history_entry(v, _decode(val), *rest) for v, val, *rest in rows]
 
     def export(self, namespace: str) -> Export:
         """Return the live records of ``namespace`` with their full histories, read in one
@@ -1929,15 +1951,15 @@ class StateStore:
             exported_at = utc_iso()
             live = conn.execute(_LIST, (namespace,)).fetchall()
             rows = conn.execute(
-                "SELECT h.key, h.version, h.value, h.updated_by, h.updated_at, h.event_type "
-                "FROM state_history AS h JOIN state AS s "
+                "SELECT h.key, h.version, h.value, h.updated_by, h.updated_at, h.event_type, "
+                "h.principal FROM state_history AS h JOIN state AS s "
                 "ON s.namespace = h.namespace AND s.key = h.key "
                 "WHERE s.namespace = ? AND s.deleted = 0 ORDER BY h.key, h.version DESC",
                 (namespace,),
             ).fetchall()
         histories: dict[str, list[HistoryEntry]] = {}
-        for k, v, val, by, at, ev in rows:
-            histories.setdefault(k, []).append(_history_entry(v, _decode(val), by, at, ev))
+        for k, v, val, *rest in rows:
+            histories.setdefault(k, []).append(_history_entry(v, _decode(val), *rest))
         records = tuple(
             ExportedRecord(
                 _record(namespace, k, _decode(v), ver, by, at), tuple(histories.get(k, ()))
@@ -1991,12 +2013,14 @@ class StateStore:
         *,
         updated_by: str,
         expected_version: int | None = None,
+        principal: str | None = None,
     ) -> SetResult:
         """Write ``value`` and return the new version.
 
         ``expected_version``: None writes unconditionally; 0 writes only if the key has no live
         record; N writes only if the live version is N. Otherwise raises ConflictError, whose
-        ``detail`` carries the current version, value, writer and time.
+        ``detail`` carries the current version, value, writer and time. ``principal`` (who
+        called, as authenticated) goes into the history entry beside ``updated_by``.
         """
         check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
         check_text("key", key, MAX_KEY_LENGTH)
@@ -2018,7 +2042,10 @@ class StateStore:
                     expected_version, _live_record(namespace, key, row), namespace, key
                 )
             version = last + 1
-            conn.execute(_INSERT_HISTORY, (namespace, key, version, text, updated_by, now, "write"))
+            conn.execute(
+                _INSERT_HISTORY_BY,
+                (namespace, key, version, text, updated_by, now, "write", principal),
+            )
             conn.execute(_UPSERT, (namespace, key, text, version, updated_by, now))
             changed.append(("k", namespace, key))
         return SetResult(namespace, key, version, live)
@@ -2030,6 +2057,7 @@ class StateStore:
         *,
         deleted_by: str,
         expected_version: int | None = None,
+        principal: str | None = None,
     ) -> DeleteResult:
         """Delete ``key``'s live record, leaving a tombstone in its history.
 
@@ -2054,13 +2082,16 @@ class StateStore:
                 )
             version = live + 1
             conn.execute(
-                _INSERT_HISTORY, (namespace, key, version, None, deleted_by, now, "delete")
+                _INSERT_HISTORY_BY,
+                (namespace, key, version, None, deleted_by, now, "delete", principal),
             )
             conn.execute(_TOMBSTONE, (version, deleted_by, now, namespace, key))
             changed.append(("k", namespace, key))
         return DeleteResult(namespace, key, live, version, deleted_by, now)
 
-    def clear_namespace(self, namespace: str, *, deleted_by: str) -> list[str]:
+    def clear_namespace(
+        self, namespace: str, *, deleted_by: str, principal: str | None = None
+    ) -> list[str]:
         """Delete every live record of ``namespace`` in one transaction, a tombstone per key.
         Returns the deleted keys, sorted. There is no version check."""
         check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
@@ -2073,8 +2104,11 @@ class StateStore:
                 (namespace,),
             ).fetchall()
             conn.executemany(
-                _INSERT_HISTORY,
-                [(namespace, k, v + 1, None, deleted_by, now, "delete") for k, v in rows],
+                _INSERT_HISTORY_BY,
+                [
+                    (namespace, k, v + 1, None, deleted_by, now, "delete", principal)
+                    for k, v in rows
+                ],
             )
             conn.executemany(_TOMBSTONE, [(v + 1, deleted_by, now, namespace, k) for k, v in rows])
             changed.extend(("k", namespace, k) for k, _ in rows)
