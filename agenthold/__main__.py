@@ -2,6 +2,6 @@
 
 import sys
 
-from agenthold.cli import main
+from agenthold.front import main
 
 sys.exit(main())
