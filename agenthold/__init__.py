@@ -1,4 +1,4 @@
-"""agenthold: versioned shared state and resource claims for AI agents, served over MCP.
+"""agenthold: versioned shared state, resource claims and a message bus for AI agents, over MCP.
 
 The package root stays light on purpose: ``agenthold --help`` and the inspector must start fast,
 so names are imported on first use (``from agenthold import StateStore`` still works).
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agenthold.claims import Coordinator
+    from agenthold.messages import MessageBus
     from agenthold.store import (
         AgentholdError,
         BusyError,
@@ -25,6 +26,7 @@ __all__ = [
     "ConflictError",
     "Coordinator",
     "InvalidInputError",
+    "MessageBus",
     "NotFoundError",
     "StateStore",
     "__version__",
@@ -38,6 +40,7 @@ _LAZY = {
     "NotFoundError": "agenthold.store",
     "StateStore": "agenthold.store",
     "Coordinator": "agenthold.claims",
+    "MessageBus": "agenthold.messages",
 }
 
 

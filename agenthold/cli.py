@@ -5,11 +5,16 @@ Decisions behind it:
   fails with one line naming it and a non-zero exit, never a traceback.
 - Nothing here imports ``mcp`` (half a second): the server module is imported only to serve,
   and the inspector subcommands never import it, so ``--help`` and the inspector start fast.
+- One database per user by default, in the platform's state directory (``database_path``), not
+  in the current directory: hosts start servers in different directories, and servers that
+  silently opened different files would never coordinate. The server and the inspector resolve
+  it the same way; only the server creates its directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import os
 import sys
@@ -21,7 +26,8 @@ if TYPE_CHECKING:
     from agenthold.claims import Coordinator
     from agenthold.uris import Workspace
 
-DEFAULT_DB = "./agenthold.db"
+DB_FILE = "agenthold.db"
+DB_ENV = "AGENTHOLD_DB"
 DEFAULT_PORT = 8417
 DEFAULT_DISCONNECT_GRACE = 300.0
 DEFAULT_REAP_IDLE = 86_400.0
@@ -34,7 +40,8 @@ MAX_BUSY_TIMEOUT = 3600  # the longest busy timeout the store takes
 class ServeOptions:
     """Everything the server needs to know, checked."""
 
-    db: str = DEFAULT_DB
+    db: str = ":memory:"  # serve_options always sets it; tests that pass a Coordinator do not
+    create_db_dir: bool = False  # the default location: make its directory (0700) if missing
     tools: str = "standard"
     claim_ttl: float | None = None
     workspaces: list[Workspace] = field(default_factory=list)
@@ -79,6 +86,61 @@ def _seconds(
     return value
 
 
+def state_directory(environ: dict[str, str], platform: str = sys.platform) -> str:
+    """Where agenthold keeps per-user state: $XDG_STATE_HOME/agenthold (or
+    ~/.local/state/agenthold) on Linux and other Unix, ~/Library/Application Support/agenthold
+    on macOS, %LOCALAPPDATA%\\agenthold on Windows."""
+    home = os.path.expanduser("~")
+    if platform == "win32":
+        base = environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
+    elif platform == "darwin":
+        base = os.path.join(home, "Library", "Application Support")
+    else:
+        base = environ.get("XDG_STATE_HOME", "")
+        if not os.path.isabs(base):  # the XDG spec says to ignore a relative value
+            base = os.path.join(home, ".local", "state")
+    return os.path.join(base, "agenthold")
+
+
+def database_path(given: str | None, environ: dict[str, str]) -> tuple[str, bool]:
+    """The database file to use and whether it is the per-user default: ``--db`` if given,
+    else $AGENTHOLD_DB if set and not empty, else agenthold.db in ``state_directory``. A
+    leading ``~`` is expanded (JSON host configurations have no shell to do it)."""
+    if given is None:
+        given = environ.get(DB_ENV) or None
+        flag = DB_ENV
+    else:
+        flag = "--db"
+    if given is None:
+        return os.path.join(state_directory(environ), DB_FILE), True
+    if not given.strip():
+        raise UsageError(
+            f"{flag}: an empty path; give a database file, or leave it out for the "
+            f"per-user default ({os.path.join(state_directory(environ), DB_FILE)})"
+        )
+    path = given if given == ":memory:" else os.path.expanduser(given)
+    for name in (path, path + "-wal"):  # SQLite also needs the write-ahead log's name
+        try:
+            os.stat(name)
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                raise UsageError(
+                    f"{flag}: {path!r} is longer than this system allows for a path or one of "
+                    "its names (with the '-wal' suffix SQLite adds); use a shorter path"
+                ) from None
+        except ValueError:
+            raise UsageError(f"{flag}: {path!r} contains a NUL character") from None
+    return path, False
+
+
+def workspace_spec(spec: str) -> str:
+    """``spec`` with a leading ``~`` of its path expanded, in NAME=~/dir as in ~/dir."""
+    name, equals, path = spec.partition("=")
+    if equals and path.startswith("~") and "/" not in name and "\\" not in name:
+        return f"{name}={os.path.expanduser(path)}"
+    return os.path.expanduser(spec) if spec.startswith("~") else spec
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad flag or value is one line naming it (exit status 2), without the
     usage block; the subcommands' parsers are of this class too."""
@@ -112,10 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--db",
-        default=DEFAULT_DB,
         metavar="PATH",
-        help="SQLite database file, created if missing (default: %(default)s); ':memory:' "
-        "keeps everything in this process only",
+        help="SQLite database file, created if missing (default: $AGENTHOLD_DB, else "
+        "agenthold.db in the per-user state directory, such as ~/.local/state/agenthold); "
+        "':memory:' keeps everything in this process only",
     )
     serve = parser.add_argument_group("serving")
     serve.add_argument(
@@ -231,7 +293,8 @@ def serve_options(
     from agenthold.uris import Workspace
 
     warnings: list[str] = []
-    opts = ServeOptions(db=args.db, tools=args.tools, transport=args.transport)
+    db, default = database_path(args.db, environ)
+    opts = ServeOptions(db=db, create_db_dir=default, tools=args.tools, transport=args.transport)
     if args.claim_ttl is not None:
         opts.claim_ttl = _seconds(args.claim_ttl, flag="--claim-ttl")
     grace = _seconds(
@@ -247,7 +310,7 @@ def serve_options(
     opts.log_level = args.log_level
     for spec in args.workspace:
         try:
-            opts.workspaces.append(Workspace.parse(spec))
+            opts.workspaces.append(Workspace.parse(workspace_spec(spec)))
         except InvalidInputError as exc:
             raise UsageError(f"--workspace: {exc}") from None
     names = [w.name for w in opts.workspaces]
@@ -331,6 +394,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is not None:
         from agenthold import inspect as inspector
 
+        try:
+            args.db = database_path(args.db, dict(os.environ))[0]
+        except UsageError as exc:
+            _fail(str(exc))
         return inspector.run(args)
     try:
         opts, warnings = serve_options(args, dict(os.environ))
@@ -380,6 +447,12 @@ def open_coordinator(opts: ServeOptions) -> Coordinator:
     from agenthold.store import AgentholdError, StateStore
     from agenthold.uris import Resolver
 
+    if opts.create_db_dir:
+        directory = os.path.dirname(opts.db)
+        try:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            _fail(f"cannot create the database directory {directory!r}: {exc.strerror}", code=1)
     try:
         store = StateStore(opts.db, durability=opts.durability, busy_timeout=opts.busy_timeout)  # type: ignore[arg-type]
     except AgentholdError as exc:

@@ -92,9 +92,9 @@ def _truthy(value: str | None) -> bool:
     return value is not None and value.strip().lower() not in ("", "0", "no", "false", "off")
 
 
-def serves_stdio(argv: Sequence[str]) -> bool:
+def serves_stdio(argv: Sequence[str], environ: Mapping[str, str]) -> bool:
     """Whether ``argv`` serves MCP over stdio on a database file: only such calls go warm."""
-    transport, db = "stdio", "./agenthold.db"
+    transport, db = "stdio", environ.get("AGENTHOLD_DB") or "agenthold.db"
     i = 0
     while i < len(argv):
         token = argv[i]
@@ -181,7 +181,7 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan | None:
 
 def plan_for(argv: Sequence[str], environ: Mapping[str, str]) -> Plan | None:
     """The warm server of a call with ``argv`` and ``environ`` here, whatever its stdin."""
-    if _truthy(environ.get(NO_WARM)) or not serves_stdio(argv):
+    if _truthy(environ.get(NO_WARM)) or not serves_stdio(argv, environ):
         return None
     directory = runtime_dir(environ)
     if directory is None:
@@ -191,6 +191,7 @@ def plan_for(argv: Sequence[str], environ: Mapping[str, str]) -> Plan | None:
         "python": sys.executable,
         "package": os.path.dirname(os.path.abspath(__file__)),
         "cwd": os.getcwd(),
+        "home": [environ.get("HOME"), environ.get("XDG_STATE_HOME")],  # the default database
         "argv": list(argv),
         "env": sorted(
             (k, v) for k, v in environ.items() if k.startswith("AGENTHOLD_") and k not in _NOT_KEYED

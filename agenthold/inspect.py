@@ -58,8 +58,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         "--db",
         default=argparse.SUPPRESS,
         metavar="PATH",
-        help="the agenthold database to read, never created or changed (default: "
-        "./agenthold.db; may also be given before the subcommand)",
+        help="the agenthold database to read, never created or changed (default: the "
+        "server's, $AGENTHOLD_DB or the per-user one; may also be given before the subcommand)",
     )
     common.add_argument(
         "--json",

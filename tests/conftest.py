@@ -5,6 +5,7 @@ hanging CI; and asyncio for every async test. Helpers that are not fixtures live
 from __future__ import annotations
 
 import faulthandler
+import os
 import shutil
 import sys
 import tempfile
@@ -51,6 +52,14 @@ def stdio_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         killed = stop_warm_servers(Path(directory))
         shutil.rmtree(directory, ignore_errors=True)
         assert not killed, f"warm servers {killed} did not stop on SIGTERM"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def private_state_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The per-user default database of every process the tests start is in a temporary
+    directory, never the real user's (on Linux; tests of other platforms pass their own)."""
+    os.environ["XDG_STATE_HOME"] = str(tmp_path_factory.mktemp("state"))
+    os.environ.pop("AGENTHOLD_DB", None)
 
 
 @pytest.fixture

@@ -855,7 +855,11 @@ def test_the_serving_defaults_are_the_documented_ones() -> None:
         5.0,
         "warning",
     )
-    assert Path(defaults.db) == Path("agenthold.db")  # in the directory it is started from
+    # one per user, in the state directory (tests/test_defaults.py has the other platforms)
+    if sys.platform not in ("darwin", "win32"):
+        in_state, _ = options(env={"XDG_STATE_HOME": "/s"})
+        assert in_state.db == os.path.join("/s", "agenthold", "agenthold.db")
+    assert defaults.create_db_dir
     assert defaults.workspaces == []  # the Resolver then serves the current directory
 
 

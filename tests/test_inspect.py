@@ -243,10 +243,13 @@ def test_db_given_after_the_subcommand_overrides_the_one_before(
     assert "custom://chapter-1" in result.out
 
 
-def test_default_db_is_agenthold_db_in_the_current_directory(
+def test_default_db_is_the_servers_per_user_database(
     capsys: pytest.CaptureFixture[str], demo: Demo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    os.replace(demo.path, demo.path.parent / "agenthold.db")
+    state = demo.path.parent / "state"
+    (state / "agenthold").mkdir(parents=True)
+    os.replace(demo.path, state / "agenthold" / "agenthold.db")
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
     monkeypatch.chdir(demo.path.parent)
     result = run_cli(capsys, "claims")
     assert result.status == 0

@@ -47,12 +47,13 @@ def outside_stdlib(names: set[str]) -> set[str]:
     return {n for n in names if n.split(".")[0] not in STDLIB and n != "__future__"}
 
 
-@pytest.mark.parametrize("module", ["store", "uris", "auth", "inspect", "cli"])
+@pytest.mark.parametrize("module", ["store", "uris", "auth", "messages", "inspect", "cli"])
 def test_a_module_that_promises_the_standard_library_imports_nothing_else(module: str) -> None:
     allowed = {
         "store": set(),
         "uris": {"agenthold.store"},
         "auth": set(),
+        "messages": {"agenthold.store", "agenthold.claims"},
         "inspect": {"agenthold", "agenthold.store", "agenthold.claims", "agenthold.uris"},
         "cli": {
             "agenthold",
@@ -68,7 +69,7 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
 
 
 def test_only_server_imports_mcp_and_imports_flow_one_way() -> None:
-    for module in ("store", "uris", "claims", "auth", "inspect", "cli", "exceptions"):
+    for module in ("store", "uris", "claims", "messages", "auth", "inspect", "cli", "exceptions"):
         mcp_like = {n for n in imported_modules(module) if n.split(".")[0] in ("mcp", "uvicorn")}
         assert not mcp_like, f"{module} imports {mcp_like}"
     assert "mcp" in {n.split(".")[0] for n in imported_modules("server")}

@@ -305,12 +305,13 @@ def test_the_front_imports_nothing_heavy_and_help_and_the_inspector_never_go_war
             timeout=60,
         )
         assert shown.returncode == 0 and SERVED not in shown.stderr.decode()
-    assert front.serves_stdio(["--db", "x.db", "--json-response", "--tools=advanced"])
+    assert front.serves_stdio(["--db", "x.db", "--json-response", "--tools=advanced"], {})
+    assert front.serves_stdio([], {}) and not front.serves_stdio([], {"AGENTHOLD_DB": ":memory:"})
     for never in (
         ["--help"], ["--version"], ["claims"], ["--db", ":memory:"], ["--db", "file:x"],
         ["--transport", "http"], ["--db"], ["--no-warm"], ["--unknown"], ["-h"],
     ):  # fmt: skip
-        assert not front.serves_stdio(never), never
+        assert not front.serves_stdio(never, {}), never
 
 
 def test_sigterm_at_the_front_ends_the_session_and_the_warm_server_serves_on(

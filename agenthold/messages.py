@@ -1,0 +1,939 @@
+"""The message bus: named agents, threads of participants, ordered messages and read cursors.
+
+It absorbs the AgentMsgs design (``App`` and its methods, under the same names and meanings) into
+agenthold's database, beside the state store and claims. Decisions behind it:
+- Its own tables (``msg_*``) with their own schema version, kept per component in the
+  ``agenthold_components`` table of the shared file, so the bus migrates on its own schedule and
+  never touches the store's ``PRAGMA user_version``.
+- A thread row carries its message counter (``last_seq``). An append bumps the counter and inserts
+  the message in one write transaction, so sequences start at 1, have no gaps, are never reused
+  and commit in order: a reader polling after N never misses a later commit below N. The counter
+  row (not ``max(seq) + 1``) is also what a PostgreSQL backend locks.
+- Unread checks read two integers (the counter and the cursor), so they cost the same on a thread
+  of a million messages as on an empty one.
+- ``wait`` is pushed by the store's change feed (topic ``("m", thread_id)``), never polled.
+- One name is one agent. Bus agents have unique names and UUIDs; a claims agent id
+  (``agent-…``) given where the bus wants an agent stands for the bus agent of the same name, so
+  an agent that claims and messages keeps one identity. A bus name may not look like such an id.
+- Deleting is explicit: ``delete_agent`` removes the agent, its memberships and cursors, and keeps
+  the messages it sent (with its name); ``delete_thread`` removes the thread with its messages and
+  cursors.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agenthold.claims import AGENT_ID_RE, UnknownAgentError
+from agenthold.store import (
+    DEFAULT_MAX_VALUE_BYTES,
+    MAX_WAIT_SECONDS,
+    AgentholdError,
+    ChangeSource,
+    IncompatibleDatabaseError,
+    InvalidInputError,
+    StateStore,
+    Topic,
+    check_int,
+    check_seconds,
+    check_text,
+    utc_iso,
+)
+
+__all__ = [
+    "DEFAULT_POLL_LIMIT",
+    "MAX_AGENT_NAME",
+    "MAX_POLL_LIMIT",
+    "SCHEMA_VERSION",
+    "BusAgent",
+    "Message",
+    "MessageBus",
+    "MessagePage",
+    "NameTakenError",
+    "NotParticipantError",
+    "ReadState",
+    "Thread",
+    "ThreadInfo",
+    "TooFewParticipantsError",
+    "UnknownThreadError",
+]
+
+MAX_AGENT_NAME = 128  # as claims' agent names, so one name fits both
+DEFAULT_POLL_LIMIT = 100  # messages one poll or wait returns unless told otherwise
+MAX_POLL_LIMIT = 1000  # the most one poll returns; read longer threads in pages
+COMPONENT = "messages"
+
+# --------------------------------------------------------------------------------------------
+# Schema: the bus's tables, versioned on their own in agenthold_components
+# --------------------------------------------------------------------------------------------
+
+SCHEMA_VERSION = 1  # MIGRATIONS[n] takes the bus's tables from version n to n+1
+
+COMPONENTS_TABLE = (
+    "CREATE TABLE IF NOT EXISTS agenthold_components ("
+    "component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        # One row per agent; the name is the identity everyone uses, the UUID never changes.
+        "CREATE TABLE msg_agents ("
+        "agent_id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_at TEXT NOT NULL)",
+        # last_seq is the thread's message counter: the sequence of its newest message.
+        "CREATE TABLE msg_threads ("
+        "thread_id TEXT PRIMARY KEY, created_at TEXT NOT NULL, "
+        "last_seq INTEGER NOT NULL DEFAULT 0, last_message_at TEXT)",
+        # A participant and its read cursor (the last sequence it marked read; 0: none).
+        "CREATE TABLE msg_participants ("
+        "thread_id TEXT NOT NULL, agent_id TEXT NOT NULL, joined_at TEXT NOT NULL, "
+        "read_seq INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (thread_id, agent_id))",
+        "CREATE INDEX msg_participants_by_agent ON msg_participants (agent_id)",
+        # id is the commit order across threads (the change feed's cursor; never reused even
+        # after a thread is deleted); (thread_id, seq) is the order readers see. The sender's
+        # name is kept with the message, so it survives the agent's deletion.
+        "CREATE TABLE msg_messages ("
+        "id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL, seq INTEGER NOT NULL, "
+        "sender_id TEXT NOT NULL, sender_name TEXT NOT NULL, content TEXT NOT NULL, "
+        "created_at TEXT NOT NULL, UNIQUE (thread_id, seq))",
+    ),
+)
+assert len(MIGRATIONS) == SCHEMA_VERSION
+
+MESSAGE_CHANGES = ChangeSource(
+    name="messages",
+    max_sql="SELECT max(id) FROM msg_messages",
+    since_sql="SELECT id, thread_id FROM msg_messages WHERE id > ? ORDER BY id",
+    topics=lambda row: (thread_topic(row[1]),),
+)
+
+
+def thread_topic(thread_id: str) -> Topic:
+    """The change-feed topic of one thread's messages."""
+    return ("m", thread_id)
+
+
+# --------------------------------------------------------------------------------------------
+# Errors
+# --------------------------------------------------------------------------------------------
+
+
+class UnknownThreadError(InvalidInputError):
+    """No thread has this id in this database."""
+
+    hint = "Check the thread id, and that you use the same database; create_thread makes a new one."
+
+
+class NameTakenError(InvalidInputError):
+    """create_agent was given a name another agent has."""
+
+    hint = "Use get_or_create_agent to reuse the agent with that name."
+
+
+class NotParticipantError(InvalidInputError):
+    """The agent is not a participant of the thread."""
+
+    hint = "Add the agent with join_thread first."
+
+
+class TooFewParticipantsError(InvalidInputError):
+    """A thread needs at least two distinct participants."""
+
+    hint = "Create the thread with at least two different agents."
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BusAgent:
+    """A named agent of the bus. ``id`` is a UUID that never changes."""
+
+    id: str
+    name: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"agent_id": self.id, "name": self.name}
+
+
+@dataclass(frozen=True, slots=True)
+class Thread:
+    """A thread and its participants (in the order they joined)."""
+
+    id: str
+    participants: tuple[BusAgent, ...]
+    created_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "thread_id": self.id,
+            "participants": [a.name for a in self.participants],
+            "created_at": self.created_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message. ``seq`` is its place in the thread: 1, 2, 3… without gaps."""
+
+    thread_id: str
+    seq: int
+    sender: BusAgent
+    content: str
+    created_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "sender": self.sender.name,
+            "sender_id": self.sender.id,
+            "content": self.content,
+            "created_at": self.created_at,
+        }
+
+
+class MessagePage(tuple[Message, ...]):
+    """The messages a poll returned, in sequence order (a tuple), and ``more``: whether
+    messages past the last one remain (poll again after ``next_after_seq``)."""
+
+    more: bool
+    next_after_seq: int
+
+    def __new__(cls, messages: Iterable[Message], more: bool, after_seq: int) -> MessagePage:
+        page = super().__new__(cls, messages)
+        page.more = more
+        page.next_after_seq = page[-1].seq if page else after_seq
+        return page
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadInfo:
+    """A thread's activity: participants, message count, newest message and when it was."""
+
+    thread_id: str
+    participants: tuple[BusAgent, ...]
+    created_at: str
+    message_count: int
+    last_seq: int
+    latest_message: Message | None
+    latest_activity_at: str  # the newest message's time, or the thread's creation
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "thread_id": self.thread_id,
+            "participants": [a.name for a in self.participants],
+            "created_at": self.created_at,
+            "message_count": self.message_count,
+            "last_seq": self.last_seq,
+            "latest_message": None
+            if self.latest_message is None
+            else self.latest_message.to_dict(),
+            "latest_activity_at": self.latest_activity_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ReadState:
+    """An agent's place in a thread: its cursor, the thread's last sequence, and how many
+    messages after the cursor there are (from anyone, and from agents other than itself)."""
+
+    thread_id: str
+    agent: BusAgent
+    cursor: int
+    last_seq: int
+    unread_count: int
+    unread_from_others_count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "thread_id": self.thread_id,
+            "agent_name": self.agent.name,
+            "cursor": self.cursor,
+            "last_seq": self.last_seq,
+            "unread_count": self.unread_count,
+            "unread_from_others_count": self.unread_from_others_count,
+        }
+
+
+AgentRef = BusAgent | str  # a record, a name, a UUID, or a claims agent id (its name)
+ThreadRef = str | uuid.UUID | Thread
+
+# --------------------------------------------------------------------------------------------
+# Validation
+# --------------------------------------------------------------------------------------------
+
+
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def check_uuid(what: str, value: object) -> str:
+    """Return the canonical text of a UUID given as text or uuid.UUID, else raise."""
+    if type(value) is str and _CANONICAL_UUID.fullmatch(value):
+        return value  # the fast path: the form this module hands out
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    text = check_text(what, value, 64)
+    try:
+        parsed = uuid.UUID(text)
+    except ValueError:
+        raise InvalidInputError(
+            f"{what} must be a UUID like '123e4567-e89b-12d3-a456-426614174000', got {text!r}"
+        ) from None
+    return str(parsed)
+
+
+def check_name(value: object) -> str:
+    """Return a usable agent name: the store's rules for names, and not shaped like a claims
+    agent id (which stands for the agent of its name)."""
+    name = check_text("agent name", value, MAX_AGENT_NAME)
+    if AGENT_ID_RE.fullmatch(name):
+        raise InvalidInputError(
+            f"agent name {name!r} looks like a claims agent id; pick another name (a claims "
+            "agent id given to the bus stands for that agent's registered name)"
+        )
+    return name
+
+
+def check_content(value: object, max_bytes: int) -> str:
+    """Return ``value`` if it is non-empty text within ``max_bytes`` UTF-8 bytes. Newlines and
+    tabs are fine; NUL and lone surrogates are not (no database stores them faithfully)."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"content must be a string, got {type(value).__name__}")
+    if not value:
+        raise InvalidInputError("content must not be empty")
+    if "\x00" in value:
+        raise InvalidInputError("content contains a NUL character; remove it or encode it")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInputError(
+            "content holds a lone surrogate (it is not valid Unicode)"
+        ) from None
+    if size > max_bytes:
+        raise InvalidInputError(
+            f"content is {size:,} bytes as UTF-8; the limit is {max_bytes:,} bytes; "
+            "split it into several messages or store it with the state store and send its key"
+        )
+    return value
+
+
+def _thread_id(value: object) -> str:
+    if isinstance(value, Thread):
+        return value.id
+    return check_uuid("thread_id", value)
+
+
+def _unknown_thread(thread_id: str) -> UnknownThreadError:
+    return UnknownThreadError(
+        f"unknown thread {thread_id!r}: no thread has this id in this database"
+    )
+
+
+def _unknown_agent(what: str) -> UnknownAgentError:
+    error = UnknownAgentError(
+        f"unknown agent {what}: no bus agent has this name or id in this database"
+    )
+    error.hint = "Call get_or_create_agent (agenthold_create_agent over MCP) with the name first."
+    return error
+
+
+# --------------------------------------------------------------------------------------------
+# SQL
+# --------------------------------------------------------------------------------------------
+
+_AGENT_BY_NAME = "SELECT agent_id, name FROM msg_agents WHERE name = ?"
+_AGENT_BY_ID = "SELECT agent_id, name FROM msg_agents WHERE agent_id = ?"
+_CLAIMS_NAME = "SELECT name FROM agents WHERE agent_id = ?"
+_THREAD = "SELECT created_at, last_seq, last_message_at FROM msg_threads WHERE thread_id = ?"
+_MEMBERS = (
+    "SELECT a.agent_id, a.name FROM msg_participants AS p "
+    "JOIN msg_agents AS a ON a.agent_id = p.agent_id WHERE p.thread_id = ? "
+    "ORDER BY p.joined_at, a.name"
+)
+_BUMP = (
+    "UPDATE msg_threads SET last_seq = last_seq + 1, last_message_at = ? "
+    "WHERE thread_id = ? RETURNING last_seq"
+)
+_IS_MEMBER = "SELECT 1 FROM msg_participants WHERE thread_id = ? AND agent_id = ?"
+_INSERT = (
+    "INSERT INTO msg_messages (thread_id, seq, sender_id, sender_name, content, created_at) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+_POLL = (
+    "SELECT seq, sender_id, sender_name, content, created_at FROM msg_messages "
+    "WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+)
+_CURSOR = (
+    "SELECT t.last_seq, p.read_seq FROM msg_threads AS t LEFT JOIN msg_participants AS p "
+    "ON p.thread_id = t.thread_id AND p.agent_id = ? WHERE t.thread_id = ?"
+)
+_FROM_OTHERS = (
+    "SELECT count(*) FROM msg_messages WHERE thread_id = ? AND seq > ? AND sender_id <> ?"
+)
+
+
+# Polls build many records. A frozen dataclass's __init__ sets every field through
+# object.__setattr__; setting the slots directly builds the same object in half the time.
+_new = object.__new__
+_set_agent_id, _set_agent_name = (BusAgent.__dict__[n].__set__ for n in ("id", "name"))
+_set_tid, _set_seq, _set_sender, _set_content, _set_at = (
+    Message.__dict__[n].__set__ for n in ("thread_id", "seq", "sender", "content", "created_at")
+)
+
+
+def _agent(row: Any) -> BusAgent:
+    agent: BusAgent = _new(BusAgent)
+    _set_agent_id(agent, row[0])
+    _set_agent_name(agent, row[1])
+    return agent
+
+
+def _message(thread_id: str, row: Any) -> Message:
+    seq, sender_id, sender_name, content, at = row
+    message: Message = _new(Message)
+    _set_tid(message, thread_id)
+    _set_seq(message, seq)
+    _set_sender(message, _agent((sender_id, sender_name)))
+    _set_content(message, content)
+    _set_at(message, at)
+    return message
+
+
+# --------------------------------------------------------------------------------------------
+# The bus
+# --------------------------------------------------------------------------------------------
+
+
+class MessageBus:
+    """Agents, threads, ordered messages and read cursors, safe across threads and processes.
+
+    ``store`` is a file path, ``":memory:"``, or an open StateStore whose database the bus
+    shares (as the server does; closing it is then left to its owner). ``read_only``,
+    ``durability`` and ``busy_timeout`` mean what they mean for StateStore.
+    ``max_content_bytes`` caps one message's UTF-8 size (default: the store's value limit).
+    """
+
+    def __init__(
+        self,
+        store: str | os.PathLike[str] | StateStore,
+        *,
+        read_only: bool = False,
+        durability: Literal["normal", "full"] = "normal",
+        busy_timeout: float = 5.0,
+        max_content_bytes: int = DEFAULT_MAX_VALUE_BYTES,
+    ) -> None:
+        self.max_content_bytes = check_int("max_content_bytes", max_content_bytes, minimum=1)
+        if isinstance(store, StateStore):
+            self._store, self._owns_store = store, False
+        else:
+            self._store = StateStore(
+                store, read_only=read_only, durability=durability, busy_timeout=busy_timeout
+            )
+            self._owns_store = True
+        self.db = self._store.db
+        try:
+            self._ready = self._prepare_schema()
+        except BaseException:
+            if self._owns_store:
+                self._store.close()
+            raise
+        if self._ready:
+            self.db.add_change_source(MESSAGE_CHANGES)
+
+    def _prepare_schema(self) -> bool:
+        """Bring the bus's tables up to date; False if they are absent from a read-only file
+        (every read then finds nothing)."""
+        version = self._version()
+        if version > SCHEMA_VERSION:
+            raise IncompatibleDatabaseError(
+                f"{self.path!r} has message-bus schema version {version}, newer than this "
+                f"agenthold supports ({SCHEMA_VERSION}); upgrade agenthold to open it"
+            )
+        if version == SCHEMA_VERSION:
+            return True
+        if self.read_only:
+            if version == 0:
+                return False
+            raise IncompatibleDatabaseError(
+                f"{self.path!r} has message-bus schema version {version}, older than this "
+                f"agenthold's {SCHEMA_VERSION}; open it once without read-only to migrate it"
+            )
+        with self.db.write() as (conn, _):
+            conn.execute(COMPONENTS_TABLE)
+            row = conn.execute(
+                "SELECT version FROM agenthold_components WHERE component = ?", (COMPONENT,)
+            ).fetchone()
+            version = row[0] if row else 0  # another process may have migrated meanwhile
+            for step in range(version, SCHEMA_VERSION):
+                for statement in MIGRATIONS[step]:
+                    conn.execute(statement)
+            conn.execute(
+                "INSERT INTO agenthold_components (component, version) VALUES (?, ?) "
+                "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+                (COMPONENT, SCHEMA_VERSION),
+            )
+        return True
+
+    def _version(self) -> int:
+        has_table = self.db.fetchone(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agenthold_components'"
+        )
+        if has_table is None:
+            return 0
+        row = self.db.fetchone(
+            "SELECT version FROM agenthold_components WHERE component = ?", (COMPONENT,)
+        )
+        return int(row[0]) if row else 0
+
+    @property
+    def path(self) -> str:
+        return self._store.path
+
+    @property
+    def read_only(self) -> bool:
+        return self._store.read_only
+
+    def close(self) -> None:
+        """Close the database (unless it belongs to a StateStore given to the constructor)."""
+        if self._owns_store:
+            self._store.close()
+
+    def __enter__(self) -> MessageBus:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"MessageBus({self.path!r}, read_only={self.read_only})"
+
+    # -- agents --------------------------------------------------------------------------------
+
+    def get_or_create_agent(self, name: str) -> BusAgent:
+        """The agent called ``name``, created if there is none (a claims agent id stands for
+        its registered name)."""
+        name = self._name(name)
+        row = self._fetchone(_AGENT_BY_NAME, (name,))
+        if row is not None:
+            return _agent(row)
+        with self.db.write() as (conn, _):
+            conn.execute(
+                "INSERT INTO msg_agents (agent_id, name, created_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (name) DO NOTHING",  # another caller may have created it meanwhile
+                (str(uuid.uuid4()), name, utc_iso()),
+            )
+            return _agent(conn.execute(_AGENT_BY_NAME, (name,)).fetchone())
+
+    def create_agent(self, name: str) -> BusAgent:
+        """A new agent called ``name``; NameTakenError if another agent has the name."""
+        name = self._name(name)
+        with self.db.write() as (conn, _):
+            if conn.execute(_AGENT_BY_NAME, (name,)).fetchone() is not None:
+                raise NameTakenError(
+                    f"agent name taken: {name!r} already names an agent; use "
+                    "get_or_create_agent to reuse it, or pick another name"
+                )
+            return self._insert_agent(conn, name)
+
+    def get_agent(self, agent: AgentRef) -> BusAgent | None:
+        """The agent with this name, UUID or record, or None if there is none."""
+        if isinstance(agent, BusAgent):
+            row = self._fetchone(_AGENT_BY_ID, (agent.id,))
+        else:
+            name = check_text("agent", agent, MAX_AGENT_NAME)
+            row = self._fetchone(*self._agent_query(name))
+        return None if row is None else _agent(row)
+
+    def list_agents(self) -> list[BusAgent]:
+        """Every agent, by name."""
+        rows = self._fetchall("SELECT agent_id, name FROM msg_agents ORDER BY name")
+        return [_agent(r) for r in rows]
+
+    def delete_agent(self, agent: AgentRef) -> BusAgent:
+        """Delete an agent: it leaves every thread and its cursors go; the messages it sent stay,
+        with its name. Its name is free again (a new agent of that name gets a new UUID).
+        Returns the deleted agent; UnknownAgentError if there is none."""
+        with self.db.write() as (conn, _):
+            found = self._resolve(conn, agent)
+            conn.execute("DELETE FROM msg_participants WHERE agent_id = ?", (found.id,))
+            conn.execute("DELETE FROM msg_agents WHERE agent_id = ?", (found.id,))
+        return found
+
+    # -- threads -------------------------------------------------------------------------------
+
+    def create_thread(self, *agents: AgentRef) -> Thread:
+        """A new thread of at least two distinct existing agents (records, names or ids)."""
+        return self._create_thread(agents, create=False)
+
+    def create_thread_by_names(self, names: Iterable[str]) -> Thread:
+        """A new thread of the agents with these names, creating those that do not exist (in
+        the same transaction), as the spec's MCP tool does."""
+        if isinstance(names, str) or not isinstance(names, Iterable):
+            raise InvalidInputError("participant names must be a list of agent names")
+        return self._create_thread(tuple(names), create=True)
+
+    def _create_thread(self, agents: tuple[AgentRef, ...], *, create: bool) -> Thread:
+        if create:
+            agents = tuple(self._name(n) for n in agents)
+        with self.db.write() as (conn, _):
+            if create:
+                for name in dict.fromkeys(agents):
+                    if conn.execute(_AGENT_BY_NAME, (name,)).fetchone() is None:
+                        self._insert_agent(conn, name)  # type: ignore[arg-type]
+            members = self._members(conn, agents)
+            thread_id = str(uuid.uuid4())
+            now = utc_iso()
+            conn.execute(
+                "INSERT INTO msg_threads (thread_id, created_at) VALUES (?, ?)", (thread_id, now)
+            )
+            conn.executemany(
+                "INSERT INTO msg_participants (thread_id, agent_id, joined_at) VALUES (?, ?, ?)",
+                [(thread_id, a.id, now) for a in members],
+            )
+        return Thread(thread_id, members, now)
+
+    def get_thread(self, thread_id: ThreadRef) -> Thread | None:
+        """The thread with this id, or None."""
+        tid = _thread_id(thread_id)
+        if not self._ready:
+            return None
+        with self.db.snapshot() as conn:
+            row = conn.execute(_THREAD, (tid,)).fetchone()
+            if row is None:
+                return None
+            members = tuple(_agent(r) for r in conn.execute(_MEMBERS, (tid,)))
+        return Thread(tid, members, row[0])
+
+    def find_threads(self, *agents: AgentRef) -> list[Thread]:
+        """Threads that have every one of ``agents`` as a participant (all threads if none are
+        given), oldest first. An agent that does not exist is in no thread."""
+        if not self._ready:
+            return []
+        with self.db.snapshot() as conn:
+            ids: list[str] = []
+            for ref in agents:
+                found = self._lookup(conn, ref)
+                if found is None:
+                    return []
+                ids.append(found.id)
+            sql = "SELECT thread_id, created_at FROM msg_threads AS t"
+            for n, _ in enumerate(ids):
+                sql += (
+                    f" {'WHERE' if n == 0 else 'AND'} EXISTS (SELECT 1 FROM msg_participants AS p "
+                    "WHERE p.thread_id = t.thread_id AND p.agent_id = ?)"
+                )
+            rows = conn.execute(sql + " ORDER BY created_at, thread_id", ids).fetchall()
+            return [
+                Thread(tid, tuple(_agent(r) for r in conn.execute(_MEMBERS, (tid,))), at)
+                for tid, at in rows
+            ]
+
+    def join_thread(self, thread_id: ThreadRef, agent: AgentRef) -> Thread:
+        """Add ``agent`` to the thread (nothing changes if it is in already); its cursor starts
+        at 0, so the thread's earlier messages are unread for it."""
+        tid = _thread_id(thread_id)
+        with self.db.write() as (conn, _):
+            found = self._resolve(conn, agent)
+            self._thread_row(conn, tid)
+            conn.execute(
+                "INSERT INTO msg_participants (thread_id, agent_id, joined_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (thread_id, agent_id) DO NOTHING",
+                (tid, found.id, utc_iso()),
+            )
+        thread = self.get_thread(tid)
+        assert thread is not None
+        return thread
+
+    def leave_thread(self, thread_id: ThreadRef, agent: AgentRef) -> Thread:
+        """Remove ``agent`` from the thread, with its cursor (rejoining starts at 0). The
+        thread and its messages stay, even with fewer than two participants left.
+        NotParticipantError if the agent was not in it."""
+        tid = _thread_id(thread_id)
+        with self.db.write() as (conn, _):
+            found = self._resolve(conn, agent)
+            self._thread_row(conn, tid)
+            gone = conn.execute(
+                "DELETE FROM msg_participants WHERE thread_id = ? AND agent_id = ?",
+                (tid, found.id),
+            ).rowcount
+            if not gone:
+                raise self._not_participant(found, tid)
+        thread = self.get_thread(tid)
+        assert thread is not None
+        return thread
+
+    def delete_thread(self, thread_id: ThreadRef) -> None:
+        """Delete the thread with its messages and every cursor; UnknownThreadError if none."""
+        tid = _thread_id(thread_id)
+        with self.db.write() as (conn, changed):
+            self._thread_row(conn, tid)
+            conn.execute("DELETE FROM msg_messages WHERE thread_id = ?", (tid,))
+            conn.execute("DELETE FROM msg_participants WHERE thread_id = ?", (tid,))
+            conn.execute("DELETE FROM msg_threads WHERE thread_id = ?", (tid,))
+            changed.append(thread_topic(tid))  # local waiters learn that it is gone
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def append(self, thread_id: ThreadRef, sender: AgentRef, content: str) -> Message:
+        """Append a message from ``sender``, a participant; returns it with its sequence."""
+        tid = _thread_id(thread_id)
+        check_content(content, self.max_content_bytes)
+        with self.db.write() as (conn, changed):
+            found = self._member_ref(conn, sender)
+            if conn.execute(_IS_MEMBER, (tid, found.id)).fetchone() is None:
+                self._thread_row(conn, tid)
+                raise self._not_participant(found, tid, sending=True)
+            now = utc_iso()
+            seq = conn.execute(_BUMP, (now, tid)).fetchone()[0]  # a member's thread exists
+            conn.execute(_INSERT, (tid, seq, found.id, found.name, content, now))
+            changed.append(thread_topic(tid))
+        return Message(tid, seq, found, content, now)
+
+    def poll(
+        self, thread_id: ThreadRef, after_seq: int = 0, *, limit: int = DEFAULT_POLL_LIMIT
+    ) -> MessagePage:
+        """Up to ``limit`` (at most MAX_POLL_LIMIT) messages after ``after_seq``, in order;
+        ``more`` on the result says whether more remain. UnknownThreadError if no thread."""
+        tid = _thread_id(thread_id)
+        check_int("after_seq", after_seq)
+        limit = _limit(limit)
+        if not self._ready:
+            raise _unknown_thread(tid)
+        page = self._page(tid, after_seq, limit)
+        if page is None:
+            raise _unknown_thread(tid)
+        return page
+
+    def wait(
+        self,
+        thread_id: ThreadRef,
+        *,
+        after_seq: int,
+        timeout: float,
+        limit: int = DEFAULT_POLL_LIMIT,
+    ) -> MessagePage:
+        """Wait until the thread has a message after ``after_seq`` and return the page a poll
+        would, or an empty page after ``timeout`` seconds. Returns at once if there is one.
+        Woken by commits (this process at once, another within milliseconds), not by polling
+        the thread. UnknownThreadError if the thread does not exist (or is deleted meanwhile,
+        in this process)."""
+        tid = _thread_id(thread_id)
+        check_int("after_seq", after_seq)
+        seconds = check_seconds("timeout", timeout, maximum=MAX_WAIT_SECONDS)
+        limit = _limit(limit)
+        if not self._ready:
+            raise _unknown_thread(tid)
+        deadline = time.monotonic() + seconds
+        woken = threading.Event()
+        with self.db.subscribe([thread_topic(tid)], woken.set):
+            while True:
+                woken.clear()
+                page = self._page(tid, after_seq, limit)
+                if page is None:
+                    raise _unknown_thread(tid)
+                remaining = deadline - time.monotonic()
+                if page or remaining <= 0:
+                    return page
+                woken.wait(remaining)
+
+    def mark_read(self, thread_id: ThreadRef, agent: AgentRef, seq: int) -> ReadState:
+        """Move ``agent``'s cursor forward to ``seq`` and return its read state. A ``seq`` at or
+        behind the cursor changes nothing (marking again is harmless); one past the thread's
+        last message is an error, as is an agent that is not a participant."""
+        tid = _thread_id(thread_id)
+        check_int("seq", seq)
+        with self.db.write() as (conn, _):
+            found = self._member_ref(conn, agent)
+            last_seq, cursor = self._cursor(conn, tid, found)
+            if seq > last_seq:
+                raise InvalidInputError(
+                    f"cannot mark seq {seq} read: thread {tid!r} ends at seq {last_seq}; mark "
+                    "the seq of the last message you processed"
+                )
+            if seq > cursor:
+                conn.execute(
+                    "UPDATE msg_participants SET read_seq = ? WHERE thread_id = ? AND agent_id = ?",
+                    (seq, tid, found.id),
+                )
+                cursor = seq
+            return self._state(conn, tid, found, last_seq, cursor)
+
+    def has_unread(self, thread_id: ThreadRef, agent: AgentRef) -> bool:
+        """Whether the thread has messages after ``agent``'s cursor (its own included)."""
+        tid = _thread_id(thread_id)
+        if isinstance(agent, BusAgent):  # one statement: no transaction needed
+            row = self.db.fetchone(_CURSOR, (agent.id, tid)) if self._ready else None
+            last_seq, cursor = self._checked_cursor(row, tid, agent)
+        else:
+            with self.db.snapshot() as conn:
+                found = self._resolve(conn, agent)
+                last_seq, cursor = self._cursor(conn, tid, found)
+        return last_seq > cursor
+
+    def get_thread_info(self, thread_id: ThreadRef) -> ThreadInfo | None:
+        """Participants, message count and latest message of the thread, read in one
+        snapshot; None if there is no such thread."""
+        tid = _thread_id(thread_id)
+        if not self._ready:
+            return None
+        with self.db.snapshot() as conn:
+            row = conn.execute(_THREAD, (tid,)).fetchone()
+            if row is None:
+                return None
+            created, last_seq, last_at = row
+            members = tuple(_agent(r) for r in conn.execute(_MEMBERS, (tid,)))
+            count = conn.execute(
+                "SELECT count(*) FROM msg_messages WHERE thread_id = ?", (tid,)
+            ).fetchone()[0]
+            latest = conn.execute(_POLL, (tid, last_seq - 1, 1)).fetchone() if last_seq else None
+        message = None if latest is None else _message(tid, latest)
+        return ThreadInfo(tid, members, created, count, last_seq, message, last_at or created)
+
+    def get_thread_read_state(self, thread_id: ThreadRef, agent: AgentRef) -> ReadState | None:
+        """``agent``'s cursor and unread counts in the thread, read in one snapshot; None if
+        there is no such thread. NotParticipantError if the agent is not in it."""
+        tid = _thread_id(thread_id)
+        if not self._ready:
+            return None
+        with self.db.snapshot() as conn:
+            if conn.execute(_THREAD, (tid,)).fetchone() is None:
+                return None
+            found = self._resolve(conn, agent)
+            last_seq, cursor = self._cursor(conn, tid, found)
+            return self._state(conn, tid, found, last_seq, cursor)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _fetchone(self, sql: str, params: tuple[Any, ...]) -> Any:
+        return self.db.fetchone(sql, params) if self._ready else None
+
+    def _fetchall(self, sql: str) -> list[Any]:
+        return self.db.fetchall(sql) if self._ready else []
+
+    def _name(self, name: object) -> str:
+        """A new or looked-up agent name; a claims agent id becomes its registered name."""
+        if isinstance(name, str) and AGENT_ID_RE.fullmatch(name):
+            row = self.db.fetchone(_CLAIMS_NAME, (name,))
+            if row is None:
+                raise _unknown_agent(f"{name!r} (no claims agent has this id)")
+            return check_name(row[0])
+        return check_name(name)
+
+    def _agent_query(self, ref: str) -> tuple[str, tuple[Any, ...]]:
+        """The query that finds the bus agent ``ref`` names: a UUID, a claims id or a name."""
+        if AGENT_ID_RE.fullmatch(ref):
+            return (
+                "SELECT m.agent_id, m.name FROM agents AS c "
+                "JOIN msg_agents AS m ON m.name = c.name WHERE c.agent_id = ?",
+                (ref,),
+            )
+        try:
+            as_uuid = str(uuid.UUID(ref))
+        except ValueError:
+            return _AGENT_BY_NAME, (ref,)
+        return (
+            "SELECT agent_id, name FROM msg_agents WHERE agent_id = ? OR name = ? "
+            "ORDER BY agent_id = ? DESC LIMIT 1",
+            (as_uuid, ref, as_uuid),
+        )
+
+    def _lookup(self, conn: Any, ref: AgentRef) -> BusAgent | None:
+        if isinstance(ref, BusAgent):
+            row = conn.execute(_AGENT_BY_ID, (ref.id,)).fetchone()
+        else:
+            name = check_text("agent", ref, MAX_AGENT_NAME)
+            row = conn.execute(*self._agent_query(name)).fetchone()
+        return None if row is None else _agent(row)
+
+    def _member_ref(self, conn: Any, ref: AgentRef) -> BusAgent:
+        """The agent for a call that then checks membership: a record is taken as it is (its
+        membership row proves it still exists; ids and names never change)."""
+        return ref if isinstance(ref, BusAgent) else self._resolve(conn, ref)
+
+    def _resolve(self, conn: Any, ref: AgentRef) -> BusAgent:
+        found = self._lookup(conn, ref)
+        if found is None:
+            shown = repr(ref.name) if isinstance(ref, BusAgent) else repr(ref)
+            raise _unknown_agent(shown)
+        return found
+
+    def _members(self, conn: Any, refs: tuple[AgentRef, ...]) -> tuple[BusAgent, ...]:
+        members: dict[str, BusAgent] = {}
+        for ref in refs:
+            found = self._resolve(conn, ref)
+            members.setdefault(found.id, found)
+        if len(members) < 2:
+            raise TooFewParticipantsError(
+                f"need >=2 participants: a thread needs at least two different agents, got "
+                f"{len(members)}"
+            )
+        return tuple(members.values())
+
+    def _insert_agent(self, conn: Any, name: str) -> BusAgent:
+        agent = BusAgent(str(uuid.uuid4()), name)
+        conn.execute(
+            "INSERT INTO msg_agents (agent_id, name, created_at) VALUES (?, ?, ?)",
+            (agent.id, agent.name, utc_iso()),
+        )
+        return agent
+
+    def _thread_row(self, conn: Any, tid: str) -> Any:
+        row = conn.execute(_THREAD, (tid,)).fetchone()
+        if row is None:
+            raise _unknown_thread(tid)
+        return row
+
+    def _cursor(self, conn: Any, tid: str, agent: BusAgent) -> tuple[int, int]:
+        return self._checked_cursor(conn.execute(_CURSOR, (agent.id, tid)).fetchone(), tid, agent)
+
+    def _checked_cursor(self, row: Any, tid: str, agent: BusAgent) -> tuple[int, int]:
+        if row is None:
+            raise _unknown_thread(tid)
+        if row[1] is None:
+            raise self._not_participant(agent, tid)
+        return int(row[0]), int(row[1])
+
+    def _state(self, conn: Any, tid: str, agent: BusAgent, last_seq: int, cursor: int) -> ReadState:
+        others = (
+            conn.execute(_FROM_OTHERS, (tid, cursor, agent.id)).fetchone()[0]
+            if last_seq > cursor
+            else 0
+        )
+        return ReadState(tid, agent, cursor, last_seq, last_seq - cursor, others)
+
+    def _page(self, tid: str, after_seq: int, limit: int) -> MessagePage | None:
+        """The messages after ``after_seq``, or None if the thread does not exist. One
+        statement reads one row more than asked for, so ``more`` is exact."""
+        rows = self.db.fetchall(_POLL, (tid, after_seq, limit + 1))
+        if not rows and self.db.fetchone(_THREAD, (tid,)) is None:
+            return None
+        more = len(rows) > limit
+        return MessagePage(
+            [_message(tid, r) for r in (rows[:limit] if more else rows)], more, after_seq
+        )
+
+    @staticmethod
+    def _not_participant(agent: BusAgent, tid: str, *, sending: bool = False) -> AgentholdError:
+        what = "sender not in thread" if sending else "agent not in thread"
+        return NotParticipantError(
+            f"{what}: {agent.name!r} is not a participant of thread {tid!r}; add it with "
+            "join_thread first"
+        )
+
+
+def _limit(limit: object) -> int:
+    value = check_int("limit", limit, minimum=1)
+    if value > MAX_POLL_LIMIT:
+        raise InvalidInputError(
+            f"limit must be at most {MAX_POLL_LIMIT}, got {value}; read long threads in pages "
+            "(poll again after the last seq you got)"
+        )
+    return value

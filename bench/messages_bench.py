@@ -1,0 +1,391 @@
+"""Speed of agenthold's message bus: append and poll rates, unread checks on a huge thread, and
+how fast a wait is woken by another process.
+
+    python bench/messages_bench.py            # the full run, about half a minute
+    python bench/messages_bench.py --quick    # a smoke run of a few seconds (too small to judge)
+    python bench/messages_bench.py --json     # the same results as JSON instead of tables
+
+What is measured, on files in a temporary directory, with the default durability ("normal": WAL
+and synchronous NORMAL):
+
+1. Appends per second: one sender appends short messages to one thread through
+   ``MessageBus.append`` (validating the ids and content, checking membership, bumping the
+   thread's counter and inserting the row in one ``BEGIN IMMEDIATE`` transaction).
+2. Polls per second: ``MessageBus.poll`` of 10 messages after a cursor (one statement that
+   reads 11 rows, so it knows whether more remain) and the message records built from them.
+3. Unread checks per second (``has_unread``, the agent given as its record: one statement that
+   reads the thread's counter and the agent's cursor) on a thread of 1,000,000 messages and on
+   an empty one, to show that the check does not grow with the thread.
+
+The baseline of 1 and 2 is a raw ``sqlite3`` connection on the same database file running the
+statements messages.py runs, imported from it so they cannot drift apart. Rates are the best of
+several runs, library and raw taking turns, because on a shared machine the best run is the one
+least disturbed by other work.
+
+4. Wake-up latency of ``wait``: another process waits on the thread; this process appends after
+   a short random delay. The latency is the waiter's time.time() when ``wait`` returned minus
+   this process's time.time() right after the append committed (one system-wide clock). An
+   append by another thread of this process is measured the same way, for comparison.
+
+The exit status is 1 only when a correctness check fails (a wait that returned the wrong
+message); a missed speed target is reported, not fatal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# _common sits beside this script; importing it also finds this checkout's agenthold.
+from _common import (
+    Loop,
+    as_targets,
+    best_rates,
+    machine,
+    machine_line,
+    percentile,
+    raw_connection,
+    table,
+    target_lines,
+)
+
+# The private SQL constants are imported on purpose: the baseline must run exactly these.
+from agenthold.messages import (
+    _BUMP,
+    _CURSOR,
+    _INSERT,
+    _IS_MEMBER,
+    _POLL,
+    BusAgent,
+    MessageBus,
+)
+from agenthold.store import utc_iso
+
+CONTENT = "Tests pass on branch fix-123; please review src/app.py lines 40-80."
+PAGE = 10  # messages per measured poll
+
+
+@dataclass(frozen=True)
+class Sizes:
+    label: str
+    repeats: int  # runs of each rate measurement; the best counts
+    appends: int  # appends per run
+    polls: int  # polls per run
+    checks: int  # unread checks per run
+    huge: int  # messages in the long thread of the unread check
+    trials: int  # wake-ups measured for each appender (another process, another thread)
+
+
+FULL = Sizes("full", 3, 5_000, 5_000, 20_000, 1_000_000, 200)
+QUICK = Sizes("quick", 2, 300, 300, 1_000, 20_000, 20)
+
+
+# --------------------------------------------------------------------------------------------
+# 1-3: rates
+# --------------------------------------------------------------------------------------------
+
+
+class Raw:
+    """messages.py's statements for one append, one poll and one unread check, on one plain
+    sqlite3 connection."""
+
+    def __init__(self, path: Path, thread_id: str, agent: BusAgent) -> None:
+        self.conn = raw_connection(path)
+        self.cur = self.conn.cursor()
+        self.tid, self.agent = thread_id, agent
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def append(self, content: str) -> int:
+        cur, tid, now = self.cur, self.tid, utc_iso()
+        cur.execute("BEGIN IMMEDIATE")
+        cur.execute(_IS_MEMBER, (tid, self.agent.id)).fetchone()
+        seq = cur.execute(_BUMP, (now, tid)).fetchone()[0]
+        cur.execute(_INSERT, (tid, seq, self.agent.id, self.agent.name, content, now))
+        cur.execute("COMMIT")
+        return int(seq)
+
+    def poll(self, after_seq: int) -> list[Any]:
+        return self.cur.execute(_POLL, (self.tid, after_seq, PAGE + 1)).fetchall()[:PAGE]
+
+    def has_unread(self, thread_id: str) -> bool:
+        last, cursor = self.cur.execute(_CURSOR, (self.agent.id, thread_id)).fetchone()
+        return bool(last > cursor)
+
+
+def fill(bus: MessageBus, thread_id: str, sender: BusAgent, count: int) -> None:
+    """Give the thread ``count`` messages quickly: one transaction of the same rows appends
+    would write (the benchmark measures reading it, not writing it)."""
+    now = utc_iso()
+    with bus.db.write() as (conn, _):
+        start = conn.execute(
+            "SELECT last_seq FROM msg_threads WHERE thread_id = ?", (thread_id,)
+        ).fetchone()[0]
+        conn.executemany(
+            _INSERT,
+            (
+                (thread_id, seq, sender.id, sender.name, CONTENT, now)
+                for seq in range(start + 1, start + count + 1)
+            ),
+        )
+        conn.execute(
+            "UPDATE msg_threads SET last_seq = ?, last_message_at = ? WHERE thread_id = ?",
+            (start + count, now, thread_id),
+        )
+
+
+def measure_rates(tmp: Path, sizes: Sizes) -> dict[str, Any]:
+    bus = MessageBus(tmp / "rates.db")
+    alice, bob = bus.get_or_create_agent("alice"), bus.get_or_create_agent("bob")
+    lib_thread = bus.create_thread(alice, bob).id
+    raw_thread = bus.create_thread(alice, bob).id
+    raw = Raw(tmp / "rates.db", raw_thread, alice)
+    try:
+        append, poll = bus.append, bus.poll
+        appends: dict[str, Loop] = {
+            "library": lambda n: [append(lib_thread, alice, CONTENT) for _ in range(n)] and None,
+            "raw": lambda n: [raw.append(CONTENT) for _ in range(n)] and None,
+        }
+        for loop in appends.values():
+            loop(100)  # warm up connections and statement caches
+        out: dict[str, Any] = {"append": best_rates(appends, sizes.appends, sizes.repeats)}
+
+        polls: dict[str, Loop] = {
+            "library": lambda n: [poll(lib_thread, i % 50, limit=PAGE) for i in range(n)] and None,
+            "raw": lambda n: [raw.poll(i % 50) for i in range(n)] and None,
+        }
+        out["poll"] = best_rates(polls, sizes.polls, sizes.repeats)
+        if len(poll(lib_thread, 0, limit=PAGE)) != PAGE or len(raw.poll(0)) != PAGE:
+            raise RuntimeError("a poll returned the wrong number of messages")
+
+        empty = bus.create_thread(alice, bob).id
+        huge = bus.create_thread(alice, bob).id
+        fill(bus, huge, alice, sizes.huge)
+        bus.mark_read(huge, bob, sizes.huge // 2)  # half of it unread
+        if not bus.has_unread(huge, bob) or bus.has_unread(empty, bob):
+            raise RuntimeError("has_unread gave a wrong answer")
+        has_unread = bus.has_unread
+        checks: dict[str, Loop] = {
+            "empty": lambda n: [has_unread(empty, bob) for _ in range(n)] and None,
+            "huge": lambda n: [has_unread(huge, bob) for _ in range(n)] and None,
+            "raw_empty": lambda n: [raw.has_unread(empty) for _ in range(n)] and None,
+            "raw_huge": lambda n: [raw.has_unread(huge) for _ in range(n)] and None,
+        }
+        out["unread"] = best_rates(checks, sizes.checks, sizes.repeats)
+    finally:
+        raw.close()
+        bus.close()
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# 4: wake-up latency of wait
+# --------------------------------------------------------------------------------------------
+
+
+def waiter(path: str, thread_id: str, conn: Any) -> None:
+    """Another process: waits on the thread when told to, and answers with its time.time()
+    when the wait returned and the seq it got."""
+    bus = MessageBus(path)
+    bus.poll(thread_id)  # open the connection before the first wait
+    conn.send("ready")
+    while True:
+        command = conn.recv()
+        if command[0] != "wait":
+            break
+        conn.send("waiting")
+        page = bus.wait(thread_id, after_seq=command[1], timeout=10)
+        conn.send((time.time(), page[0].seq if page else None))
+    bus.close()
+
+
+def summary(latencies: list[float]) -> dict[str, Any]:
+    ms = [x * 1000 for x in latencies]
+    return {
+        "trials": len(ms),
+        "median_ms": statistics.median(ms),
+        "p99_ms": percentile(ms, 99),
+        "max_ms": max(ms),
+    }
+
+
+def measure_wake(tmp: Path, sizes: Sizes) -> dict[str, Any]:
+    path = tmp / "wake.db"
+    bus = MessageBus(path)
+    alice, bob = bus.get_or_create_agent("alice"), bus.get_or_create_agent("bob")
+    tid = bus.create_thread(alice, bob).id
+    ctx = multiprocessing.get_context("spawn")  # a fresh interpreter, as another server is
+    mine, theirs = ctx.Pipe()
+    proc = ctx.Process(target=waiter, args=(str(path), tid, theirs))
+    proc.start()
+    rng = random.Random(7)
+    out: dict[str, Any] = {}
+    try:
+        if not mine.poll(60):
+            raise RuntimeError("the waiting process did not start")
+        mine.recv()
+        latencies = []
+        for _ in range(sizes.trials):
+            last = bus.get_thread_info(tid).last_seq  # type: ignore[union-attr]
+            mine.send(("wait", last))
+            mine.recv()
+            time.sleep(rng.uniform(0.005, 0.015))  # the waiter is inside wait by now
+            message = bus.append(tid, alice, CONTENT)
+            appended = time.time()
+            returned, seq = mine.recv()
+            if seq != message.seq:
+                raise RuntimeError(f"the wait returned seq {seq}, not {message.seq}")
+            latencies.append(returned - appended)
+        out["process"] = summary(latencies)
+
+        latencies = []
+        for _ in range(sizes.trials):
+            last = bus.get_thread_info(tid).last_seq  # type: ignore[union-attr]
+            result: list[Any] = []
+            started = threading.Event()
+
+            def wait(after: int = last, into: list[Any] = result, began: Any = started) -> None:
+                began.set()
+                page = bus.wait(tid, after_seq=after, timeout=10)
+                into.append((time.time(), page[0].seq if page else None))
+
+            thread = threading.Thread(target=wait)
+            thread.start()
+            started.wait()
+            time.sleep(rng.uniform(0.005, 0.015))
+            message = bus.append(tid, bob, CONTENT)
+            appended = time.time()
+            thread.join()
+            returned, seq = result[0]
+            if seq != message.seq:
+                raise RuntimeError(f"the wait returned seq {seq}, not {message.seq}")
+            latencies.append(max(0.0, returned - appended))
+        out["thread"] = summary(latencies)
+    finally:
+        mine.send(("stop",))
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+        bus.close()
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    rates, wake = results["rates"], results["wake"]["process"]
+    append = rates["append"]["library"] / rates["append"]["raw"]
+    unread = rates["unread"]["huge"] / rates["unread"]["empty"]
+    checks = [
+        ("append >= 0.6 of raw sqlite3", append >= 0.6, f"{append:.0%}"),
+        (
+            "has_unread on a 1,000,000-message thread within 20% of an empty thread",
+            unread >= 0.8,
+            f"{unread:.0%} of the empty thread's rate",
+        ),
+        (
+            "wake-up by another process: median <= 10 ms",
+            wake["median_ms"] <= 10,
+            f"{wake['median_ms']:.2f} ms",
+        ),
+        (
+            "wake-up by another process: p99 <= 30 ms",
+            wake["p99_ms"] <= 30,
+            f"{wake['p99_ms']:.2f} ms",
+        ),
+    ]
+    return as_targets(checks)
+
+
+def report(results: dict[str, Any]) -> str:
+    m, sizes, rates, wake = results["machine"], results["sizes"], results["rates"], results["wake"]
+    a, p, u = rates["append"], rates["poll"], rates["unread"]
+    huge = f"{sizes['huge']:,}"
+    out = [
+        f"agenthold message bus benchmark ({sizes['label']} run)",
+        machine_line(m),
+        f"rates: best of {sizes['repeats']} runs, library and raw taking turns",
+        "",
+        table(
+            [
+                ["operation (file database, durability normal)", "agenthold/s", "raw/s", "of raw"],
+                [
+                    "append",
+                    f"{a['library']:,.0f}",
+                    f"{a['raw']:,.0f}",
+                    f"{a['library'] / a['raw']:.0%}",
+                ],
+                [
+                    f"poll {PAGE} messages",
+                    f"{p['library']:,.0f}",
+                    f"{p['raw']:,.0f}",
+                    f"{p['library'] / p['raw']:.0%}",
+                ],
+                [
+                    "has_unread, empty thread",
+                    f"{u['empty']:,.0f}",
+                    f"{u['raw_empty']:,.0f}",
+                    f"{u['empty'] / u['raw_empty']:.0%}",
+                ],
+                [
+                    f"has_unread, thread of {huge} messages",
+                    f"{u['huge']:,.0f}",
+                    f"{u['raw_huge']:,.0f}",
+                    f"{u['huge'] / u['raw_huge']:.0%}",
+                ],
+            ]
+        ),
+        "",
+    ]
+    rows = [["wake-up latency of wait (append committed -> wait returned)"]]
+    rows[0] += ["median", "p99", "max", "trials"]
+    for key, label in (("process", "append in another process"), ("thread", "append in a thread")):
+        w = wake[key]
+        rows.append(
+            [
+                label,
+                f"{w['median_ms']:.2f} ms",
+                f"{w['p99_ms']:.2f} ms",
+                f"{w['max_ms']:.2f} ms",
+                f"{w['trials']}",
+            ]
+        )
+    out += [table(rows), "", *target_lines(results["targets"], quick=sizes["label"] == "quick")]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    results: dict[str, Any] = {"machine": machine(), "sizes": sizes.__dict__}
+    try:
+        with tempfile.TemporaryDirectory(prefix="agenthold-messages-bench-") as tmp:
+            results["rates"] = measure_rates(Path(tmp), sizes)
+            results["wake"] = measure_wake(Path(tmp), sizes)
+    except RuntimeError as exc:
+        print(f"correctness check failed: {exc}", file=sys.stderr)
+        return 1
+    results["targets"] = targets(results)
+    print(json.dumps(results, indent=2) if args.json else report(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

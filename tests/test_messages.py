@@ -1,0 +1,680 @@
+"""The message bus (agenthold.messages): the AgentMsgs examples as written, its guarantees
+(sequences, visibility order, crashes, pushed waits) and a clear error for every bad input.
+
+Everything runs on real SQLite, in memory and on a file, with real threads and processes.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import REPO, LineProcess, child_env, run_threads
+
+from agenthold import messages
+from agenthold.claims import Coordinator, UnknownAgentError
+from agenthold.messages import (
+    DEFAULT_POLL_LIMIT,
+    MAX_POLL_LIMIT,
+    BusAgent,
+    MessageBus,
+    NameTakenError,
+    NotParticipantError,
+    TooFewParticipantsError,
+    UnknownThreadError,
+)
+from agenthold.store import SCHEMA_VERSION as store_schema
+from agenthold.store import IncompatibleDatabaseError, InvalidInputError, StateStore
+
+BUS_WORKER = REPO / "tests" / "helpers" / "bus_worker.py"
+BENCH = REPO / "bench" / "messages_bench.py"
+posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals")
+
+
+@pytest.fixture(params=["memory", "file"])
+def bus(request: pytest.FixtureRequest, db_path: Path) -> Iterator[MessageBus]:
+    """A bus on a private in-memory database, then on a fresh file."""
+    with MessageBus(":memory:" if request.param == "memory" else db_path) as b:
+        yield b
+
+
+@pytest.fixture
+def pair(bus: MessageBus) -> tuple[MessageBus, BusAgent, BusAgent, str]:
+    alice = bus.get_or_create_agent("Alice")
+    bob = bus.get_or_create_agent("Bob")
+    return bus, alice, bob, bus.create_thread(alice, bob).id
+
+
+def worker(*args: str) -> LineProcess:
+    return LineProcess(
+        [sys.executable, str(BUS_WORKER), *args], env=child_env(), stderr=subprocess.PIPE
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The spec's examples, as written (only the imports adapted)
+# --------------------------------------------------------------------------------------------
+
+IMPORTS = """
+from agenthold.messages import MessageBus as App
+from agenthold.store import StateStore as SQLiteStore
+InMemoryStore = lambda: SQLiteStore(":memory:")
+"""
+
+QUICK_START = """
+app = App(store=InMemoryStore())
+
+alice = app.get_or_create_agent("Alice")
+bob = app.get_or_create_agent("Bob")
+thread = app.create_thread(alice, bob)
+
+app.append(thread.id, alice, "Hello from Alice")
+messages = app.poll(thread.id)
+
+for message in messages:
+    print(message.seq, message.sender.name, message.content)
+
+app.mark_read(thread.id, bob, messages[-1].seq)
+assert app.has_unread(thread.id, bob) is False
+"""
+
+PERSISTENT = """
+from pathlib import Path
+
+app = App(store=SQLiteStore(Path(".agentmsgs.db")))
+"""
+
+CONCEPTS = """
+alice = app.get_or_create_agent("Alice")
+bob = app.get_or_create_agent("Bob")
+thread = app.create_thread(alice, bob)
+message = app.append(thread.id, alice, "Starting work")
+assert message.seq == 1
+messages = app.poll(thread.id, after_seq=message.seq)
+app.mark_read(thread.id, bob, message.seq)
+
+info = app.get_thread_info(thread.id)
+state = app.get_thread_read_state(thread.id, bob)
+
+if info is not None and info.message_count:
+    print("Message count:", info.message_count)
+
+if state is not None and state.unread_from_others_count:
+    print("Bob has unread messages from other agents")
+"""
+
+
+def run_example(code: str, cwd: Path) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_the_quick_start_runs_as_written_in_memory(tmp_path: Path) -> None:
+    assert run_example(IMPORTS + QUICK_START, tmp_path) == "1 Alice Hello from Alice\n"
+
+
+def test_the_examples_run_as_written_on_a_file_and_persist(tmp_path: Path) -> None:
+    out = run_example(IMPORTS + PERSISTENT + CONCEPTS, tmp_path)
+    assert out == "Message count: 1\n"
+    again = run_example(IMPORTS + PERSISTENT + CONCEPTS, tmp_path)  # same names, a new thread
+    assert again == "Message count: 1\n"
+    with MessageBus(tmp_path / ".agentmsgs.db") as bus:
+        assert len(bus.list_agents()) == 2
+        assert len(bus.find_threads("Alice", "Bob")) == 2
+
+
+def test_the_examples_run_on_an_in_memory_bus(tmp_path: Path) -> None:
+    out = run_example(IMPORTS + "app = App(store=InMemoryStore())\n" + CONCEPTS, tmp_path)
+    assert out == "Message count: 1\n"
+
+
+# --------------------------------------------------------------------------------------------
+# Agents and threads
+# --------------------------------------------------------------------------------------------
+
+
+def test_get_or_create_agent_reuses_a_name_and_create_agent_refuses_it(bus: MessageBus) -> None:
+    alice = bus.get_or_create_agent("Alice")
+    assert bus.get_or_create_agent("Alice") == alice
+    assert uuid.UUID(alice.id)
+    with pytest.raises(NameTakenError, match=r"agent name taken.*get_or_create_agent") as info:
+        bus.create_agent("Alice")
+    assert isinstance(info.value, ValueError) and info.value.hint
+    assert bus.create_agent("alice").id != alice.id  # names are case-sensitive
+
+
+def test_threads_have_their_own_ids_and_may_repeat_participants(pair: Any) -> None:
+    bus, alice, bob, tid = pair
+    other = bus.create_thread(bob, alice)
+    assert other.id != tid and uuid.UUID(other.id)
+    assert [t.id for t in bus.find_threads(alice, bob)] == [tid, other.id]
+    carol = bus.get_or_create_agent("Carol")
+    assert bus.find_threads(alice, carol) == []
+    assert bus.find_threads("nobody") == []
+    assert len(bus.find_threads()) == 2
+    thread = bus.get_thread(tid)
+    assert thread is not None and thread.participants == (alice, bob)
+    assert bus.get_thread(str(uuid.uuid4())) is None
+    assert bus.get_thread(uuid.UUID(tid)) == thread  # a uuid.UUID works as well as its text
+    assert bus.get_thread(thread) == thread  # and so does the record
+    assert bus.get_thread(tid.upper()) == thread  # any spelling of the UUID
+
+
+def test_join_and_leave_thread(pair: Any) -> None:
+    bus, alice, bob, tid = pair
+    carol = bus.get_or_create_agent("Carol")
+    bus.append(tid, alice, "one")
+    thread = bus.join_thread(tid, carol)
+    assert [a.name for a in thread.participants] == ["Alice", "Bob", "Carol"]
+    assert bus.join_thread(tid, "Carol") == thread  # joining again changes nothing
+    assert bus.has_unread(tid, carol)  # a newcomer's cursor starts at 0
+    bus.append(tid, carol, "hello")
+    assert [a.name for a in bus.leave_thread(tid, carol).participants] == ["Alice", "Bob"]
+    with pytest.raises(NotParticipantError, match=r"sender not in thread.*join_thread"):
+        bus.append(tid, carol, "again")
+    with pytest.raises(NotParticipantError, match="not a participant"):
+        bus.leave_thread(tid, carol)
+    bus.leave_thread(tid, bob)  # a thread may drop below two participants; it keeps its messages
+    assert bus.poll(tid)[-1].content == "hello"
+
+
+def test_delete_agent_keeps_its_messages_and_frees_its_name(pair: Any) -> None:
+    bus, alice, bob, tid = pair
+    bus.append(tid, bob, "from bob")
+    assert bus.delete_agent(bob) == bob
+    thread = bus.get_thread(tid)
+    assert thread is not None and thread.participants == (alice,)
+    [message] = bus.poll(tid)
+    assert message.sender == bob and message.content == "from bob"
+    assert bus.get_agent("Bob") is None
+    new_bob = bus.get_or_create_agent("Bob")
+    assert new_bob.id != bob.id
+    with pytest.raises(NotParticipantError):
+        bus.has_unread(tid, new_bob)  # the new Bob is not the old one: no membership, no cursor
+    with pytest.raises(UnknownAgentError, match="unknown agent"):
+        bus.delete_agent(bob)
+
+
+def test_delete_thread_removes_its_messages_and_cursors(pair: Any) -> None:
+    bus, alice, bob, tid = pair
+    bus.append(tid, alice, "x")
+    bus.mark_read(tid, bob, 1)
+    bus.delete_thread(tid)
+    assert bus.get_thread(tid) is None and bus.get_thread_info(tid) is None
+    assert bus.get_thread_read_state(tid, bob) is None
+    with pytest.raises(UnknownThreadError):
+        bus.poll(tid)
+    with pytest.raises(UnknownThreadError):
+        bus.delete_thread(tid)
+    rows = bus.db.fetchone("SELECT count(*) FROM msg_messages WHERE thread_id = ?", (tid,))
+    assert rows[0] == 0
+    assert bus.db.fetchone("SELECT count(*) FROM msg_participants")[0] == 0
+
+
+def test_agents_are_found_by_record_name_or_uuid(pair: Any) -> None:
+    bus, alice, bob, tid = pair
+    assert bus.get_agent(alice) == alice
+    assert bus.get_agent("Alice") == alice
+    assert bus.get_agent(alice.id) == alice
+    assert bus.get_agent(str(uuid.uuid4())) is None
+    assert bus.append(tid, alice.id, "by id").sender == alice
+    assert bus.append(tid, "Bob", "by name").sender == bob
+
+
+def test_a_claims_agent_id_stands_for_the_bus_agent_of_its_name(db_path: Path) -> None:
+    with StateStore(db_path) as store:
+        coordinator = Coordinator(store)
+        agent_id = coordinator.register("worker-1")["agent_id"]
+        bus = MessageBus(store)
+        me = bus.get_or_create_agent(agent_id)
+        assert me.name == "worker-1"
+        assert bus.get_or_create_agent("worker-1") == me  # one name, one agent
+        other = bus.get_or_create_agent("lead")
+        tid = bus.create_thread(agent_id, other).id
+        assert bus.append(tid, agent_id, "hi").sender == me
+        assert bus.get_agent(agent_id) == me
+        with pytest.raises(UnknownAgentError, match="no claims agent has this id"):
+            bus.get_or_create_agent("agent-0123456789abcdef")
+        with pytest.raises(InvalidInputError, match="looks like a claims agent id"):
+            messages.check_name("agent-0123456789abcdef")
+        bus.close()
+        assert store.get  # the store given to the bus stays open
+        assert store.list_namespaces() == []
+
+
+# --------------------------------------------------------------------------------------------
+# Messages, polling and cursors
+# --------------------------------------------------------------------------------------------
+
+
+def test_poll_pages_through_a_long_thread(pair: Any) -> None:
+    bus, alice, _, tid = pair
+    for n in range(250):
+        bus.append(tid, alice, f"m{n}")
+    first = bus.poll(tid)
+    assert len(first) == DEFAULT_POLL_LIMIT and first.more
+    assert [m.seq for m in first] == list(range(1, 101))
+    seen = list(first)
+    after = first.next_after_seq
+    while True:
+        page = bus.poll(tid, after, limit=70)
+        seen.extend(page)
+        after = page.next_after_seq
+        if not page.more:
+            break
+    assert [m.content for m in seen] == [f"m{n}" for n in range(250)]
+    empty = bus.poll(tid, 250)
+    assert list(empty) == [] and not empty.more and empty.next_after_seq == 250
+    assert len(bus.poll(tid, limit=MAX_POLL_LIMIT)) == 250
+    assert not bus.poll(tid, 240, limit=10).more
+
+
+def test_mark_read_moves_only_forward_and_never_past_the_end(pair: Any) -> None:
+    bus, alice, bob, tid = pair
+    for n in range(3):
+        bus.append(tid, alice, f"m{n}")
+    state = bus.mark_read(tid, bob, 2)
+    assert (state.cursor, state.unread_count, state.unread_from_others_count) == (2, 1, 1)
+    assert bus.mark_read(tid, bob, 1).cursor == 2  # behind the cursor: a no-op
+    assert bus.mark_read(tid, bob, 2).cursor == 2  # marking again is harmless
+    with pytest.raises(InvalidInputError, match="ends at seq 3"):
+        bus.mark_read(tid, bob, 4)
+    assert bus.mark_read(tid, bob, 3).unread_count == 0
+    with pytest.raises(InvalidInputError, match="at least 0"):
+        bus.mark_read(tid, bob, -1)
+    carol = bus.get_or_create_agent("Carol")
+    with pytest.raises(NotParticipantError, match="agent not in thread"):
+        bus.mark_read(tid, carol, 1)
+
+
+def test_read_state_counts_unread_from_others(pair: Any) -> None:
+    bus, alice, bob, tid = pair
+    empty = bus.get_thread_read_state(tid, bob)
+    assert empty is not None and (empty.cursor, empty.last_seq, empty.unread_count) == (0, 0, 0)
+    assert bus.has_unread(tid, bob) is False
+    bus.append(tid, alice, "a")
+    bus.append(tid, bob, "b")
+    state = bus.get_thread_read_state(tid, bob)
+    assert state is not None
+    assert (state.unread_count, state.unread_from_others_count) == (2, 1)
+    assert state.to_dict()["agent_name"] == "Bob"
+    assert bus.has_unread(tid, alice)  # its own message counts as unread until marked
+    assert bus.has_unread(tid, "Alice") and bus.has_unread(tid, alice.id)
+    assert bus.get_thread_read_state(str(uuid.uuid4()), bob) is None
+    assert bus.get_thread_read_state(str(uuid.uuid4()), "Nobody") is None  # the thread first
+
+
+def test_thread_info_has_count_and_latest_message(pair: Any) -> None:
+    bus, alice, bob, tid = pair
+    info = bus.get_thread_info(tid)
+    assert info is not None and info.message_count == 0 and info.latest_message is None
+    assert info.latest_activity_at == info.created_at
+    bus.append(tid, alice, "first")
+    last = bus.append(tid, bob, "second\nwith a newline\tand a tab")
+    info = bus.get_thread_info(tid)
+    assert info is not None
+    assert (info.message_count, info.last_seq, info.latest_message) == (2, 2, last)
+    assert info.latest_activity_at == last.created_at
+    assert info.to_dict()["latest_message"]["sender"] == "Bob"
+    assert info.to_dict()["participants"] == ["Alice", "Bob"]
+
+
+def test_content_is_text_within_the_limit(tmp_path: Path) -> None:
+    with MessageBus(":memory:", max_content_bytes=10) as bus:
+        a, b = bus.get_or_create_agent("a"), bus.get_or_create_agent("b")
+        tid = bus.create_thread(a, b).id
+        assert bus.append(tid, a, "é" * 5).content == "é" * 5  # 10 bytes of UTF-8
+        for bad, match in [
+            ("é" * 6, "12 bytes as UTF-8; the limit is 10"),
+            ("", "must not be empty"),
+            ("a\x00b", "NUL"),
+            ("\ud800", "lone surrogate"),
+            (b"bytes", "must be a string, got bytes"),
+            (None, "must be a string"),
+        ]:
+            with pytest.raises(InvalidInputError, match=match):
+                bus.append(tid, a, bad)  # type: ignore[arg-type]
+        assert bus.get_thread_info(tid).message_count == 1  # type: ignore[union-attr]
+
+
+def test_every_common_error_is_a_clear_value_error(pair: Any) -> None:
+    bus, alice, _, tid = pair
+    carol = bus.get_or_create_agent("Carol")
+    cases: list[tuple[Any, type[Exception], str]] = [
+        (lambda: bus.create_thread(alice), TooFewParticipantsError, "need >=2 participants"),
+        (lambda: bus.create_thread(alice, "Alice"), TooFewParticipantsError, "got 1"),
+        (lambda: bus.create_thread(), TooFewParticipantsError, "got 0"),
+        (lambda: bus.create_agent("Alice"), NameTakenError, "agent name taken"),
+        (lambda: bus.append(tid, carol, "x"), NotParticipantError, "sender not in thread"),
+        (lambda: bus.append(str(uuid.uuid4()), alice, "x"), UnknownThreadError, "unknown thread"),
+        (lambda: bus.append(tid, "Nobody", "x"), UnknownAgentError, "unknown agent 'Nobody'"),
+        (lambda: bus.create_thread(alice, "Nobody"), UnknownAgentError, "unknown agent"),
+        (lambda: bus.join_thread(str(uuid.uuid4()), alice), UnknownThreadError, "unknown"),
+        (lambda: bus.mark_read(str(uuid.uuid4()), alice, 0), UnknownThreadError, "unknown"),
+        (lambda: bus.poll("not-a-uuid"), InvalidInputError, "must be a UUID"),
+        (lambda: bus.poll(tid, -1), InvalidInputError, "after_seq must be at least 0"),
+        (lambda: bus.poll(tid, True), InvalidInputError, "after_seq must be an integer"),
+        (lambda: bus.poll(tid, limit=0), InvalidInputError, "limit must be at least 1"),
+        (lambda: bus.poll(tid, limit=MAX_POLL_LIMIT + 1), InvalidInputError, "in pages"),
+        (lambda: bus.get_or_create_agent(""), InvalidInputError, "must not be empty"),
+        (lambda: bus.get_or_create_agent("a\nb"), InvalidInputError, "control character"),
+        (lambda: bus.get_or_create_agent("x" * 200), InvalidInputError, "the limit is 128"),
+        (lambda: bus.get_or_create_agent(7), InvalidInputError, "must be a string"),
+        (lambda: bus.has_unread(tid, carol), NotParticipantError, "join_thread"),
+        (lambda: bus.wait(tid, after_seq=0, timeout=-1), InvalidInputError, "between 0"),
+        (lambda: bus.create_thread_by_names("Alice"), InvalidInputError, "a list of agent"),
+    ]
+    for call, kind, match in cases:
+        with pytest.raises(kind, match=match) as info:
+            call()
+        assert isinstance(info.value, ValueError), match
+        assert info.value.hint or kind is InvalidInputError, match
+
+
+def test_create_thread_by_names_creates_missing_agents(bus: MessageBus) -> None:
+    thread = bus.create_thread_by_names(["Ann", "Ben", "Ann"])
+    assert [a.name for a in thread.participants] == ["Ann", "Ben"]
+    assert {a.name for a in bus.list_agents()} == {"Ann", "Ben"}
+    with pytest.raises(TooFewParticipantsError):
+        bus.create_thread_by_names(["Solo"])
+    assert bus.get_agent("Solo") is None  # the failed call left nothing behind
+
+
+# --------------------------------------------------------------------------------------------
+# Guarantees: sequences, visibility order, crashes
+# --------------------------------------------------------------------------------------------
+
+
+def check_contiguous(bus: MessageBus, tid: str, expected: int) -> None:
+    seqs = [r[0] for r in bus.db.fetchall(
+        "SELECT seq FROM msg_messages WHERE thread_id = ? ORDER BY seq", (tid,)
+    )]  # fmt: skip
+    assert seqs == list(range(1, expected + 1))
+    info = bus.get_thread_info(tid)
+    assert info is not None and info.last_seq == info.message_count == expected
+
+
+def test_sequences_have_no_gaps_under_many_threads(bus: MessageBus) -> None:
+    agents = [bus.get_or_create_agent(f"w{i}") for i in range(6)]
+    threads = [bus.create_thread(*agents).id for _ in range(3)]
+
+    def body(i: int) -> list[int]:
+        return [bus.append(threads[n % 3], agents[i], f"{i}:{n}").seq for n in range(60)]
+
+    results = run_threads(6, body)
+    for tid in threads:
+        check_contiguous(bus, tid, 120)
+    assert all(len(r) == 60 for r in results)
+
+
+def test_sequences_have_no_gaps_under_many_processes(db_path: Path) -> None:
+    with MessageBus(db_path) as bus:
+        senders = [f"p{i}" for i in range(4)]
+        threads = [bus.create_thread_by_names(senders).id for _ in range(2)]
+        procs = [worker("append", str(db_path), s, "40", *threads) for s in senders]
+        stop = threading.Event()
+
+        def local(_: int) -> None:  # a thread of this process appends meanwhile
+            while not stop.is_set():
+                bus.append(threads[0], "p0", "local")
+
+        appender = threading.Thread(target=local, args=(0,))
+        appender.start()
+        try:
+            for p in procs:
+                assert p.next_line(60) == "done"
+        finally:
+            stop.set()
+            appender.join()
+        local_sql = "SELECT count(*) FROM msg_messages WHERE content = 'local'"
+        local_count = bus.db.fetchone(local_sql)[0]
+        check_contiguous(bus, threads[0], 160 + local_count)
+        check_contiguous(bus, threads[1], 160)
+        for p in procs:
+            p.kill()
+
+
+def test_a_reader_never_sees_a_gap_while_processes_append(db_path: Path) -> None:
+    """Polling after the last seq seen never skips a message that commits later."""
+    with MessageBus(db_path) as bus:
+        senders = [f"p{i}" for i in range(3)]
+        tid = bus.create_thread_by_names(senders).id
+        procs = [worker("append", str(db_path), s, "80", tid) for s in senders]
+        seen: list[int] = []
+        deadline = time.monotonic() + 60
+        while len(seen) < 240 and time.monotonic() < deadline:
+            page = bus.poll(tid, seen[-1] if seen else 0)
+            assert [m.seq for m in page] == list(range(len(seen) + 1, len(seen) + 1 + len(page)))
+            seen.extend(m.seq for m in page)
+        assert seen == list(range(1, 241))
+        for p in procs:
+            assert p.next_line(60) == "done"
+            p.kill()
+
+
+@posix_only
+def test_a_killed_appender_leaves_every_acknowledged_message(db_path: Path) -> None:
+    with MessageBus(db_path) as bus:
+        tid = bus.create_thread_by_names(["crasher", "peer"]).id
+    acknowledged: dict[int, str] = {}
+    for round_ in range(4):
+        proc = worker("crash-append", str(db_path), "crasher", tid)
+        assert proc.next_line() == "ready"
+        for _ in range(20 + 10 * round_):
+            seq, content = proc.next_line().split(" ", 1)
+            acknowledged[int(seq)] = content
+        proc.proc.send_signal(signal.SIGKILL)
+        proc.kill()
+        assert proc.proc.returncode == -signal.SIGKILL
+    with MessageBus(db_path) as bus:
+        info = bus.get_thread_info(tid)
+        assert info is not None
+        check_contiguous(bus, tid, info.last_seq)
+        stored = {m.seq: m.content for m in bus.poll(tid, limit=MAX_POLL_LIMIT)}
+        for seq, content in acknowledged.items():
+            assert stored[seq] == content
+        assert bus.append(tid, "peer", "after").seq == info.last_seq + 1
+
+
+# --------------------------------------------------------------------------------------------
+# Waiting: pushed by the change feed
+# --------------------------------------------------------------------------------------------
+
+
+def test_wait_returns_at_once_when_a_message_is_past_after_seq(pair: Any) -> None:
+    bus, alice, _, tid = pair
+    bus.append(tid, alice, "one")
+    bus.append(tid, alice, "two")
+    page = bus.wait(tid, after_seq=1, timeout=5)
+    assert [m.content for m in page] == ["two"]
+    started = time.monotonic()
+    assert list(bus.wait(tid, after_seq=2, timeout=0.2)) == []  # a timeout: an empty page
+    assert 0.15 < time.monotonic() - started < 5
+
+
+def test_wait_is_woken_by_an_append_in_this_process(pair: Any) -> None:
+    bus, alice, _, tid = pair
+    timer = threading.Timer(0.1, lambda: bus.append(tid, alice, "late"))
+    started = time.monotonic()
+    timer.start()
+    page = bus.wait(tid, after_seq=0, timeout=20)
+    assert [m.content for m in page] == ["late"]
+    assert time.monotonic() - started < 10
+    timer.join()
+
+
+def test_wait_ends_with_an_error_when_its_thread_is_deleted(pair: Any) -> None:
+    bus, _, _, tid = pair
+    threading.Timer(0.1, lambda: bus.delete_thread(tid)).start()
+    with pytest.raises(UnknownThreadError):
+        bus.wait(tid, after_seq=0, timeout=20)
+
+
+def test_wait_is_woken_by_an_append_in_another_process(db_path: Path) -> None:
+    with MessageBus(db_path) as bus:
+        tid = bus.create_thread_by_names(["a", "b"]).id
+        waiter = worker("wait", str(db_path), tid, "0")
+        assert waiter.next_line() == "ready"
+        time.sleep(0.2)
+        sent = time.monotonic_ns()
+        bus.append(tid, "a", "wake up")
+        line = waiter.next_line(20).split()
+        assert line[:2] == ["woken", "1"]
+        assert (int(line[2]) - sent) / 1e9 < 5  # milliseconds in practice (bench measures it)
+        waiter.kill()
+
+
+def test_wait_in_this_process_is_woken_by_another_process(db_path: Path) -> None:
+    with MessageBus(db_path) as bus:
+        tid = bus.create_thread_by_names(["a", "b"]).id
+        result: list[Any] = []
+        t = threading.Thread(target=lambda: result.append(bus.wait(tid, after_seq=0, timeout=30)))
+        t.start()
+        time.sleep(0.1)
+        appender = worker("append", str(db_path), "b", "1", tid)
+        assert appender.next_line() == "done"
+        t.join(30)
+        assert [m.content for m in result[0]] == ["b 0"]
+        appender.kill()
+
+
+# --------------------------------------------------------------------------------------------
+# Schema: versioned on its own, beside the store's and claims' tables
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_bus_tables_sit_beside_the_store_and_claims(db_path: Path) -> None:
+    with StateStore(db_path) as store:
+        store.set("ns", "k", 1, updated_by="t")
+        Coordinator(store).register("x")
+    with MessageBus(db_path) as bus:
+        tid = bus.create_thread_by_names(["a", "b"]).id
+        bus.append(tid, "a", "hello")
+    conn = sqlite3.connect(db_path)
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"state", "agents", "claims", "msg_agents", "msg_threads", "msg_messages"} <= tables
+    assert conn.execute("SELECT * FROM agenthold_components").fetchall() == [("messages", 1)]
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == store_schema  # the store's own
+    conn.close()
+    with StateStore(db_path) as store:
+        assert store.get("ns", "k").value == 1
+
+
+def test_a_read_only_bus_on_a_file_without_bus_tables_finds_nothing(db_path: Path) -> None:
+    StateStore(db_path).close()
+    with MessageBus(db_path, read_only=True) as bus:
+        assert bus.find_threads() == [] and bus.list_agents() == []
+        assert bus.get_thread(str(uuid.uuid4())) is None
+        assert bus.get_thread_info(str(uuid.uuid4())) is None
+        assert bus.get_thread_read_state(str(uuid.uuid4()), "a") is None
+        assert bus.get_agent("a") is None
+        with pytest.raises(UnknownThreadError):
+            bus.poll(str(uuid.uuid4()))
+        with pytest.raises(UnknownThreadError):
+            bus.wait(str(uuid.uuid4()), after_seq=0, timeout=0)
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'msg%'").fetchall() == []
+    conn.close()
+
+
+def test_a_newer_bus_schema_is_refused(db_path: Path) -> None:
+    MessageBus(db_path).close()
+    conn = sqlite3.connect(db_path)
+    conn.execute("UPDATE agenthold_components SET version = 99")
+    conn.commit()
+    conn.close()
+    with pytest.raises(IncompatibleDatabaseError, match="schema version 99, newer"):
+        MessageBus(db_path)
+
+
+def test_an_older_bus_schema_needs_a_writable_open(db_path: Path, monkeypatch: Any) -> None:
+    MessageBus(db_path).close()
+    monkeypatch.setattr(messages, "SCHEMA_VERSION", 2)
+    monkeypatch.setattr(messages, "MIGRATIONS", (*messages.MIGRATIONS, ("CREATE TABLE msg_x (a)",)))
+    with pytest.raises(IncompatibleDatabaseError, match="older than"):
+        MessageBus(db_path, read_only=True)
+    with MessageBus(db_path) as bus:  # a writable open migrates
+        assert bus.db.fetchone("SELECT version FROM agenthold_components")[0] == 2
+        assert bus.db.fetchone("SELECT count(*) FROM msg_x")[0] == 0
+
+
+def test_threads_opening_a_new_file_together_migrate_it_once(db_path: Path) -> None:
+    StateStore(db_path).close()
+
+    def body(_: int) -> str:
+        with MessageBus(db_path) as bus:
+            return bus.get_or_create_agent("same").id
+
+    assert len(set(run_threads(4, body))) == 1
+
+
+def test_a_bus_that_fails_to_open_closes_its_store(db_path: Path, monkeypatch: Any) -> None:
+    MessageBus(db_path).close()
+    monkeypatch.setattr(messages, "SCHEMA_VERSION", 0)
+    with pytest.raises(IncompatibleDatabaseError):
+        MessageBus(db_path)
+
+
+def test_records_are_frozen_and_repr_names_the_file(pair: Any) -> None:
+    bus, alice, _, tid = pair
+    message = bus.append(tid, alice, "x")
+    with pytest.raises(AttributeError):
+        message.seq = 5  # type: ignore[misc]
+    assert message.to_dict()["sender"] == "Alice"
+    assert alice.to_dict() == {"agent_id": alice.id, "name": "Alice"}
+    assert bus.get_thread(tid).to_dict()["participants"] == ["Alice", "Bob"]  # type: ignore[union-attr]
+    assert "MessageBus(" in repr(bus)
+
+
+@pytest.mark.usefixtures("no_child_coverage")
+def test_the_benchmark_quick_run_prints_its_tables(tmp_path: Path) -> None:
+    env = {**child_env(), "TMPDIR": str(tmp_path)}
+    run = subprocess.run(
+        [sys.executable, str(BENCH), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=env,
+    )
+    assert run.returncode == 0, run.stderr
+    for row in ("append", "poll 10 messages", "has_unread, thread of 20,000 messages"):
+        assert re.search(rf"{row} +[\d,]+ +[\d,]+ +\d+%", run.stdout), row
+    assert re.search(r"append in another process +[\d.]+ ms +[\d.]+ ms", run.stdout)
+    assert "append >= 0.6 of raw sqlite3" in run.stdout
+
+
+def test_the_readme_example_of_the_bus_runs(tmp_path: Path) -> None:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## The message bus", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    code = code.replace("timeout=30", "timeout=0.1")  # nobody else appends: let it time out
+    assert run_example(code, tmp_path) == "1 lead Please review src/app.py\n"
+
+
+def test_every_test_the_guarantees_doc_names_for_the_bus_exists() -> None:
+    doc = (REPO / "docs" / "guarantees.md").read_text(encoding="utf-8")
+    section = doc.split("## The message bus", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`(test_\w+)`", section))
+    assert len(named) > 10
+    assert named <= set(globals()), named - set(globals())
