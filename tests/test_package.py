@@ -47,7 +47,7 @@ def outside_stdlib(names: set[str]) -> set[str]:
     return {n for n in names if n.split(".")[0] not in STDLIB and n != "__future__"}
 
 
-@pytest.mark.parametrize("module", ["store", "uris", "auth", "messages", "inspect", "cli"])
+@pytest.mark.parametrize("module", ["store", "uris", "auth", "messages", "inspect", "cli", "front"])
 def test_a_module_that_promises_the_standard_library_imports_nothing_else(module: str) -> None:
     allowed = {
         "store": set(),
@@ -63,13 +63,27 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold.uris",
             "agenthold.auth",
             "agenthold.server",  # only to serve, inside main()
+            "agenthold.front",
+            "agenthold.warm",  # only to leave a warm server, inside main()
         },
+        "front": {"agenthold.cli"},  # only when no warm server takes the call
     }[module]
     assert outside_stdlib(imported_modules(module)) <= allowed
 
 
 def test_only_server_imports_mcp_and_imports_flow_one_way() -> None:
-    for module in ("store", "uris", "claims", "messages", "auth", "inspect", "cli", "exceptions"):
+    modules = (
+        "store",
+        "uris",
+        "claims",
+        "messages",
+        "auth",
+        "inspect",
+        "cli",
+        "exceptions",
+        "front",
+    )
+    for module in modules:
         mcp_like = {n for n in imported_modules(module) if n.split(".")[0] in ("mcp", "uvicorn")}
         assert not mcp_like, f"{module} imports {mcp_like}"
     assert "mcp" in {n.split(".")[0] for n in imported_modules("server")}
@@ -77,6 +91,13 @@ def test_only_server_imports_mcp_and_imports_flow_one_way() -> None:
     assert claims_imports <= {"agenthold.store", "agenthold.uris"}
     server_imports = {n for n in imported_modules("server") if n.startswith("agenthold.")}
     assert "agenthold.inspect" not in server_imports
+    warm_imports = {n for n in imported_modules("warm") if n.startswith("agenthold.")}
+    assert warm_imports <= {
+        "agenthold.front",
+        "agenthold.server",
+        "agenthold.cli",
+        "agenthold.claims",
+    }
 
 
 def test_store_py_copied_alone_works_where_agenthold_is_not_installed(tmp_path: Path) -> None:
