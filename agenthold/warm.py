@@ -34,7 +34,6 @@ import signal
 import socket
 import struct
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import anyio
@@ -99,6 +98,7 @@ class WarmServer:
         self.sessions: set[anyio.CancelScope] = set()
         self.accepting = True
         self._waiting: anyio.CancelScope | None = None
+        self.lock: int | None = None  # released once this server answers calls
         self._socket_inode = os.stat(found.socket).st_ino
         self._files = self._watched()
 
@@ -132,6 +132,9 @@ class WarmServer:
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._signals, tg.cancel_scope)
+            if self.lock is not None:
+                os.close(self.lock)
+                self.lock = None
             deadline = time.monotonic() + self.idle
             while self.accepting:
                 timeout = math.inf if self.sessions else deadline - time.monotonic()
@@ -288,46 +291,43 @@ class WarmServer:
 # --------------------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _locked(path: str) -> Iterator[bool]:
-    """An exclusive lock on ``path`` (True), or False if another process holds it for long."""
+def _lock(path: str) -> int | None:
+    """A descriptor holding an exclusive lock on ``path``, or None if another process holds
+    it for more than two seconds."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        for _ in range(100):
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                time.sleep(0.02)
-        else:
-            yield False
-            return
-        yield True
-    finally:
-        os.close(fd)
-
-
-def _listen(found: Plan) -> socket.socket | None:
-    """The listening socket of the warm server of ``found``, unless a good one answers there
-    already. Under a lock, so that two calls starting at once leave one server, not two."""
-    with _locked(found.lock) as locked:
-        if not locked:
-            return None
-        answered = connect(found)  # one that answers is kept; a hung or stale one is replaced
-        if answered is not None:
-            answered[0].close()
-            return None
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(found.socket)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o077)
+    for _ in range(100):
         try:
-            listener.bind(found.socket)
-        finally:
-            os.umask(old)
-        listener.listen(64)
-        listener.setblocking(False)
-        return listener
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            time.sleep(0.02)
+    os.close(fd)
+    return None
+
+
+def _listen(found: Plan) -> tuple[socket.socket, int] | None:
+    """The listening socket of the warm server of ``found``, unless a good one answers there
+    already, and the lock under which it was made: two calls starting at once leave one
+    server, not two. The lock is held until the server answers (WarmServer.run)."""
+    lock = _lock(found.lock)
+    if lock is None:
+        return None
+    answered = connect(found)  # one that answers is kept; a hung or stale one is replaced
+    if answered is not None:
+        answered[0].close()
+        os.close(lock)
+        return None
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(found.socket)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o077)
+    try:
+        listener.bind(found.socket)
+    finally:
+        os.umask(old)
+    listener.listen(64)
+    listener.setblocking(False)
+    return listener, lock
 
 
 def leave_behind(
@@ -370,16 +370,19 @@ def _become_warm(opts: ServeOptions, warnings: list[str], found: Plan, ready: in
     os.dup2(logfile, 1)  # the client's pipes are no longer held here
     os.dup2(logfile, 2)
     os.close(logfile)
-    listener = _listen(found)
-    if listener is None:
+    listening = _listen(found)
+    if listening is None:
         os.close(ready)
         return
+    listener, lock = listening
     from agenthold.cli import open_coordinator
 
     try:
         coordinator = open_coordinator(opts)
     except SystemExit:
         listener.close()
+        os.unlink(found.socket)
+        os.close(lock)
         os.close(ready)
         return
     root = logging.getLogger()
@@ -392,6 +395,7 @@ def _become_warm(opts: ServeOptions, warnings: list[str], found: Plan, ready: in
     server = WarmServer(
         opts, coordinator, found, warnings, listener, idle_seconds(dict(os.environ))
     )
+    server.lock = lock
     pid_file = found.pid_file(os.getpid())
     with open(pid_file, "w") as out:
         out.write(f"{os.getpid()}\n")
