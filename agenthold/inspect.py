@@ -1,4 +1,5 @@
-"""The read-only inspector: ``agenthold agents|claims|namespaces|keys|history|log``.
+"""The read-only inspector: ``agenthold agents|claims|namespaces|keys|history|log`` and the
+message bus's ``threads|messages``.
 
 A person debugging a multi-agent run sees who is registered, what is claimed, what changed and
 who changed it, without an MCP client. Decisions behind it:
@@ -14,7 +15,9 @@ who changed it, without an MCP client. Decisions behind it:
   (documented in docs/inspector.md), and the table for people is drawn from the same dicts.
 - ``log --follow`` is woken by the store's change feed (``SQLiteDatabase.subscribe``), which
   notices commits by any process within milliseconds; it also looks once a second on its own as
-  a safety net. New rows are found by id (both event tables are append-only).
+  a safety net. New rows are found by id (the event tables and message ids are append-only).
+- The message bus (``threads``, ``messages`` and appends in ``log``) is read through a read-only
+  ``MessageBus``; a database whose bus tables were never created simply has no threads.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from agenthold.claims import Coordinator
+    from agenthold.messages import MessageBus
     from agenthold.store import StateStore
 
 __all__ = ["COMMANDS", "DEFAULT_LIMIT", "add_subcommands", "run"]
@@ -39,7 +43,7 @@ FALLBACK_COLUMNS = 100  # terminal width assumed when the output is not a termin
 FOLLOW_RECHECK = 1.0  # seconds: `log --follow` looks for new events at least this often
 GAP = "  "  # between table columns
 
-COMMANDS = ("agents", "claims", "namespaces", "keys", "history", "log")
+COMMANDS = ("agents", "claims", "namespaces", "keys", "history", "log", "threads", "messages")
 
 
 # --------------------------------------------------------------------------------------------
@@ -134,6 +138,24 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     log.add_argument(
         "--limit", metavar="N", help=f"show the last N events (default: {DEFAULT_LIMIT})"
     )
+    add(
+        "threads",
+        "message-bus threads: participants, message count, last activity",
+        "List every thread of the message bus, oldest first: its id, participants, how many "
+        "messages it holds and when it was last active.",
+    )
+    messages = add(
+        "messages",
+        "the messages of one thread, in order",
+        "Show the messages of THREAD_ID in sequence order: seq, sender, time and content.",
+    )
+    messages.add_argument("thread_id", metavar="THREAD_ID")
+    messages.add_argument(
+        "--after", metavar="N", help="only messages after seq N (default: 0, from the start)"
+    )
+    messages.add_argument(
+        "--limit", metavar="N", help=f"show at most N messages (default: {DEFAULT_LIMIT})"
+    )
 
 
 class UsageError(Exception):
@@ -150,6 +172,19 @@ def parse_limit(text: str | None) -> int:
         raise UsageError(f"--limit: {text!r} is not a whole number; give 1 or more") from None
     if value < 1:
         raise UsageError(f"--limit: {text!r} must be 1 or more")
+    return min(value, MAX_LIMIT)
+
+
+def parse_after(text: str | None) -> int:
+    """The value of ``--after``: a whole number, 0 or more."""
+    if text is None:
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"--after: {text!r} is not a whole number; give 0 or more") from None
+    if value < 0:
+        raise UsageError(f"--after: {text!r} must be 0 or more")
     return min(value, MAX_LIMIT)
 
 
@@ -176,10 +211,14 @@ def run(args: argparse.Namespace) -> int:
                 "keys": inspector.keys,
                 "history": inspector.history,
                 "log": inspector.log,
+                "threads": inspector.threads,
+                "messages": inspector.messages,
             }
             return commands[args.command](args, limit)
         finally:
             inspector.close()
+    except UsageError as exc:
+        return _error(str(exc), 2)
     except AgentholdError as exc:
         return _error(str(exc), 1)
     except BrokenPipeError:
@@ -420,7 +459,28 @@ LOG_COLUMNS = (
     Column("VERSION", right=True),
     Column("WHAT", cut=1),
 )
-EVENT_NAMES = ("write", "delete", "registered", "claimed", "released", "lease_ends", "reaped")
+THREAD_COLUMNS = (
+    Column("THREAD"),
+    Column("PARTICIPANTS", cut=1),
+    Column("MESSAGES", right=True),
+    Column("LAST ACTIVITY"),
+)
+MESSAGE_COLUMNS = (
+    Column("SEQ", right=True),
+    Column("SENDER", cut=2),
+    Column("SENT"),
+    Column("CONTENT", cut=1),
+)
+EVENT_NAMES = (
+    "write",
+    "delete",
+    "registered",
+    "claimed",
+    "released",
+    "lease_ends",
+    "reaped",
+    "appended",
+)
 LOG_ACTOR_WIDTH = (16, 24)  # the ACTOR column is fixed at start: this wide at least, at most
 
 _STATE_EVENTS = (
@@ -428,6 +488,9 @@ _STATE_EVENTS = (
     "FROM state_history "
 )
 _CLAIM_EVENTS = "SELECT id, at, agent_id, event, uri, outcome, moved_to, version FROM claim_events "
+_APPENDS = (
+    "SELECT id, thread_id, seq, sender_id, sender_name, content, created_at FROM msg_messages "
+)
 
 
 class Inspector:
@@ -456,6 +519,21 @@ class Inspector:
 
     def close(self) -> None:
         self.store.close()
+
+    @property
+    def bus(self) -> MessageBus:
+        """The message bus of the database, read-only (opened on first use)."""
+        try:
+            return self._bus
+        except AttributeError:
+            from agenthold.messages import MessageBus
+
+            self._bus: MessageBus = MessageBus(self.store)
+            return self._bus
+
+    def appends(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        """Rows of ``_APPENDS + sql``, none when the database has no message bus."""
+        return self.store.db.fetchall(_APPENDS + sql, params) if self.bus.has_tables else []
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -656,6 +734,71 @@ class Inspector:
 
         return self.show(records, HISTORY_COLUMNS, rows)
 
+    # -- the message bus -----------------------------------------------------------------------
+
+    def threads(self, args: argparse.Namespace, limit: int) -> int:
+        records: list[dict[str, Any]] = []
+        for thread in self.bus.find_threads():
+            info = self.bus.get_thread_info(thread.id)
+            if info is None:  # pragma: no cover - deleted between the two reads
+                continue
+            records.append(
+                {
+                    "thread_id": info.thread_id,
+                    "participants": [a.name for a in info.participants],
+                    "message_count": info.message_count,
+                    "last_seq": info.last_seq,
+                    "created_at": info.created_at,
+                    "last_activity_at": info.latest_activity_at,
+                }
+            )
+
+        def rows() -> list[list[str]]:
+            return [
+                [
+                    r["thread_id"],
+                    ", ".join(r["participants"]) or "-",
+                    str(r["message_count"]),
+                    age(r["last_activity_at"], self.now),
+                ]
+                for r in records
+            ]
+
+        return self.show(records, THREAD_COLUMNS, rows)
+
+    def messages(self, args: argparse.Namespace, limit: int) -> int:
+        from agenthold.messages import MAX_POLL_LIMIT, UnknownThreadError
+        from agenthold.store import AgentholdError, InvalidInputError
+
+        after = parse_after(args.after)
+        try:
+            thread = self.bus.get_thread(args.thread_id)
+        except InvalidInputError as exc:
+            raise UsageError(f"THREAD_ID: {exc}") from None
+        if thread is None:
+            raise AgentholdError(
+                f"no thread {args.thread_id!r} in {self.store.path} ('agenthold threads' lists "
+                "the threads)"
+            )
+        records: list[dict[str, Any]] = []
+        while len(records) < limit:
+            try:
+                page = self.bus.poll(thread.id, after, limit=min(MAX_POLL_LIMIT, limit))
+            except UnknownThreadError:  # pragma: no cover - deleted while being read
+                break
+            records.extend(m.to_dict() for m in page[: limit - len(records)])
+            after = page.next_after_seq
+            if not page.more:
+                break
+
+        def rows() -> list[list[str]]:
+            return [
+                [str(r["seq"]), r["sender"], age(r["created_at"], self.now), r["content"]]
+                for r in records
+            ]
+
+        return self.show(records, MESSAGE_COLUMNS, rows)
+
     # -- log ---------------------------------------------------------------------------------
 
     def log(self, args: argparse.Namespace, limit: int) -> int:
@@ -682,14 +825,21 @@ class Inspector:
         claims: list[Any] = []
         if namespace is None:
             claims = conn.execute(_CLAIM_EVENTS + "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
+        appends: list[Any] = []
+        if namespace is None and self.bus.has_tables:
+            appends = conn.execute(_APPENDS + "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
         names = dict(conn.execute("SELECT agent_id, name FROM agents").fetchall())
-        events = self.events(state, claims, names)
+        events = self.events(state, claims, names, appends)
         return events[-limit:]
 
     def events(
-        self, state: Sequence[Any], claims: Sequence[Any], names: dict[str, str]
+        self,
+        state: Sequence[Any],
+        claims: Sequence[Any],
+        names: dict[str, str],
+        appends: Sequence[Any] = (),
     ) -> list[dict[str, Any]]:
-        """State-history and claim-event rows as log records, in time order."""
+        """State-history, claim-event and message rows as log records, in time order."""
         import json
 
         keyed: list[tuple[tuple[str, int, int], dict[str, Any]]] = []
@@ -706,6 +856,7 @@ class Inspector:
                 "value": None if value is None else json.loads(value),
                 "outcome": None,
                 "moved_to": None,
+                "thread_id": None,
             }
             keyed.append(((at, 0, row_id), record))
         for row_id, at, agent_id, event, uri, outcome, moved_to, version in claims:
@@ -721,8 +872,25 @@ class Inspector:
                 "value": None,
                 "outcome": outcome,
                 "moved_to": moved_to,
+                "thread_id": None,
             }
             keyed.append(((at, 1, row_id), record))
+        for row_id, thread_id, seq, sender_id, sender, content, at in appends:
+            record = {
+                "at": at,
+                "event": "appended",
+                "actor": sender,
+                "agent_id": sender_id,
+                "namespace": None,
+                "key": None,
+                "resource": None,
+                "version": seq,
+                "value": content,
+                "outcome": None,
+                "moved_to": None,
+                "thread_id": thread_id,
+            }
+            keyed.append(((at, 2, row_id), record))
         keyed.sort(key=lambda pair: pair[0])
         return [record for _, record in keyed]
 
@@ -746,6 +914,8 @@ class Inspector:
             what = f"its claims end as {e['outcome']} unless it acts again"
         elif event == "reaped":
             what = f"{e['agent_id']} removed after a long idle time"
+        elif event == "appended":
+            what = f"thread {e['thread_id'][:8]}: {e['value']}"
         else:  # an event this version does not know
             what = e["resource"] or ""
         version = "-" if e["version"] is None else str(e["version"])
@@ -771,6 +941,11 @@ class Inspector:
                     cursors = [
                         conn.execute("SELECT max(id) FROM state_history").fetchone()[0] or 0,
                         conn.execute("SELECT max(id) FROM claim_events").fetchone()[0] or 0,
+                        (
+                            conn.execute("SELECT max(id) FROM msg_messages").fetchone()[0] or 0
+                            if self.bus.has_tables
+                            else 0
+                        ),
                     ]
                 show = self.follow_printer(events)
                 show(events)
@@ -831,14 +1006,19 @@ class Inspector:
                 claims = self.store.db.fetchall(
                     _CLAIM_EVENTS + "WHERE id > ? ORDER BY id", (cursors[1],)
                 )
+            appends: list[Any] = []
+            if namespace is None:
+                appends = self.appends("WHERE id > ? ORDER BY id", (cursors[2],))
             if state:
                 cursors[0] = state[-1][0]
             if claims:
                 cursors[1] = claims[-1][0]
                 if any(row[2] not in names for row in claims):
                     names = self.agent_names()
-            if state or claims:
-                show(self.events(state, claims, names))
+            if appends:
+                cursors[2] = appends[-1][0]
+            if state or claims or appends:
+                show(self.events(state, claims, names, appends))
 
 
 def _interrupt(signum: int, frame: object) -> None:

@@ -23,15 +23,38 @@ agenthold's database, beside the state store and claims. Decisions behind it:
 from __future__ import annotations
 
 import os
-import re
 import threading
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Literal
 
-from agenthold.claims import AGENT_ID_RE, UnknownAgentError
+from agenthold.claims import AGENT_ID_RE
+from agenthold.message_types import (
+    DEFAULT_POLL_LIMIT,
+    MAX_AGENT_NAME,
+    MAX_POLL_LIMIT,
+    AgentRef,
+    BusAgent,
+    Message,
+    MessagePage,
+    NameTakenError,
+    NotParticipantError,
+    ReadState,
+    Thread,
+    ThreadInfo,
+    ThreadRef,
+    TooFewParticipantsError,
+    UnknownThreadError,
+    agent_of,
+    check_content,
+    check_limit,
+    check_name,
+    message_of,
+    thread_id_of,
+    unknown_agent,
+    unknown_thread,
+)
 from agenthold.store import (
     DEFAULT_MAX_VALUE_BYTES,
     MAX_WAIT_SECONDS,
@@ -47,7 +70,7 @@ from agenthold.store import (
     utc_iso,
 )
 
-__all__ = [
+__all__ = [  # the records and errors are defined in message_types and belong here too
     "DEFAULT_POLL_LIMIT",
     "MAX_AGENT_NAME",
     "MAX_POLL_LIMIT",
@@ -65,9 +88,6 @@ __all__ = [
     "UnknownThreadError",
 ]
 
-MAX_AGENT_NAME = 128  # as claims' agent names, so one name fits both
-DEFAULT_POLL_LIMIT = 100  # messages one poll or wait returns unless told otherwise
-MAX_POLL_LIMIT = 1000  # the most one poll returns; read longer threads in pages
 COMPONENT = "messages"
 
 # --------------------------------------------------------------------------------------------
@@ -120,232 +140,6 @@ def thread_topic(thread_id: str) -> Topic:
 
 
 # --------------------------------------------------------------------------------------------
-# Errors
-# --------------------------------------------------------------------------------------------
-
-
-class UnknownThreadError(InvalidInputError):
-    """No thread has this id in this database."""
-
-    hint = "Check the thread id, and that you use the same database; create_thread makes a new one."
-
-
-class NameTakenError(InvalidInputError):
-    """create_agent was given a name another agent has."""
-
-    hint = "Use get_or_create_agent to reuse the agent with that name."
-
-
-class NotParticipantError(InvalidInputError):
-    """The agent is not a participant of the thread."""
-
-    hint = "Add the agent with join_thread first."
-
-
-class TooFewParticipantsError(InvalidInputError):
-    """A thread needs at least two distinct participants."""
-
-    hint = "Create the thread with at least two different agents."
-
-
-# --------------------------------------------------------------------------------------------
-# Records
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class BusAgent:
-    """A named agent of the bus. ``id`` is a UUID that never changes."""
-
-    id: str
-    name: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"agent_id": self.id, "name": self.name}
-
-
-@dataclass(frozen=True, slots=True)
-class Thread:
-    """A thread and its participants (in the order they joined)."""
-
-    id: str
-    participants: tuple[BusAgent, ...]
-    created_at: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "thread_id": self.id,
-            "participants": [a.name for a in self.participants],
-            "created_at": self.created_at,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One message. ``seq`` is its place in the thread: 1, 2, 3… without gaps."""
-
-    thread_id: str
-    seq: int
-    sender: BusAgent
-    content: str
-    created_at: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "sender": self.sender.name,
-            "sender_id": self.sender.id,
-            "content": self.content,
-            "created_at": self.created_at,
-        }
-
-
-class MessagePage(tuple[Message, ...]):
-    """The messages a poll returned, in sequence order (a tuple), and ``more``: whether
-    messages past the last one remain (poll again after ``next_after_seq``)."""
-
-    more: bool
-    next_after_seq: int
-
-    def __new__(cls, messages: Iterable[Message], more: bool, after_seq: int) -> MessagePage:
-        page = super().__new__(cls, messages)
-        page.more = more
-        page.next_after_seq = page[-1].seq if page else after_seq
-        return page
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadInfo:
-    """A thread's activity: participants, message count, newest message and when it was."""
-
-    thread_id: str
-    participants: tuple[BusAgent, ...]
-    created_at: str
-    message_count: int
-    last_seq: int
-    latest_message: Message | None
-    latest_activity_at: str  # the newest message's time, or the thread's creation
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "thread_id": self.thread_id,
-            "participants": [a.name for a in self.participants],
-            "created_at": self.created_at,
-            "message_count": self.message_count,
-            "last_seq": self.last_seq,
-            "latest_message": None
-            if self.latest_message is None
-            else self.latest_message.to_dict(),
-            "latest_activity_at": self.latest_activity_at,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class ReadState:
-    """An agent's place in a thread: its cursor, the thread's last sequence, and how many
-    messages after the cursor there are (from anyone, and from agents other than itself)."""
-
-    thread_id: str
-    agent: BusAgent
-    cursor: int
-    last_seq: int
-    unread_count: int
-    unread_from_others_count: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "thread_id": self.thread_id,
-            "agent_name": self.agent.name,
-            "cursor": self.cursor,
-            "last_seq": self.last_seq,
-            "unread_count": self.unread_count,
-            "unread_from_others_count": self.unread_from_others_count,
-        }
-
-
-AgentRef = BusAgent | str  # a record, a name, a UUID, or a claims agent id (its name)
-ThreadRef = str | uuid.UUID | Thread
-
-# --------------------------------------------------------------------------------------------
-# Validation
-# --------------------------------------------------------------------------------------------
-
-
-_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def check_uuid(what: str, value: object) -> str:
-    """Return the canonical text of a UUID given as text or uuid.UUID, else raise."""
-    if type(value) is str and _CANONICAL_UUID.fullmatch(value):
-        return value  # the fast path: the form this module hands out
-    if isinstance(value, uuid.UUID):
-        return str(value)
-    text = check_text(what, value, 64)
-    try:
-        parsed = uuid.UUID(text)
-    except ValueError:
-        raise InvalidInputError(
-            f"{what} must be a UUID like '123e4567-e89b-12d3-a456-426614174000', got {text!r}"
-        ) from None
-    return str(parsed)
-
-
-def check_name(value: object) -> str:
-    """Return a usable agent name: the store's rules for names, and not shaped like a claims
-    agent id (which stands for the agent of its name)."""
-    name = check_text("agent name", value, MAX_AGENT_NAME)
-    if AGENT_ID_RE.fullmatch(name):
-        raise InvalidInputError(
-            f"agent name {name!r} looks like a claims agent id; pick another name (a claims "
-            "agent id given to the bus stands for that agent's registered name)"
-        )
-    return name
-
-
-def check_content(value: object, max_bytes: int) -> str:
-    """Return ``value`` if it is non-empty text within ``max_bytes`` UTF-8 bytes. Newlines and
-    tabs are fine; NUL and lone surrogates are not (no database stores them faithfully)."""
-    if not isinstance(value, str):
-        raise InvalidInputError(f"content must be a string, got {type(value).__name__}")
-    if not value:
-        raise InvalidInputError("content must not be empty")
-    if "\x00" in value:
-        raise InvalidInputError("content contains a NUL character; remove it or encode it")
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidInputError(
-            "content holds a lone surrogate (it is not valid Unicode)"
-        ) from None
-    if size > max_bytes:
-        raise InvalidInputError(
-            f"content is {size:,} bytes as UTF-8; the limit is {max_bytes:,} bytes; "
-            "split it into several messages or store it with the state store and send its key"
-        )
-    return value
-
-
-def _thread_id(value: object) -> str:
-    if isinstance(value, Thread):
-        return value.id
-    return check_uuid("thread_id", value)
-
-
-def _unknown_thread(thread_id: str) -> UnknownThreadError:
-    return UnknownThreadError(
-        f"unknown thread {thread_id!r}: no thread has this id in this database"
-    )
-
-
-def _unknown_agent(what: str) -> UnknownAgentError:
-    error = UnknownAgentError(
-        f"unknown agent {what}: no bus agent has this name or id in this database"
-    )
-    error.hint = "Call get_or_create_agent (agenthold_create_agent over MCP) with the name first."
-    return error
-
-
-# --------------------------------------------------------------------------------------------
 # SQL
 # --------------------------------------------------------------------------------------------
 
@@ -378,33 +172,6 @@ _CURSOR = (
 _FROM_OTHERS = (
     "SELECT count(*) FROM msg_messages WHERE thread_id = ? AND seq > ? AND sender_id <> ?"
 )
-
-
-# Polls build many records. A frozen dataclass's __init__ sets every field through
-# object.__setattr__; setting the slots directly builds the same object in half the time.
-_new = object.__new__
-_set_agent_id, _set_agent_name = (BusAgent.__dict__[n].__set__ for n in ("id", "name"))
-_set_tid, _set_seq, _set_sender, _set_content, _set_at = (
-    Message.__dict__[n].__set__ for n in ("thread_id", "seq", "sender", "content", "created_at")
-)
-
-
-def _agent(row: Any) -> BusAgent:
-    agent: BusAgent = _new(BusAgent)
-    _set_agent_id(agent, row[0])
-    _set_agent_name(agent, row[1])
-    return agent
-
-
-def _message(thread_id: str, row: Any) -> Message:
-    seq, sender_id, sender_name, content, at = row
-    message: Message = _new(Message)
-    _set_tid(message, thread_id)
-    _set_seq(message, seq)
-    _set_sender(message, _agent((sender_id, sender_name)))
-    _set_content(message, content)
-    _set_at(message, at)
-    return message
 
 
 # --------------------------------------------------------------------------------------------
@@ -498,6 +265,11 @@ class MessageBus:
         return self._store.path
 
     @property
+    def has_tables(self) -> bool:
+        """False for a read-only bus on a file whose bus tables were never created."""
+        return self._ready
+
+    @property
     def read_only(self) -> bool:
         return self._store.read_only
 
@@ -523,14 +295,14 @@ class MessageBus:
         name = self._name(name)
         row = self._fetchone(_AGENT_BY_NAME, (name,))
         if row is not None:
-            return _agent(row)
+            return agent_of(row)
         with self.db.write() as (conn, _):
             conn.execute(
                 "INSERT INTO msg_agents (agent_id, name, created_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (name) DO NOTHING",  # another caller may have created it meanwhile
                 (str(uuid.uuid4()), name, utc_iso()),
             )
-            return _agent(conn.execute(_AGENT_BY_NAME, (name,)).fetchone())
+            return agent_of(conn.execute(_AGENT_BY_NAME, (name,)).fetchone())
 
     def create_agent(self, name: str) -> BusAgent:
         """A new agent called ``name``; NameTakenError if another agent has the name."""
@@ -550,12 +322,12 @@ class MessageBus:
         else:
             name = check_text("agent", agent, MAX_AGENT_NAME)
             row = self._fetchone(*self._agent_query(name))
-        return None if row is None else _agent(row)
+        return None if row is None else agent_of(row)
 
     def list_agents(self) -> list[BusAgent]:
         """Every agent, by name."""
         rows = self._fetchall("SELECT agent_id, name FROM msg_agents ORDER BY name")
-        return [_agent(r) for r in rows]
+        return [agent_of(r) for r in rows]
 
     def delete_agent(self, agent: AgentRef) -> BusAgent:
         """Delete an agent: it leaves every thread and its cursors go; the messages it sent stay,
@@ -602,14 +374,14 @@ class MessageBus:
 
     def get_thread(self, thread_id: ThreadRef) -> Thread | None:
         """The thread with this id, or None."""
-        tid = _thread_id(thread_id)
+        tid = thread_id_of(thread_id)
         if not self._ready:
             return None
         with self.db.snapshot() as conn:
             row = conn.execute(_THREAD, (tid,)).fetchone()
             if row is None:
                 return None
-            members = tuple(_agent(r) for r in conn.execute(_MEMBERS, (tid,)))
+            members = tuple(agent_of(r) for r in conn.execute(_MEMBERS, (tid,)))
         return Thread(tid, members, row[0])
 
     def find_threads(self, *agents: AgentRef) -> list[Thread]:
@@ -632,14 +404,14 @@ class MessageBus:
                 )
             rows = conn.execute(sql + " ORDER BY created_at, thread_id", ids).fetchall()
             return [
-                Thread(tid, tuple(_agent(r) for r in conn.execute(_MEMBERS, (tid,))), at)
+                Thread(tid, tuple(agent_of(r) for r in conn.execute(_MEMBERS, (tid,))), at)
                 for tid, at in rows
             ]
 
     def join_thread(self, thread_id: ThreadRef, agent: AgentRef) -> Thread:
         """Add ``agent`` to the thread (nothing changes if it is in already); its cursor starts
         at 0, so the thread's earlier messages are unread for it."""
-        tid = _thread_id(thread_id)
+        tid = thread_id_of(thread_id)
         with self.db.write() as (conn, _):
             found = self._resolve(conn, agent)
             self._thread_row(conn, tid)
@@ -656,7 +428,7 @@ class MessageBus:
         """Remove ``agent`` from the thread, with its cursor (rejoining starts at 0). The
         thread and its messages stay, even with fewer than two participants left.
         NotParticipantError if the agent was not in it."""
-        tid = _thread_id(thread_id)
+        tid = thread_id_of(thread_id)
         with self.db.write() as (conn, _):
             found = self._resolve(conn, agent)
             self._thread_row(conn, tid)
@@ -672,7 +444,7 @@ class MessageBus:
 
     def delete_thread(self, thread_id: ThreadRef) -> None:
         """Delete the thread with its messages and every cursor; UnknownThreadError if none."""
-        tid = _thread_id(thread_id)
+        tid = thread_id_of(thread_id)
         with self.db.write() as (conn, changed):
             self._thread_row(conn, tid)
             conn.execute("DELETE FROM msg_messages WHERE thread_id = ?", (tid,))
@@ -684,7 +456,7 @@ class MessageBus:
 
     def append(self, thread_id: ThreadRef, sender: AgentRef, content: str) -> Message:
         """Append a message from ``sender``, a participant; returns it with its sequence."""
-        tid = _thread_id(thread_id)
+        tid = thread_id_of(thread_id)
         check_content(content, self.max_content_bytes)
         with self.db.write() as (conn, changed):
             found = self._member_ref(conn, sender)
@@ -702,14 +474,14 @@ class MessageBus:
     ) -> MessagePage:
         """Up to ``limit`` (at most MAX_POLL_LIMIT) messages after ``after_seq``, in order;
         ``more`` on the result says whether more remain. UnknownThreadError if no thread."""
-        tid = _thread_id(thread_id)
+        tid = thread_id_of(thread_id)
         check_int("after_seq", after_seq)
-        limit = _limit(limit)
+        limit = check_limit(limit)
         if not self._ready:
-            raise _unknown_thread(tid)
+            raise unknown_thread(tid)
         page = self._page(tid, after_seq, limit)
         if page is None:
-            raise _unknown_thread(tid)
+            raise unknown_thread(tid)
         return page
 
     def wait(
@@ -725,12 +497,12 @@ class MessageBus:
         Woken by commits (this process at once, another within milliseconds), not by polling
         the thread. UnknownThreadError if the thread does not exist (or is deleted meanwhile,
         in this process)."""
-        tid = _thread_id(thread_id)
+        tid = thread_id_of(thread_id)
         check_int("after_seq", after_seq)
         seconds = check_seconds("timeout", timeout, maximum=MAX_WAIT_SECONDS)
-        limit = _limit(limit)
+        limit = check_limit(limit)
         if not self._ready:
-            raise _unknown_thread(tid)
+            raise unknown_thread(tid)
         deadline = time.monotonic() + seconds
         woken = threading.Event()
         with self.db.subscribe([thread_topic(tid)], woken.set):
@@ -738,7 +510,7 @@ class MessageBus:
                 woken.clear()
                 page = self._page(tid, after_seq, limit)
                 if page is None:
-                    raise _unknown_thread(tid)
+                    raise unknown_thread(tid)
                 remaining = deadline - time.monotonic()
                 if page or remaining <= 0:
                     return page
@@ -748,7 +520,7 @@ class MessageBus:
         """Move ``agent``'s cursor forward to ``seq`` and return its read state. A ``seq`` at or
         behind the cursor changes nothing (marking again is harmless); one past the thread's
         last message is an error, as is an agent that is not a participant."""
-        tid = _thread_id(thread_id)
+        tid = thread_id_of(thread_id)
         check_int("seq", seq)
         with self.db.write() as (conn, _):
             found = self._member_ref(conn, agent)
@@ -768,7 +540,7 @@ class MessageBus:
 
     def has_unread(self, thread_id: ThreadRef, agent: AgentRef) -> bool:
         """Whether the thread has messages after ``agent``'s cursor (its own included)."""
-        tid = _thread_id(thread_id)
+        tid = thread_id_of(thread_id)
         if isinstance(agent, BusAgent):  # one statement: no transaction needed
             row = self.db.fetchone(_CURSOR, (agent.id, tid)) if self._ready else None
             last_seq, cursor = self._checked_cursor(row, tid, agent)
@@ -781,7 +553,7 @@ class MessageBus:
     def get_thread_info(self, thread_id: ThreadRef) -> ThreadInfo | None:
         """Participants, message count and latest message of the thread, read in one
         snapshot; None if there is no such thread."""
-        tid = _thread_id(thread_id)
+        tid = thread_id_of(thread_id)
         if not self._ready:
             return None
         with self.db.snapshot() as conn:
@@ -789,18 +561,18 @@ class MessageBus:
             if row is None:
                 return None
             created, last_seq, last_at = row
-            members = tuple(_agent(r) for r in conn.execute(_MEMBERS, (tid,)))
+            members = tuple(agent_of(r) for r in conn.execute(_MEMBERS, (tid,)))
             count = conn.execute(
                 "SELECT count(*) FROM msg_messages WHERE thread_id = ?", (tid,)
             ).fetchone()[0]
             latest = conn.execute(_POLL, (tid, last_seq - 1, 1)).fetchone() if last_seq else None
-        message = None if latest is None else _message(tid, latest)
+        message = None if latest is None else message_of(tid, latest)
         return ThreadInfo(tid, members, created, count, last_seq, message, last_at or created)
 
     def get_thread_read_state(self, thread_id: ThreadRef, agent: AgentRef) -> ReadState | None:
         """``agent``'s cursor and unread counts in the thread, read in one snapshot; None if
         there is no such thread. NotParticipantError if the agent is not in it."""
-        tid = _thread_id(thread_id)
+        tid = thread_id_of(thread_id)
         if not self._ready:
             return None
         with self.db.snapshot() as conn:
@@ -823,7 +595,7 @@ class MessageBus:
         if isinstance(name, str) and AGENT_ID_RE.fullmatch(name):
             row = self.db.fetchone(_CLAIMS_NAME, (name,))
             if row is None:
-                raise _unknown_agent(f"{name!r} (no claims agent has this id)")
+                raise unknown_agent(f"{name!r} (no claims agent has this id)")
             return check_name(row[0])
         return check_name(name)
 
@@ -851,7 +623,7 @@ class MessageBus:
         else:
             name = check_text("agent", ref, MAX_AGENT_NAME)
             row = conn.execute(*self._agent_query(name)).fetchone()
-        return None if row is None else _agent(row)
+        return None if row is None else agent_of(row)
 
     def _member_ref(self, conn: Any, ref: AgentRef) -> BusAgent:
         """The agent for a call that then checks membership: a record is taken as it is (its
@@ -862,7 +634,7 @@ class MessageBus:
         found = self._lookup(conn, ref)
         if found is None:
             shown = repr(ref.name) if isinstance(ref, BusAgent) else repr(ref)
-            raise _unknown_agent(shown)
+            raise unknown_agent(shown)
         return found
 
     def _members(self, conn: Any, refs: tuple[AgentRef, ...]) -> tuple[BusAgent, ...]:
@@ -888,7 +660,7 @@ class MessageBus:
     def _thread_row(self, conn: Any, tid: str) -> Any:
         row = conn.execute(_THREAD, (tid,)).fetchone()
         if row is None:
-            raise _unknown_thread(tid)
+            raise unknown_thread(tid)
         return row
 
     def _cursor(self, conn: Any, tid: str, agent: BusAgent) -> tuple[int, int]:
@@ -896,7 +668,7 @@ class MessageBus:
 
     def _checked_cursor(self, row: Any, tid: str, agent: BusAgent) -> tuple[int, int]:
         if row is None:
-            raise _unknown_thread(tid)
+            raise unknown_thread(tid)
         if row[1] is None:
             raise self._not_participant(agent, tid)
         return int(row[0]), int(row[1])
@@ -917,7 +689,7 @@ class MessageBus:
             return None
         more = len(rows) > limit
         return MessagePage(
-            [_message(tid, r) for r in (rows[:limit] if more else rows)], more, after_seq
+            [message_of(tid, r) for r in (rows[:limit] if more else rows)], more, after_seq
         )
 
     @staticmethod
@@ -927,13 +699,3 @@ class MessageBus:
             f"{what}: {agent.name!r} is not a participant of thread {tid!r}; add it with "
             "join_thread first"
         )
-
-
-def _limit(limit: object) -> int:
-    value = check_int("limit", limit, minimum=1)
-    if value > MAX_POLL_LIMIT:
-        raise InvalidInputError(
-            f"limit must be at most {MAX_POLL_LIMIT}, got {value}; read long threads in pages "
-            "(poll again after the last seq you got)"
-        )
-    return value

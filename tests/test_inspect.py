@@ -74,6 +74,7 @@ EVENT_KEYS = {
     "value",
     "outcome",
     "moved_to",
+    "thread_id",
 }
 LONG_VALUE = "x" * 5000
 
