@@ -152,3 +152,21 @@ class LoopbackOrigins:
             await self.app(scope, receive, send)
             return
         await refuse(send, 403, FOREIGN_ORIGIN)
+
+
+class FoldHostCase:
+    """Lower-case the Host and Origin headers before the SDK's ``--allowed-host`` check, which
+    compares strings exactly: host names are case-insensitive (RFC 9110), so ``Agents.Example``
+    is the ``agents.example`` that was allowed. The configured names are lower-cased too."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = [
+                (name, value.lower()) if name in (b"host", b"origin") else (name, value)
+                for name, value in scope["headers"]
+            ]
+            scope = {**scope, "headers": headers}
+        await self.app(scope, receive, send)

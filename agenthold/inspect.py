@@ -369,13 +369,30 @@ class Column(NamedTuple):
 MIN_CUT = 12  # a column is never cut narrower than this (or its header)
 
 
+def printable(text: str) -> str:
+    """``text`` with every character a terminal would not show as itself escaped (``\\x1b``,
+    ``\\u202e``): control, format (bidirectional overrides, zero-width), separator and
+    unassigned characters. Every table cell passes through here, so a stored name can neither
+    move the cursor nor reorder or hide what is printed around it."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
 def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], total: int) -> list[int]:
     """Column widths: each as wide as its widest cell; then, while the table is wider than
     ``total`` cells, the widest column of the lowest cut rank that can still shrink loses one."""
     widths = [text_width(c.header) for c in columns]
     for row in rows:
         for i, cell in enumerate(row):
-            widths[i] = max(widths[i], text_width(cell))
+            widths[i] = max(widths[i], text_width(printable(cell)))
     excess = sum(widths) + len(GAP) * (len(columns) - 1) - total
     for rank in sorted({c.cut for c in columns if c.cut}):
         members = [i for i, c in enumerate(columns) if c.cut == rank]
@@ -393,7 +410,7 @@ def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], total: int)
 def format_row(columns: Sequence[Column], widths: Sequence[int], cells: Sequence[str]) -> str:
     parts = []
     for column, width, cell in zip(columns, widths, cells, strict=True):
-        text = cut(cell, width)
+        text = cut(printable(cell), width)
         pad = " " * (width - text_width(text))
         parts.append(pad + text if column.right else text + pad)
     return GAP.join(parts).rstrip()

@@ -52,8 +52,8 @@ from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from agenthold.auth import BearerAuth, LoopbackOrigins, is_loopback, refuse
-from agenthold.claims import Coordinator, timeout_reply
+from agenthold.auth import BearerAuth, FoldHostCase, LoopbackOrigins, is_loopback, refuse
+from agenthold.claims import MAX_AGENT_NAME, MAX_MODEL, MAX_PURPOSE, Coordinator, timeout_reply
 from agenthold.store import (
     AgentholdError,
     BusyError,
@@ -110,6 +110,7 @@ class Param:
     enum: tuple[str, ...] = ()
     minimum: float | None = None
     maximum: float | None = None
+    max_length: int | None = None  # of a string; the layer below checks it, with its message
     # Listed as required in the schema although a call may leave it out: expected_version,
     # which `force` makes unnecessary (the tool then explains what is missing, if anything).
     advertised: bool = False
@@ -124,6 +125,8 @@ class Param:
             schema["minimum"] = self.minimum
         if self.maximum is not None:
             schema["maximum"] = self.maximum
+        if self.max_length is not None:
+            schema["maxLength"] = self.max_length
         if not self.required and self.default is not None:
             schema["default"] = self.default
         return schema
@@ -826,9 +829,28 @@ def standard_tools(a: Agenthold) -> list[ToolSpec]:
             "id keeps working across reconnects and restarts; register again only if a call "
             "says the agent_id is unknown.",
             (
-                Param("name", "string", "a short name for yourself, e.g. editor or reviewer"),
-                Param("model", "string", "the model you run on, if known", False, ""),
-                Param("purpose", "string", "what you are working on, in a few words", False, ""),
+                Param(
+                    "name",
+                    "string",
+                    "a short name for yourself, e.g. editor or reviewer",
+                    max_length=MAX_AGENT_NAME,
+                ),
+                Param(
+                    "model",
+                    "string",
+                    "the model you run on, if known",
+                    False,
+                    "",
+                    max_length=MAX_MODEL,
+                ),
+                Param(
+                    "purpose",
+                    "string",
+                    "what you are working on, in a few words",
+                    False,
+                    "",
+                    max_length=MAX_PURPOSE,
+                ),
             ),
             read_only=False,
             destructive=False,
@@ -1626,7 +1648,7 @@ def transport_security(opts: ServeOptions) -> TransportSecuritySettings:
     if not opts.allowed_hosts:
         return TransportSecuritySettings(enable_dns_rebinding_protection=False)
     hosts: list[str] = []
-    for host in opts.allowed_hosts:
+    for host in (h.lower() for h in opts.allowed_hosts):  # FoldHostCase lowers the headers
         hosts.append(host)
         if not _has_port(host):
             hosts.append(f"{host}:*")
@@ -1667,7 +1689,9 @@ def _http_stack(app: Agenthold, opts: ServeOptions) -> tuple[ASGIApp, CancelOnDi
     )
     requests = CancelOnDisconnect(starlette_app)
     asgi: ASGIApp = requests
-    if not opts.allowed_hosts and is_loopback(opts.host):
+    if opts.allowed_hosts:
+        asgi = FoldHostCase(asgi)
+    elif is_loopback(opts.host):
         asgi = LoopbackOrigins(asgi)
     if opts.auth_tokens:
         asgi = BearerAuth(asgi, opts.auth_tokens)

@@ -333,6 +333,12 @@ def _history_entry(version: int, value: Any, by: str, at: str, event: str) -> Hi
 # --------------------------------------------------------------------------------------------
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Characters that change how a name looks without being seen: bidirectional controls (which can
+# show "txt.exe" as "exe.txt"), zero-width spaces and joiners that are not needed to spell a word
+# (ZWJ and ZWNJ are: Persian, Indic scripts, emoji sequences), and line and paragraph separators.
+_INVISIBLE = re.compile(
+    "[\u061c\u200b\u200e\u200f\u202a-\u202e\u2028\u2029\u2060\u2066-\u2069\ufeff]"
+)
 
 
 def _excerpt(value: str, limit: int = 60) -> str:
@@ -341,7 +347,8 @@ def _excerpt(value: str, limit: int = 60) -> str:
 
 def check_text(what: str, value: object, max_length: int) -> str:
     """Return ``value`` if it is a usable name: a non-blank string of at most ``max_length``
-    characters, without control characters or lone surrogates. Else raise InvalidInputError."""
+    characters, without control characters, invisible characters that disguise text (see
+    ``_INVISIBLE``) or lone surrogates. Else raise InvalidInputError."""
     if (
         type(value) is str
         and 0 < len(value) <= max_length
@@ -360,6 +367,13 @@ def check_text(what: str, value: object, max_length: int) -> str:
     if _CONTROL.search(value):
         raise InvalidInputError(
             f"{what} contains a control character (newline, tab, NUL...): {_excerpt(value)}"
+        )
+    invisible = _INVISIBLE.search(value)
+    if invisible is not None:
+        raise InvalidInputError(
+            f"{what} contains the invisible character U+{ord(invisible.group()):04X} at index "
+            f"{invisible.start()} (a bidirectional control, zero-width space or line separator, "
+            f"which would let two different names look alike): {_excerpt(value)}; remove it"
         )
     try:
         value.encode("utf-8")

@@ -107,3 +107,80 @@ async def test_the_tool_table_of_the_doc_matches_the_servers_annotations(tmp_pat
         if t.annotations is not None
     }
     assert documented == served
+
+
+# --------------------------------------------------------------------------------------------
+# docs/tools.md: the standard tools' replies
+# --------------------------------------------------------------------------------------------
+
+TOOLS_DOC = DOC.parent / "tools.md"
+STANDARD_EXAMPLE = re.compile(
+    r"\*\*Request\*\* to `(?P<tool>agenthold_\w+)`:\s*```json\n(?P<request>.*?)```"
+    r"\s*\*\*Reply\*\*(?P<label>[^\n]*)\n\s*```json\n(?P<reply>.*?)```",
+    re.DOTALL,
+)
+DOC_AGENT_ID = re.compile(r"agent-[0-9a-f]{16}")
+
+
+def swap_ids(value: Any, ids: dict[str, str]) -> Any:
+    """``value`` with every documented agent id replaced by the real one it stands for."""
+    text = json.dumps(value)
+    for documented, real in ids.items():
+        text = text.replace(documented, real)
+    return json.loads(text)
+
+
+async def test_every_reply_in_the_standard_tools_doc_is_the_servers(tmp_path: Path) -> None:
+    import os
+    import sqlite3
+
+    text = TOOLS_DOC.read_text(encoding="utf-8")
+    story = list(STANDARD_EXAMPLE.finditer(text))
+    assert text.count("**Request**") == len(story), "a request without a reply block"
+    statuses = {json.loads(m["reply"])["status"] for m in story}
+    assert statuses == {
+        "registered", "claimed", "already_claimed", "busy", "released", "already_free",
+        "not_found", "available", "timeout", "unavailable", "error",
+    }  # fmt: skip
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "AGENTS.md").write_text("rules")
+    os.link(root / "AGENTS.md", root / "CLAUDE.md")
+    ids: dict[str, str] = {}
+    with StateStore(tmp_path / "doc.db", busy_timeout=0.1) as store:
+        coordinator = coordinator_at(store, root, claim_ttl=1800)
+        async with in_process_client(coordinator, tools="standard") as (_, client):
+            for number, match in enumerate(story, 1):
+                tool, label = match["tool"], match["label"]
+                request = swap_ids(json.loads(match["request"]), ids)
+                documented = json.loads(match["reply"])
+                locker = None
+                if "write lock" in label:  # another process holds the lock past the timeout
+                    locker = sqlite3.connect(tmp_path / "doc.db", isolation_level=None)
+                    locker.execute("BEGIN IMMEDIATE")
+                try:
+                    result = await client.call_tool(tool, request)
+                finally:
+                    if locker is not None:
+                        locker.execute("ROLLBACK")
+                        locker.close()
+                actual = json.loads(result.content[0].text)
+                assert actual == result.structured_content
+                assert bool(result.is_error) == (documented["status"] == "error")
+                assert ("isError" in label) == bool(result.is_error), f"example {number}"
+                if tool == "agenthold_register":
+                    ids[documented["agent_id"]] = actual["agent_id"]
+                    documented["agent_id"] = actual["agent_id"]
+                where = f"example {number} ({tool})"
+                assert_like(swap_ids(documented, ids), actual, where)
+                assert list(actual) == list(documented), f"{where}: field order"
+    assert len(ids) == 2 and all(DOC_AGENT_ID.fullmatch(i) for i in ids)
+
+
+def test_the_standard_tools_doc_lists_every_field_the_replies_have() -> None:
+    text = TOOLS_DOC.read_text(encoding="utf-8")
+    fields = set(re.findall(r"^\| `(\w+)` \|", text.split("### Fields", 1)[1], re.MULTILINE))
+    in_examples = {
+        key for m in STANDARD_EXAMPLE.finditer(text) for key in json.loads(m["reply"])
+    } - {"status"}
+    assert in_examples <= fields, in_examples - fields

@@ -267,6 +267,24 @@ async def test_allowed_host_accepts_only_the_given_host_and_origin(tmp_path: Pat
     assert bad_origin == 403
 
 
+async def test_allowed_host_compares_host_names_case_insensitively(tmp_path: Path) -> None:
+    async with (
+        serving(tmp_path, allowed_hosts=["Agents.Example"]) as s,
+        httpx2.AsyncClient(timeout=10) as http,
+    ):
+
+        async def status(**headers: str) -> int:
+            return await initialize_status(http, s.url, **headers)
+
+        codes = (
+            await status(Host="agents.example:8417"),
+            await status(Host="AGENTS.EXAMPLE"),
+            await status(Host="aGeNtS.example:8417", Origin="HTTP://Agents.EXAMPLE:8417"),
+            await status(Host="AGENTS.EXAMPLE.EVIL"),
+        )
+    assert codes == (200, 200, 200, 421)
+
+
 async def test_allowed_host_without_a_port_accepts_any_port_of_that_host(tmp_path: Path) -> None:
     async with (
         serving(tmp_path, allowed_hosts=["agents.example", "[::1]"]) as s,

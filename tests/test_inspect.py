@@ -859,6 +859,42 @@ def test_control_characters_in_values_are_shown_as_escapes(
     assert any(r["value"] == "red\x1b[31m and \x9b2J" for r in records)
 
 
+def test_unprintable_characters_in_every_table_are_shown_as_escapes(
+    capsys: pytest.CaptureFixture[str], demo: Demo
+) -> None:
+    """Names written before agenthold refused invisible characters, or by another tool, and
+    the joiners it still accepts, are escaped in every table: none can reorder a line."""
+    import sqlite3
+
+    store = StateStore(demo.path)
+    store.set("n\u200dotes", "k\u00ad", "v", updated_by="w\u200c")
+    Coordinator(store).claim("custom://a\u2028b", demo.editor)
+    store.close()
+    conn = sqlite3.connect(demo.path)
+    conn.execute("UPDATE agents SET name = 'evil\u202egnp.exe' WHERE agent_id = ?", (demo.editor,))
+    conn.commit()
+    conn.close()
+    outputs = {
+        argv: run_cli(capsys, *argv, "--db", demo.db).out
+        for argv in [
+            ("agents",),
+            ("claims",),
+            ("namespaces",),
+            ("keys", "n\u200dotes"),
+            ("history", "n\u200dotes", "k\u00ad"),
+            ("log", "--limit", "100"),
+        ]
+    }
+    for argv, out in outputs.items():
+        assert out.isprintable() or all(line.isprintable() for line in out.splitlines()), argv
+    assert "evil\\u202egnp.exe" in outputs[("agents",)]
+    assert "custom://a\\u2028b" in outputs[("claims",)]
+    assert "n\\u200dotes" in outputs[("namespaces",)]
+    assert "k\\xad" in outputs[("keys", "n\u200dotes")]
+    assert "w\\u200c" in outputs[("history", "n\u200dotes", "k\u00ad")]
+    assert "evil\\u202egnp.exe" in outputs[("log", "--limit", "100")]
+
+
 def test_a_terminal_too_narrow_for_any_table_still_gets_every_row(
     capsys: pytest.CaptureFixture[str], demo: Demo, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -248,6 +248,19 @@ async def test_every_input_schema_is_closed_and_lists_its_required_arguments(
         assert str(int(MAX_WAIT_SECONDS)) in timeout["description"]
 
 
+async def test_register_schema_states_the_length_limits_the_server_enforces(
+    standard: Served,
+) -> None:
+    tools = {t.name: t for t in (await standard.client.list_tools()).tools}
+    props = tools["agenthold_register"].input_schema["properties"]
+    limits = {name: props[name]["maxLength"] for name in ("name", "model", "purpose")}
+    assert limits == {"name": 128, "model": 128, "purpose": 1024}
+    at_limit = await standard.client.call_tool("agenthold_register", {"name": "n" * 128})
+    over = await standard.client.call_tool("agenthold_register", {"name": "n" * 129})
+    assert not at_limit.is_error and over.is_error
+    assert "the limit is 128" in over.content[0].text  # type: ignore[union-attr]
+
+
 async def test_tool_descriptions_teach_the_claim_protocol(standard: Served) -> None:
     tools = {t.name: t.description or "" for t in (await standard.client.list_tools()).tools}
     assert "agent_id" in tools["agenthold_register"]

@@ -647,6 +647,14 @@ BAD_NAMES = [
     pytest.param("a\x85b", "control character", id="c1-next-line"),
     pytest.param("a\x9fb", "control character", id="c1-last"),
     pytest.param("a\ud800b", "lone surrogate", id="lone-surrogate"),
+    pytest.param("evil\u202egnp.exe", "invisible character U+202E", id="right-to-left-override"),
+    pytest.param("a\u2066b\u2069", "invisible character U+2066", id="left-to-right-isolate"),
+    pytest.param("a\u200fb", "invisible character U+200F", id="right-to-left-mark"),
+    pytest.param("ad\u200bmin", "invisible character U+200B", id="zero-width-space"),
+    pytest.param("\ufeffkey", "invisible character U+FEFF", id="byte-order-mark"),
+    pytest.param("a\u2060b", "invisible character U+2060", id="word-joiner"),
+    pytest.param("a\u2028b", "invisible character U+2028", id="line-separator"),
+    pytest.param("a\u2029b", "invisible character U+2029", id="paragraph-separator"),
 ]
 
 # Every public call that takes a name, with the bad value in one argument.
@@ -715,7 +723,7 @@ def test_deleted_by_has_the_writer_length_limit(memory_store: StateStore) -> Non
 
 
 def test_names_may_hold_inner_spaces_and_any_printable_unicode(memory_store: StateStore) -> None:
-    for name in [" padded ", "a b", "日本", "😀", "zero\u200bwidth", "%?#&=/\\"]:
+    for name in [" padded ", "a b", "日本", "😀", "zero\u200dwidth-joiner", "%?#&=/\\"]:
         memory_store.set(name, name, name, updated_by=name)
         assert memory_store.get(name, name).value == name
 
@@ -1942,3 +1950,13 @@ def test_a_schema_version_1_database_gains_the_claims_file_id_column(tmp_path: P
         ("file:///r/a", 4, None)
     ]
     conn.close()
+
+
+def test_joiners_that_spell_words_and_emoji_are_kept_in_names(memory_store: StateStore) -> None:
+    """ZWNJ spells Persian and Indic words and ZWJ joins emoji: names may hold them."""
+    for key in (
+        "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",
+        "team-\U0001f469\u200d\U0001f4bb",
+    ):
+        memory_store.set("ns", key, 1, updated_by="w")
+        assert memory_store.get("ns", key).value == 1

@@ -1,0 +1,144 @@
+"""docs/upgrading.md and the packaging files tell the truth.
+
+Each 0.11 spelling in docs/upgrading.md's table is run here against a real store; server.json
+(the MCP registry's description of the package) must name the package's own version and the
+README's mcp-name line; the README's retry loop runs as printed, first on a key that does not
+exist yet, then against a rival writer.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import REPO
+
+from agenthold.store import (
+    ConflictError,
+    DeleteResult,
+    Export,
+    InvalidInputError,
+    NamespaceInfo,
+    NotFoundError,
+    StateStore,
+)
+
+
+def test_the_tables_0_11_spellings_behave_as_documented(tmp_path: Path) -> None:
+    with pytest.raises(TypeError):
+        StateStore()  # type: ignore[call-arg]
+    store = StateStore(tmp_path / "up.db")
+    assert store.path == str(tmp_path / "up.db")
+    with pytest.raises(TypeError):
+        store.set("ns", "k", 1, "writer")  # type: ignore[misc]
+    first = store.set("ns", "k", 1, updated_by="writer")
+    assert first.previous_version == 0
+    record = store.get("ns", "k")
+    assert isinstance(record.updated_at, str) and record.updated_at.endswith("+00:00")
+    assert record.to_dict()["value"] == 1
+    with pytest.raises(ConflictError) as conflict:
+        store.set("ns", "k", 2, updated_by="other", expected_version=7)
+    assert isinstance(conflict.value.detail, dict)
+    assert conflict.value.detail["actual_version"] == 1
+    assert conflict.value.detail["actual_updated_by"] == "writer"
+    assert conflict.value.current == record
+    assert [n.namespace for n in store.list_namespaces()] == ["ns"]
+    assert all(isinstance(n, NamespaceInfo) for n in store.list_namespaces())
+    entry = store.history("ns", "k")[0]
+    assert not hasattr(entry, "namespace") and entry.event_type == "write"
+    exported = store.export("ns")
+    assert isinstance(exported, Export) and exported.record_count == 1
+    assert [(i.record.key, len(i.history)) for i in exported.records] == [("k", 1)]
+    deleted = store.delete("ns", "k", deleted_by="writer")
+    assert isinstance(deleted, DeleteResult) and deleted.deleted_version == 1
+    with pytest.raises(NotFoundError):
+        store.delete("ns", "k", deleted_by="writer")
+    assert store.set("ns", "k", 3, updated_by="writer").version == 3  # versions never repeat
+    assert store.clear_namespace("ns", deleted_by="writer") == ["k"]
+    with pytest.raises(ValueError):
+        store.set("ns", "k", float("nan"), updated_by="writer")
+    assert issubclass(InvalidInputError, ValueError)
+    assert not hasattr(store, "export_namespace")
+    store.close()
+
+
+# --- the MCP registry --------------------------------------------------------------------------
+
+
+PYPROJECT = (REPO / "pyproject.toml").read_text(encoding="utf-8")  # no tomllib on Python 3.10
+
+
+def package_version() -> str:
+    match = re.search(r'^version = "([^"]+)"$', PYPROJECT, re.MULTILINE)
+    assert match is not None
+    return match.group(1)
+
+
+def test_server_json_names_the_packages_version_and_the_readmes_mcp_name() -> None:
+    server = json.loads((REPO / "server.json").read_text(encoding="utf-8"))
+    assert server["$schema"] == (
+        "https://static.modelcontextprotocol.io/schemas/2025-12-11/server.schema.json"
+    )
+    assert server["version"] == package_version()
+    (package,) = server["packages"]
+    assert (package["registryType"], package["identifier"]) == ("pypi", "agenthold")
+    assert package["version"] == package_version()
+    assert package["transport"] == {"type": "stdio"}
+    assert re.fullmatch(r"io\.github\.[A-Za-z0-9-]+/agenthold", server["name"])
+    assert 1 <= len(server["description"]) <= 100  # the registry's limit
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert f"mcp-name: {server['name']}" in readme  # how the registry checks a PyPI package
+    for argument in package["packageArguments"]:
+        assert argument["name"] in ("--workspace", "--tools")
+    assert [v["name"] for v in package["environmentVariables"]] == ["AGENTHOLD_DB"]
+
+
+def test_project_urls_and_the_changelog_exist() -> None:
+    urls = PYPROJECT.split("[project.urls]\n", 1)[1].split("\n\n", 1)[0]
+    names = {line.split(" = ", 1)[0] for line in urls.splitlines()}
+    assert {"Homepage", "Repository", "Issues", "Changelog"} <= names
+    changelog = (REPO / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert "## " + package_version().split(".dev")[0] in changelog
+
+
+# --- the README's retry loop -------------------------------------------------------------------
+
+
+def retry_loop_source() -> str:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### The retry loop", 1)[1]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match is not None
+    return match.group(1)
+
+
+def run_retry_loop(store: StateStore, think_hard: Any, apply: Any) -> None:
+    exec(retry_loop_source(), {"store": store, "think_hard": think_hard, "apply": apply})
+
+
+def test_the_readmes_retry_loop_works_on_its_first_run(tmp_path: Path) -> None:
+    with StateStore(tmp_path / "loop.db") as store:
+        run_retry_loop(store, lambda value: 100, lambda plan, value: (value or 0) + plan)
+        assert store.get("campaign", "budget").value == 100  # the key did not exist
+        run_retry_loop(store, lambda value: 50, lambda plan, value: (value or 0) + plan)
+        assert store.get("campaign", "budget").value == 150
+
+
+def test_the_readmes_retry_loop_retries_after_a_rival_write(tmp_path: Path) -> None:
+    with StateStore(tmp_path / "loop.db") as store:
+        rival_wrote = threading.Event()
+
+        def think_hard(value: Any) -> int:
+            # Another agent creates the key while this one thinks.
+            store.set("campaign", "budget", 1000, updated_by="rival", expected_version=0)
+            rival_wrote.set()
+            return 10
+
+        run_retry_loop(store, think_hard, lambda plan, value: (value or 0) + plan)
+        assert rival_wrote.is_set()
+        assert store.get("campaign", "budget").value == 1010  # built on the rival's value
+        assert [h.updated_by for h in store.history("campaign", "budget")] == ["planner", "rival"]
