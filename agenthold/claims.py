@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import secrets
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from agenthold.store import (
     check_seconds,
     check_text,
     utc_iso,
+    wait_until,
 )
 from agenthold.uris import Resolver, Resource
 
@@ -568,28 +568,22 @@ class Coordinator:
         res = self.resolver.resolve(resource)
         seconds = check_seconds("timeout", timeout, maximum=MAX_WAIT_SECONDS)
         start = time.monotonic()
-        deadline = start + seconds
-        woken = threading.Event()
-        listening = frozenset({resource_topic(res.key)})
-        with self.db.subscribe(listening, woken.set) as subscription:
-            while True:
-                woken.clear()
-                probe = self.probe(res)
+        last: list[WaitProbe] = []
+
+        def look() -> tuple[dict[str, Any] | None, frozenset[Topic], float | None]:
+            probe = self.probe(res)
+            last[:] = [probe]
+            if probe.available is not None:
                 elapsed = round(time.monotonic() - start, 3)
-                if probe.available is not None:
-                    return {**probe.available, "elapsed_seconds": elapsed}
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return timeout_reply(res, probe, elapsed)
-                if probe.topics != listening:
-                    # A new holder: listen to its lease too, then look again, since its lease
-                    # may have been cut between the look and the subscription.
-                    subscription.update(probe.topics)
-                    listening = probe.topics
-                    continue
-                if probe.lease_ends_at is not None:  # wake when the holder's lease ends
-                    remaining = min(remaining, max(0.0, probe.lease_ends_at - time.time()) + 0.001)
-                woken.wait(remaining)
+                return {**probe.available, "elapsed_seconds": elapsed}, probe.topics, None
+            # a new holder: its lease is listened to as well, and the waiter looks again,
+            # since the lease may have been cut between the look and the subscription
+            return None, probe.topics, probe.lease_ends_at
+
+        found: dict[str, Any] | None = wait_until(self.db, look, seconds, {resource_topic(res.key)})
+        if found is not None:
+            return found
+        return timeout_reply(res, last[0], round(time.monotonic() - start, 3))
 
     # -- leases --------------------------------------------------------------------------------
 

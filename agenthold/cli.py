@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import argparse
 import errno
+import functools
+import logging
 import math
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from agenthold.claims import Coordinator
@@ -141,6 +144,23 @@ def workspace_spec(spec: str) -> str:
     return os.path.expanduser(spec) if spec.startswith("~") else spec
 
 
+# The tool sets of tools.TOOL_SETS, named here because tools.py imports mcp (half a second) and
+# a bad flag must fail fast; tests/test_package.py keeps the two equal.
+TOOL_SET_NAMES = ("standard", "advanced")
+
+
+def _tool_sets(text: str) -> str:
+    """``--tools``: one tool set or a comma list of them, each once."""
+    names = [part.strip() for part in text.split(",")]
+    for name in names:
+        if name not in TOOL_SET_NAMES:
+            known = ", ".join(TOOL_SET_NAMES)
+            raise argparse.ArgumentTypeError(f"{name!r} is not a tool set (choose from {known})")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r} names a tool set twice")
+    return ",".join(names)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, but a bad flag or value is one line naming it (exit status 2), without the
     usage block; the subcommands' parsers are of this class too."""
@@ -182,10 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve = parser.add_argument_group("serving")
     serve.add_argument(
         "--tools",
-        choices=("standard", "advanced"),
+        type=_tool_sets,
         default="standard",
+        metavar="SET[,SET]",
         help="standard: register/claim/release/status/wait (default); advanced: the "
-        "versioned state store (get/set/list/history/delete/watch/clear_namespace/export)",
+        "versioned state store (get/set/list/history/delete/watch/clear_namespace/export); "
+        "a comma list serves several sets",
     )
     serve.add_argument(
         "--claim-ttl",
@@ -403,8 +425,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         opts, warnings = serve_options(args, dict(os.environ))
     except UsageError as exc:
         _fail(str(exc))
-    from agenthold.server import listen, serve
-
     sock = None
     if opts.transport == "http":  # a port that cannot be had stops us before the database opens
         try:
@@ -438,6 +458,85 @@ def _leave_warm_server(
     if warm.leave_behind(opts, warnings, found, wait=wait):
         return front.through_warm(found)  # the warm server has opened the database: no error
     return None
+
+
+def serve(opts: ServeOptions, coordinator: Coordinator, sock: socket.socket | None = None) -> int:
+    """Serve MCP as ``opts`` says until the client goes away or a signal arrives; the exit
+    status. ``sock``: for HTTP, a socket already listening (see ``listen``); without one the
+    server binds. This is where the process-wide settings are made: logging, and the garbage
+    collector's frozen startup objects for a long-lived HTTP server."""
+    import anyio
+
+    from agenthold.server import Agenthold
+
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=opts.log_level.upper(),
+        format="agenthold: %(levelname)s: %(message)s",
+    )
+    app = Agenthold(coordinator, tools=opts.tools, disconnect_grace=opts.disconnect_grace)
+    app.transport = opts.transport
+    app.reap_idle = opts.reap_idle
+    app.progress_every = _progress_every(os.environ.get("AGENTHOLD_PROGRESS_EVERY"), app)
+    try:
+        if opts.transport == "stdio":
+            from agenthold.stdio import serve_stdio
+
+            anyio.run(serve_stdio, app)
+            return 0
+        from agenthold.http import serve_http
+
+        if sock is None:
+            try:
+                sock = listen(opts.host, opts.port)
+            except OSError as exc:
+                print(f"agenthold: {exc}", file=sys.stderr)
+                return 2
+        anyio.run(functools.partial(serve_http, app, opts, sock, ready=freeze_startup_objects))
+        return 0
+    except KeyboardInterrupt:  # a signal before the handlers were in place
+        return 0
+    finally:
+        coordinator.store.close()
+
+
+def _progress_every(text: str | None, app: Any) -> float:
+    """Seconds between the progress reports of a wait: the server's default, unless the
+    (internal, undocumented) AGENTHOLD_PROGRESS_EVERY shortens it, which tests do."""
+    try:
+        every = float(text) if text else 0.0
+    except ValueError:
+        every = 0.0
+    return every if 0 < every < app.progress_every else float(app.progress_every)
+
+
+def freeze_startup_objects() -> None:
+    """Keep the garbage collector's full passes short in a long-lived server: the objects of
+    the modules, schemas and app made at startup live as long as the process, yet each full
+    pass walked them all (50-100 ms measured, stalling every request in flight)."""
+    import gc  # here, not at the top: only the HTTP server wants it
+
+    gc.collect()
+    gc.freeze()
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host``:``port``; OSError (with a readable message) if not."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise OSError(f"--host: cannot use {host!r}: {exc.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        reason = "the port is already in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+        raise OSError(f"cannot listen on {host}:{port}: {reason}") from None
+    return sock
 
 
 def open_coordinator(opts: ServeOptions) -> Coordinator:

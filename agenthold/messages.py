@@ -156,6 +156,10 @@ _BUMP = (
     "UPDATE msg_threads SET last_seq = last_seq + 1, last_message_at = ? "
     "WHERE thread_id = ? RETURNING last_seq"
 )
+_NEW_AGENT = (
+    "INSERT INTO msg_agents (agent_id, name, created_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (name) DO NOTHING RETURNING agent_id"
+)
 _IS_MEMBER = "SELECT 1 FROM msg_participants WHERE thread_id = ? AND agent_id = ?"
 _INSERT = (
     "INSERT INTO msg_messages (thread_id, seq, sender_id, sender_name, content, created_at) "
@@ -297,23 +301,21 @@ class MessageBus:
         if row is not None:
             return agent_of(row)
         with self.db.write() as (conn, _):
-            conn.execute(
-                "INSERT INTO msg_agents (agent_id, name, created_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (name) DO NOTHING",  # another caller may have created it meanwhile
-                (str(uuid.uuid4()), name, utc_iso()),
-            )
+            self._ensure_agent(conn, name)
             return agent_of(conn.execute(_AGENT_BY_NAME, (name,)).fetchone())
 
     def create_agent(self, name: str) -> BusAgent:
         """A new agent called ``name``; NameTakenError if another agent has the name."""
         name = self._name(name)
+        agent = BusAgent(str(uuid.uuid4()), name)
         with self.db.write() as (conn, _):
-            if conn.execute(_AGENT_BY_NAME, (name,)).fetchone() is not None:
+            # one statement, so two callers racing for a name cannot both get it
+            if conn.execute(_NEW_AGENT, (agent.id, name, utc_iso())).fetchone() is None:
                 raise NameTakenError(
                     f"agent name taken: {name!r} already names an agent; use "
                     "get_or_create_agent to reuse it, or pick another name"
                 )
-            return self._insert_agent(conn, name)
+        return agent
 
     def get_agent(self, agent: AgentRef) -> BusAgent | None:
         """The agent with this name, UUID or record, or None if there is none."""
@@ -358,8 +360,7 @@ class MessageBus:
         with self.db.write() as (conn, _):
             if create:
                 for name in dict.fromkeys(agents):
-                    if conn.execute(_AGENT_BY_NAME, (name,)).fetchone() is None:
-                        self._insert_agent(conn, name)  # type: ignore[arg-type]
+                    self._ensure_agent(conn, name)  # type: ignore[arg-type]
             members = self._members(conn, agents)
             thread_id = str(uuid.uuid4())
             now = utc_iso()
@@ -460,11 +461,15 @@ class MessageBus:
         check_content(content, self.max_content_bytes)
         with self.db.write() as (conn, changed):
             found = self._member_ref(conn, sender)
-            if conn.execute(_IS_MEMBER, (tid, found.id)).fetchone() is None:
-                self._thread_row(conn, tid)
-                raise self._not_participant(found, tid, sending=True)
             now = utc_iso()
-            seq = conn.execute(_BUMP, (now, tid)).fetchone()[0]  # a member's thread exists
+            # The counter first: its row lock (PostgreSQL) orders the thread's appends. A call
+            # that fails below rolls the bump back, so no sequence is lost.
+            bumped = conn.execute(_BUMP, (now, tid)).fetchone()
+            if bumped is None:
+                raise unknown_thread(tid)
+            if conn.execute(_IS_MEMBER, (tid, found.id)).fetchone() is None:
+                raise self._not_participant(found, tid, sending=True)
+            seq = bumped[0]
             conn.execute(_INSERT, (tid, seq, found.id, found.name, content, now))
             changed.append(thread_topic(tid))
         return Message(tid, seq, found, content, now)
@@ -531,9 +536,10 @@ class MessageBus:
                     "the seq of the last message you processed"
                 )
             if seq > cursor:
-                conn.execute(
-                    "UPDATE msg_participants SET read_seq = ? WHERE thread_id = ? AND agent_id = ?",
-                    (seq, tid, found.id),
+                conn.execute(  # forward only, also against a concurrent mark
+                    "UPDATE msg_participants SET read_seq = ? "
+                    "WHERE thread_id = ? AND agent_id = ? AND read_seq < ?",
+                    (seq, tid, found.id, seq),
                 )
                 cursor = seq
             return self._state(conn, tid, found, last_seq, cursor)
@@ -649,13 +655,10 @@ class MessageBus:
             )
         return tuple(members.values())
 
-    def _insert_agent(self, conn: Any, name: str) -> BusAgent:
-        agent = BusAgent(str(uuid.uuid4()), name)
-        conn.execute(
-            "INSERT INTO msg_agents (agent_id, name, created_at) VALUES (?, ?, ?)",
-            (agent.id, agent.name, utc_iso()),
-        )
-        return agent
+    def _ensure_agent(self, conn: Any, name: str) -> None:
+        """Create the agent ``name`` unless it exists (also if another caller creates it at
+        this very moment: the INSERT then does nothing)."""
+        conn.execute(_NEW_AGENT, (str(uuid.uuid4()), name, utc_iso()))
 
     def _thread_row(self, conn: Any, tid: str) -> Any:
         row = conn.execute(_THREAD, (tid,)).fetchone()

@@ -61,6 +61,8 @@ __all__ = [
     "SetResult",
     "StateStore",
     "UnavailableError",
+    "Waiter",
+    "wait_until",
 ]
 
 log = logging.getLogger("agenthold.store")
@@ -656,6 +658,91 @@ class _Subscription:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class Waiter:
+    """One wait on the change feed, the mechanism behind every wait in agenthold
+    (``StateStore.watch``, ``Coordinator.wait``, the MCP server's async waits): it listens to
+    the topics the waiter's last look named and says how long to sleep before the next look.
+
+    A loop looks at the database, passes the topics it depends on to ``listen`` (True means
+    they changed, so look again: a commit may have come between the look and the subscription),
+    then sleeps for ``pause()`` seconds, or until ``wake`` is called (from any thread) by a
+    commit to one of those topics. ``pause`` is None once the deadline has passed. See
+    ``wait_until`` for the blocking form; an async form only swaps the sleep.
+    """
+
+    __slots__ = ("_subscription", "_topics", "deadline", "start")
+
+    def __init__(
+        self,
+        db: Any,
+        timeout: float,
+        wake: Callable[[], None],
+        topics: Iterable[Topic] = (),
+    ) -> None:
+        self.start = time.monotonic()
+        self.deadline = self.start + timeout
+        self._topics = frozenset(topics)
+        self._subscription = db.subscribe(self._topics, wake)
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the wait began, rounded to the millisecond (as replies show it)."""
+        return round(time.monotonic() - self.start, 3)
+
+    def listen(self, topics: Iterable[Topic]) -> bool:
+        """Listen to ``topics`` from now on; True if they differ from the last ones."""
+        wanted = frozenset(topics)
+        if wanted == self._topics:
+            return False
+        self._subscription.update(wanted)
+        self._topics = wanted
+        return True
+
+    def pause(self, wake_at: float | None = None) -> float | None:
+        """Seconds to sleep before looking again: until the deadline, or until the unix time
+        ``wake_at`` (say, a holder's lease end) if that comes first; None once it has passed."""
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        if wake_at is not None:
+            remaining = min(remaining, max(0.0, wake_at - time.time()) + 0.001)
+        return remaining
+
+    def close(self) -> None:
+        self._subscription.close()
+
+    def __enter__(self) -> Waiter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def wait_until(
+    db: Any,
+    look: Callable[[], tuple[Any, Iterable[Topic], float | None]],
+    timeout: float,
+    topics: Iterable[Topic] = (),
+) -> Any:
+    """Call ``look`` until it returns something other than None, or ``timeout`` seconds pass
+    (then None), blocking this thread in between on the change feed (see ``Waiter``). ``look``
+    returns (what it found or None, the topics to listen to, a unix time to look again at or
+    None); ``topics`` are listened to before the first look."""
+    woken = threading.Event()
+    with Waiter(db, timeout, woken.set, topics) as waiter:
+        while True:
+            woken.clear()
+            found, wanted, wake_at = look()
+            if found is not None:
+                return found
+            if waiter.listen(wanted):
+                continue
+            pause = waiter.pause(wake_at)
+            if pause is None:
+                return None
+            woken.wait(pause)
 
 
 class _ChangeFeed:
@@ -1664,18 +1751,13 @@ class StateStore:
         check_text("key", key, MAX_KEY_LENGTH)
         check_int("since_version", since_version)
         seconds = check_seconds("timeout", timeout, maximum=MAX_WAIT_SECONDS)
-        deadline = time.monotonic() + seconds
-        woken = threading.Event()
-        with self.db.subscribe([key_topic(namespace, key)], woken.set):
-            while True:
-                woken.clear()
-                record = self._changed_since(namespace, key, since_version)
-                if record is not None:
-                    return record
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    return None
-                woken.wait(remaining)
+        topics = [key_topic(namespace, key)]
+
+        def look() -> tuple[Record | None, list[Topic], None]:
+            return self._changed_since(namespace, key, since_version), topics, None
+
+        found: Record | None = wait_until(self.db, look, seconds, topics)
+        return found
 
     # -- writing -------------------------------------------------------------------------------
 

@@ -40,7 +40,8 @@ import anyio
 from mcp.server.stdio import stdio_server
 
 from agenthold.front import IDLE, PROTOCOL, Plan, code_stamp, connect, peer_uid
-from agenthold.server import PROCESS, Agenthold, _guard_stdio, _PipeLines, _PipeWriter, build_server
+from agenthold.server import PROCESS, Agenthold, build_server
+from agenthold.stdio import _guard_stdio, _PipeLines, _PipeWriter
 
 if TYPE_CHECKING:
     from agenthold.claims import Coordinator
@@ -251,6 +252,9 @@ class WarmServer:
         )
         app.transport = "stdio"
         app.reap_idle = self.opts.reap_idle
+        from agenthold.cli import _progress_every
+
+        app.progress_every = _progress_every(os.environ.get("AGENTHOLD_PROGRESS_EVERY"), app)
         server = build_server(app)
         lines, writer = _PipeLines(fds[0]), _PipeWriter(fds[1])
         try:

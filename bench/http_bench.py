@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import json
 import random
@@ -98,7 +99,16 @@ def serve(argv: list[str]) -> int:
     import logging
 
     from agenthold import server as srv
-    from agenthold.cli import build_parser, open_coordinator, serve_options
+    from agenthold.claim_tools import standard_tools
+    from agenthold.cli import (
+        build_parser,
+        freeze_startup_objects,
+        listen,
+        open_coordinator,
+        serve_options,
+    )
+    from agenthold.http import serve_http
+    from agenthold.toolkit import ToolCall, ToolSpec
 
     opts, _ = serve_options(build_parser().parse_args(argv), {})
     logging.basicConfig(stream=sys.stderr, level=opts.log_level.upper())
@@ -106,12 +116,12 @@ def serve(argv: list[str]) -> int:
     app = srv.Agenthold(coordinator, tools="advanced", disconnect_grace=opts.disconnect_grace)
     app.transport = "http"
 
-    async def noop(call: srv.ToolCall) -> dict[str, Any]:
+    async def noop(call: ToolCall) -> dict[str, Any]:
         return {"status": "ok"}
 
     extra = [
-        *srv.standard_tools(app),
-        srv.ToolSpec(
+        *standard_tools(app),
+        ToolSpec(
             "bench_noop", "No-op", "Does nothing (a benchmark baseline).", (),
             read_only=True, destructive=False, idempotent=True, handler=noop,
         ),
@@ -119,10 +129,11 @@ def serve(argv: list[str]) -> int:
     for spec in extra:
         app.specs[spec.name] = spec
         app.declarations.append(spec.declaration())
-    sock = srv.listen(opts.host, 0)
+    sock = listen(opts.host, 0)
     print(sock.getsockname()[1], flush=True)
     try:
-        return int(anyio.run(srv._serve_http, app, opts, sock))
+        anyio.run(functools.partial(serve_http, app, opts, sock, ready=freeze_startup_objects))
+        return 0
     finally:
         coordinator.store.close()
 

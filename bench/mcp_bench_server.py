@@ -5,7 +5,7 @@
 
 Decisions behind it:
 - The first form is the real agenthold stdio server (the same flags, checks, logging and
-  ``_serve_stdio`` as ``agenthold.server.serve``) with one extra tool, ``bench_noop``. The no-op
+  ``serve_stdio`` as ``agenthold.cli.serve``) with one extra tool, ``bench_noop``. The no-op
   takes the same path as every agenthold tool (argument binding, dispatch, reply shaping, the
   same output schema) but does no database work, so a tool's time minus the no-op's, measured
   on the same server in the same run, is what the tool itself costs.
@@ -32,7 +32,7 @@ def serve_agenthold(argv: list[str]) -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import anyio
 
-    from agenthold import cli, server
+    from agenthold import cli, server, stdio, toolkit
 
     args = cli.build_parser().parse_args(argv)
     try:
@@ -55,10 +55,10 @@ def serve_agenthold(argv: list[str]) -> int:
     app.transport = opts.transport
     app.reap_idle = opts.reap_idle
 
-    async def noop(call: server.ToolCall) -> dict[str, Any]:
+    async def noop(call: toolkit.ToolCall) -> dict[str, Any]:
         return {"status": "ok"}
 
-    spec = server.ToolSpec(
+    spec = toolkit.ToolSpec(
         NOOP,
         "Do nothing",
         "Does nothing and answers status ok (for benchmarks).",
@@ -71,7 +71,8 @@ def serve_agenthold(argv: list[str]) -> int:
     app.specs[spec.name] = spec
     app.declarations.append(spec.declaration())
     try:
-        return anyio.run(server._serve_stdio, app)
+        anyio.run(stdio.serve_stdio, app)
+        return 0
     except KeyboardInterrupt:
         return 0
     finally:

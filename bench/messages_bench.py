@@ -9,8 +9,8 @@ What is measured, on files in a temporary directory, with the default durability
 and synchronous NORMAL):
 
 1. Appends per second: one sender appends short messages to one thread through
-   ``MessageBus.append`` (validating the ids and content, checking membership, bumping the
-   thread's counter and inserting the row in one ``BEGIN IMMEDIATE`` transaction).
+   ``MessageBus.append`` (validating the ids and content, bumping the thread's counter,
+   checking membership and inserting the row in one ``BEGIN IMMEDIATE`` transaction).
 2. Polls per second: ``MessageBus.poll`` of 10 messages after a cursor (one statement that
    reads 11 rows, so it knows whether more remain) and the message records built from them.
 3. Unread checks per second (``has_unread``, the agent given as its record: one statement that
@@ -110,8 +110,8 @@ class Raw:
     def append(self, content: str) -> int:
         cur, tid, now = self.cur, self.tid, utc_iso()
         cur.execute("BEGIN IMMEDIATE")
-        cur.execute(_IS_MEMBER, (tid, self.agent.id)).fetchone()
         seq = cur.execute(_BUMP, (now, tid)).fetchone()[0]
+        cur.execute(_IS_MEMBER, (tid, self.agent.id)).fetchone()
         cur.execute(_INSERT, (tid, seq, self.agent.id, self.agent.name, content, now))
         cur.execute("COMMIT")
         return int(seq)

@@ -37,7 +37,9 @@ from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp
 
 from agenthold.claims import Coordinator
-from agenthold.server import Agenthold, _Uvicorn, build_server, listen, web_config
+from agenthold.cli import listen
+from agenthold.http import _Uvicorn, web_config
+from agenthold.server import Agenthold, build_server
 from agenthold.store import StateStore
 from agenthold.uris import Resolver, Workspace
 

@@ -29,7 +29,8 @@ from support import free_port, run_agenthold, sdk_client, uvicorn_serving
 from agenthold.auth import UNAUTHORIZED, BearerAuth, LoopbackOrigins, is_loopback, usable_tokens
 from agenthold.claims import Coordinator
 from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
-from agenthold.server import Agenthold, http_app
+from agenthold.http import http_app
+from agenthold.server import Agenthold
 from agenthold.store import StateStore
 
 TOKENS = ["first-token-1234", "second-token-5678"]

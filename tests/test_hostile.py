@@ -65,11 +65,13 @@ from support import (
     uvicorn_serving,
 )
 
-from agenthold import server as server_module
+from agenthold import http as http_module
 from agenthold.claims import OUTCOMES, Coordinator
 from agenthold.cli import ServeOptions
-from agenthold.server import Agenthold, ToolSpec, http_app
+from agenthold.http import http_app
+from agenthold.server import Agenthold
 from agenthold.store import StateStore
+from agenthold.toolkit import ToolSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -1037,7 +1039,7 @@ async def test_wrong_content_types_and_accept_headers_get_4xx_and_others_are_ser
 async def test_a_client_that_stalls_in_its_body_gets_408_while_others_are_served(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("agenthold.server.BODY_TIMEOUT", 1.0)
+    monkeypatch.setattr("agenthold.http.BODY_TIMEOUT", 1.0)
     async with (
         http_serving(tmp_path, json_response=True) as s,
         httpx2.AsyncClient(timeout=ANSWER_LIMIT) as http,
@@ -1077,7 +1079,7 @@ async def test_a_client_stalled_inside_its_headers_gets_408_and_others_are_serve
     """uvicorn (h11) has no deadline for a request's head; agenthold adds one (HEAD_TIMEOUT),
     so a client that sends half its headers and stops gets 408 and loses its connection
     instead of holding it (and a file descriptor) forever. Nobody else is held up meanwhile."""
-    monkeypatch.setattr(server_module, "HEAD_TIMEOUT", 0.5)
+    monkeypatch.setattr(http_module, "HEAD_TIMEOUT", 0.5)
     async with (
         http_serving(tmp_path, keep_alive=0.2) as s,
         httpx2.AsyncClient(timeout=ANSWER_LIMIT) as http,

@@ -53,7 +53,8 @@ from support import (
 
 from agenthold.claims import Coordinator
 from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
-from agenthold.server import Agenthold, CancelOnDisconnect, _http_stack
+from agenthold.http import CancelOnDisconnect, _http_stack
+from agenthold.server import Agenthold
 from agenthold.store import StateStore
 
 pytestmark = pytest.mark.anyio
@@ -403,7 +404,7 @@ async def test_a_body_over_4_mib_gets_413(tmp_path: Path) -> None:
 async def test_a_body_not_sent_in_time_gets_408(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("agenthold.server.BODY_TIMEOUT", 0.3)
+    monkeypatch.setattr("agenthold.http.BODY_TIMEOUT", 0.3)
     async with serving(tmp_path) as s:
         stream = await raw_connection(s.port)
         async with stream:
@@ -966,3 +967,78 @@ def test_the_beyond_loopback_warning_knows_every_spelling_of_loopback(
 ) -> None:
     _, warnings = options("--transport", "http", "--host", host, "--claim-ttl", "60")
     assert bool(warnings) is warned
+
+
+# --------------------------------------------------------------------------------------------
+# Progress of long waits
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("json_response", [False, True], ids=["sse", "json"])
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_wait_with_a_progress_token_reports_progress_over_event_streams_and_sessions(
+    tmp_path: Path, mode: str, json_response: bool
+) -> None:
+    async with (
+        serving(tmp_path, tools="standard,advanced", json_response=json_response) as s,
+        connect(s.url, mode=mode) as c,
+    ):
+        s.app.progress_every = 0.15
+        seen: list[tuple[float, float | None, str | None]] = []
+
+        async def note(progress: float, total: float | None, message: str | None) -> None:
+            seen.append((progress, total, message))
+
+        holder = (await call(c, "agenthold_register", name="holder"))["agent_id"]
+        await call(c, "agenthold_claim", resource="big.md", agent_id=holder)
+        arguments = {"resource": "big.md", "timeout_seconds": 0.8}
+        waited = await c.call_tool("agenthold_wait", arguments, progress_callback=note)
+        assert waited.structured_content is not None
+        assert waited.structured_content["status"] == "timeout"
+        assert "agenthold_wait again" in waited.structured_content["hint"]
+        if json_response and mode == "auto":
+            # A 2026-07-28 call answered with plain JSON has no stream for notifications, and no
+            # session stream either: the wait answers as always, without progress (README).
+            assert seen == []
+            return
+        assert len(seen) >= 3, seen
+        assert [p for p, _, _ in seen] == sorted({p for p, _, _ in seen})  # always increasing
+        assert all(total == 0.8 and "big.md to be released" in str(m) for _, total, m in seen)
+
+        seen.clear()
+        watched = await c.call_tool(
+            "agenthold_watch",
+            {"namespace": "n", "key": "k", "since_version": 0, "timeout_seconds": 0.5},
+            progress_callback=note,
+        )
+        assert watched.structured_content is not None
+        assert watched.structured_content["status"] == "timeout"
+        assert len(seen) >= 2 and all("'k' in 'n'" in str(m) for _, _, m in seen), seen
+
+
+async def test_the_private_parts_http_py_relies_on_are_still_where_it_expects_them(
+    tmp_path: Path,
+) -> None:
+    """An upgrade of the SDK, uvicorn or sse-starlette that moves one of these fails here,
+    by name, rather than as a lease that silently never ends or a signal that kills the
+    process before it frees its claims."""
+    import h11
+    import uvicorn
+    from sse_starlette.sse import AppStatus
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    assert isinstance(AppStatus.should_exit, bool)
+    assert callable(uvicorn.Server.capture_signals)
+    for name in ("connection_made", "on_response_complete", "connection_lost"):
+        assert callable(getattr(H11Protocol, name)), name
+    assert h11.IDLE is not None
+    async with serving(tmp_path) as s:
+        async with connect(s.url, mode="legacy") as c:  # a session: its connection is found
+            await call(c, "agenthold_register", name="in-a-session")
+            assert len(s.app.agents.by_connection) == 1
+            (connection,) = s.app.agents.by_connection
+            assert connection.session_id and connection.state["agenthold"] is True
+        async with connect(s.url, mode="auto") as c:  # sessionless: no connection to find
+            before = set(s.app.agents.by_connection)
+            await call(c, "agenthold_register", name="sessionless")
+            assert set(s.app.agents.by_connection) <= before

@@ -683,3 +683,26 @@ def test_every_test_the_guarantees_doc_names_for_the_bus_exists() -> None:
         )
     )
     assert named <= defined, named - defined
+
+
+def test_the_message_bus_example_runs_a_coordinator_and_two_worker_processes(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "example.db"
+    run = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "message_bus.py"), "--db", str(db)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env=child_env(),
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.rstrip().endswith("Every task answered exactly once, as expected.")
+    with MessageBus(db, read_only=True) as bus:
+        [thread] = bus.find_threads("coordinator", "worker-1", "worker-2")
+        contents = [m.content for m in bus.poll(thread.id)]
+        assert contents[-1] == "done" and len(contents) == 9
+        assert "7 squared is 49" in contents and "12 squared is 144" in contents
+        for name in ("worker-1", "worker-2"):
+            assert bus.has_unread(thread.id, name) is False

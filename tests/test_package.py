@@ -8,6 +8,7 @@ interpreter that cannot see the installed package (``-S``: no site-packages).
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -71,7 +72,10 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold.claims",
             "agenthold.uris",
             "agenthold.auth",
-            "agenthold.server",  # only to serve, inside main()
+            "anyio",  # only to serve, inside serve()
+            "agenthold.server",  # only to serve, inside serve()
+            "agenthold.stdio",
+            "agenthold.http",
             "agenthold.front",
             "agenthold.warm",  # only to leave a warm server, inside main()
         },
@@ -80,33 +84,89 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
     assert outside_stdlib(imported_modules(module)) <= allowed
 
 
-def test_only_server_imports_mcp_and_imports_flow_one_way() -> None:
-    for module in (
-        "store",
-        "uris",
-        "claims",
-        "message_types",
-        "messages",
-        "auth",
-        "inspect",
-        "cli",
-        "exceptions",
-        "front",
-    ):
+MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__main__")
+SERVING = {"toolkit", "server", "stdio", "http", "warm"}  # the modules that import mcp themselves
+
+
+def test_only_the_serving_modules_import_mcp_and_the_library_knows_no_transport() -> None:
+    for module in MODULES:
         mcp_like = {n for n in imported_modules(module) if n.split(".")[0] in ("mcp", "uvicorn")}
-        assert not mcp_like, f"{module} imports {mcp_like}"
-    assert "mcp" in {n.split(".")[0] for n in imported_modules("server")}
+        if module in SERVING:
+            assert mcp_like, f"{module} is listed as serving MCP but imports no mcp"
+        else:
+            assert not mcp_like, f"{module} imports {mcp_like}"
     claims_imports = {n for n in imported_modules("claims") if n.startswith("agenthold")}
     assert claims_imports <= {"agenthold.store", "agenthold.uris"}
     server_imports = {n for n in imported_modules("server") if n.startswith("agenthold.")}
-    assert "agenthold.inspect" not in server_imports
-    warm_imports = {n for n in imported_modules("warm") if n.startswith("agenthold.")}
-    assert warm_imports <= {
-        "agenthold.front",
-        "agenthold.server",
-        "agenthold.cli",
-        "agenthold.claims",
-    }
+    assert not server_imports & {"agenthold.inspect", "agenthold.cli", "agenthold.stdio",
+                                 "agenthold.http"}  # fmt: skip
+    for transport in ("stdio", "http"):
+        other = {"stdio": "agenthold.http", "http": "agenthold.stdio"}[transport]
+        assert other not in imported_modules(transport)
+        assert "agenthold.cli" not in imported_modules(transport)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Which agenthold module imports which, counting every import in the file: those inside
+    functions and under TYPE_CHECKING too (a cycle there is still two rooms that know each
+    other). ``from agenthold import x`` counts as importing the package root only for names
+    that are not submodules."""
+    graph: dict[str, set[str]] = {}
+    for module in MODULES:
+        names = imported_modules(module)
+        graph[module] = {
+            n.split(".", 1)[1] for n in names if n.startswith("agenthold.") and n != "agenthold"
+        } & set(MODULES)
+        graph[module].discard(module)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle in ``graph`` as a path that ends where it starts, or None."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node) :], node]
+        if node in done:
+            return None
+        for nxt in sorted(graph.get(node, ())):
+            found = visit(nxt, [*path, node])
+            if found:
+                return found
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        found = visit(start, [])
+        if found:
+            return found
+    return None
+
+
+def test_imports_flow_one_way_with_no_cycle_anywhere_in_the_package() -> None:
+    graph = import_graph()
+    assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph) or [])}"
+    assert graph["server"] >= {"tools", "toolkit"}  # the graph is read, not empty
+
+
+def test_the_cycle_finder_finds_a_cycle_when_there_is_one() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set(), "c": {"b"}}) is None
+
+
+MAX_LINES = 750  # "about 700": a hard stop a little above
+# store.py stays one file so that other projects can copy it alone. inspect.py and claims.py
+# are over the limit and wait to be split: their SQL is being rewritten for PostgreSQL (issue
+# 11), and the claims' reply wording is to move to claim_tools.py with typed results (issue 12).
+LONG_ON_PURPOSE = {"store", "inspect", "claims"}
+
+
+def test_no_module_is_over_about_700_lines_but_the_copyable_store() -> None:
+    lengths = {m: len((PACKAGE / f"{m}.py").read_text().splitlines()) for m in MODULES}
+    too_long = {m: n for m, n in lengths.items() if n > MAX_LINES and m not in LONG_ON_PURPOSE}
+    assert not too_long, f"split these modules: {too_long}"
+    assert lengths["server"] > 100  # the count is of real files
 
 
 def test_store_py_copied_alone_works_where_agenthold_is_not_installed(tmp_path: Path) -> None:
@@ -159,3 +219,34 @@ def test_the_documented_exceptions_module_re_exports_the_stores_own_classes() ->
     assert issubclass(agenthold.exceptions.InvalidInputError, ValueError)
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         agenthold.Nope  # noqa: B018
+
+
+def test_the_command_line_knows_every_tool_set_of_the_catalogue_and_takes_a_comma_list() -> None:
+    from agenthold import cli, tools
+
+    assert tuple(tools.TOOL_SETS) == cli.TOOL_SET_NAMES
+    args = cli.build_parser().parse_args(["--tools", "advanced, standard"])
+    assert args.tools == "advanced,standard"
+    assert tools.parse_tool_sets(args.tools) == ("advanced", "standard")
+    assert cli.build_parser().parse_args([]).tools == tools.DEFAULT_TOOLS
+    for bad in ("standard,standard", "standard,", "messages"):
+        with pytest.raises(SystemExit):
+            cli.build_parser().parse_args(["--tools", bad])
+
+
+def test_every_package_the_code_imports_is_declared_with_bounds() -> None:
+    text = (PACKAGE.parent / "pyproject.toml").read_text(encoding="utf-8")
+    block = text[text.index("dependencies = [") : text.index("]", text.index("dependencies = ["))]
+    declared = {
+        re.split(r"[<>=!~]", line.strip().strip('",'))[0]: line
+        for line in block.splitlines()[1:]
+        if line.strip().startswith('"')
+    }
+    imported = set()
+    for module in MODULES:
+        imported |= {n.split(".")[0] for n in outside_stdlib(imported_modules(module))}
+    imported -= {"agenthold"}
+    distributions = {name.replace("_", "-") for name in imported}
+    assert distributions <= set(declared), distributions - set(declared)
+    for name in distributions:
+        assert ">=" in declared[name] and "<" in declared[name], declared[name]

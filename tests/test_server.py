@@ -33,12 +33,9 @@ from support import in_process_client, reply_of
 
 from agenthold import claims as claims_module
 from agenthold.claims import Coordinator
-from agenthold.server import (
-    MAX_WAIT_SECONDS,
-    PROCESS,
-    Agenthold,
-)
+from agenthold.server import PROCESS, Agenthold
 from agenthold.store import StateStore
+from agenthold.toolkit import MAX_WAIT_SECONDS
 from agenthold.uris import Resolver, Workspace
 
 pytestmark = pytest.mark.anyio
@@ -1236,3 +1233,92 @@ async def test_lease_and_reap_failures_are_logged_not_raised(
     assert any("could not end the lease" in m for m in messages)
     assert any("could not release the claims" in m for m in messages)
     assert any("could not remove idle agents" in m for m in messages)
+
+
+# --------------------------------------------------------------------------------------------
+# Progress of long waits, and tool sets served together
+# --------------------------------------------------------------------------------------------
+
+
+async def test_a_wait_reports_progress_to_a_client_that_asked_until_the_release_ends_it(
+    standard: Served,
+) -> None:
+    standard.app.progress_every = 0.1
+    holder = await standard.register("holder")
+    await standard.call("agenthold_claim", resource="doc.md", agent_id=holder)
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def note(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    answer: dict[str, Any] = {}
+
+    async def wait() -> None:
+        arguments = {"resource": "doc.md", "timeout_seconds": 20}
+        result = await standard.client.call_tool(
+            "agenthold_wait", arguments, progress_callback=note
+        )
+        answer.update(reply_of(result))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait)
+        await eventually(lambda: len(seen) >= 3)
+        await standard.call("agenthold_release", resource="doc.md", agent_id=holder)
+    assert answer["status"] == "available"
+    reported = len(seen)
+    await anyio.sleep(0.3)
+    assert len(seen) == reported  # nothing after the answer
+    assert [p for p, _, _ in seen] == sorted({p for p, _, _ in seen})
+    assert all(t == 20 and m and "doc.md to be released" in m for _, t, m in seen)
+    assert (
+        seen[0][0] >= 0.1
+        and seen[0][2] == f"waited 0 s of 20 s for {answer['resource']} to be released"
+    )
+
+
+async def test_a_watch_reports_progress_and_says_when_it_timed_out(advanced: Served) -> None:
+    advanced.app.progress_every = 0.1
+    seen: list[float] = []
+
+    async def note(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+
+    arguments = {"namespace": "n", "key": "k", "since_version": 0, "timeout_seconds": 0.5}
+    result = await advanced.client.call_tool("agenthold_watch", arguments, progress_callback=note)
+    reply = reply_of(result)
+    assert reply["status"] == "timeout" and "Watch again" in reply["hint"]
+    assert 3 <= len(seen) <= 6, seen
+
+
+async def test_a_progress_reporter_that_fails_stops_reporting_and_the_wait_goes_on(
+    standard: Served,
+) -> None:
+    app = standard.app
+    app.progress_every = 0.05
+    calls: list[float] = []
+
+    async def broken(elapsed: float) -> None:
+        calls.append(elapsed)
+        raise anyio.BrokenResourceError
+
+    async def look() -> tuple[dict[str, Any] | None, list[tuple[str, ...]], None]:
+        return None, [("nothing",)], None
+
+    async def give_up() -> dict[str, Any]:
+        return {"status": "timeout"}
+
+    assert await app.wait_for(look, give_up, 0.4, broken) == {"status": "timeout"}
+    assert len(calls) == 1  # tried once, then no more
+
+
+async def test_tool_sets_can_be_served_together_and_a_bad_set_is_refused(tmp_path: Path) -> None:
+    async with serving(tmp_path, tools="standard,advanced") as served:
+        names = [t.name for t in (await served.client.list_tools()).tools]
+        assert names == STANDARD + ADVANCED
+        assert served.client.instructions and "agenthold_register" in served.client.instructions
+        missing = await served.call("agenthold_nope")
+        assert missing["hint"] == f"The tools here are: {', '.join(STANDARD + ADVANCED)}."
+    with StateStore(tmp_path / "x.db") as store:
+        for bad in ("standard,standard", "standard,nope", ""):
+            with pytest.raises(ValueError, match="tool set"):
+                Agenthold(Coordinator(store), tools=bad)

@@ -736,3 +736,42 @@ def test_the_two_agents_example_tells_its_story_and_leaves_the_outcome_in_the_da
         )
     (notes,) = [c for c in status if c.uri.endswith("/notes.md")]
     assert (notes.state, notes.last_outcome) == ("free", "modified")
+
+
+# --------------------------------------------------------------------------------------------
+# Progress of long waits
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_a_wait_with_a_progress_token_reports_progress_over_stdio_until_it_ends(
+    tmp_path: Path, mode: str
+) -> None:
+    params = stdio(tmp_path / "p.db", tmp_path)
+    params.env = {**(params.env or {}), "AGENTHOLD_PROGRESS_EVERY": "0.15"}
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def note(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async with connected(params, mode) as client:
+        holder = (await call(client, "agenthold_register", name="holder"))["agent_id"]
+        await call(client, "agenthold_claim", resource="slow.md", agent_id=holder)
+        result = await client.call_tool(
+            "agenthold_wait",
+            {"resource": "slow.md", "timeout_seconds": 0.8},
+            progress_callback=note,
+        )
+        reply = reply_of(result)
+        assert (reply["status"], reply["held_by"]) == ("timeout", holder)
+        assert len(seen) >= 3, seen
+        assert [p for p, _, _ in seen] == sorted({p for p, _, _ in seen})
+        assert all(t == 0.8 and "slow.md to be released" in str(m) for _, t, m in seen), seen
+        assert seen[-1][0] <= 0.8 + 0.2  # none after the wait ended
+
+        seen.clear()
+        quick = await client.call_tool(
+            "agenthold_wait", {"resource": "free.md", "timeout_seconds": 5}, progress_callback=note
+        )
+        assert reply_of(quick)["status"] == "available"
+        assert seen == []  # a wait that ends at once reports nothing

@@ -1,0 +1,383 @@
+"""Serving MCP over Streamable HTTP: the SDK's app on uvicorn, behind bearer tokens (auth.py),
+with deadlines for slow clients and a shutdown that answers every open request in full.
+
+Decisions behind it:
+- One connection per HTTP session: a client that keeps a session has its agents' leases ended
+  when the session ends; sessionless requests name no connection (only a claim TTL reclaims
+  their agents).
+- Every use of a private part of the SDK or of uvicorn is here, named and commented, and a test
+  fails loudly if an upgrade moves it: the session's connection (``ctx.session._connection``),
+  uvicorn's HTTP/1.1 protocol class (a head deadline), ``uvicorn.Server.capture_signals``
+  (signals are ours) and sse-starlette's process-wide ``AppStatus.should_exit`` flag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import anyio
+import h11
+import uvicorn
+from mcp.server import ServerRequestContext
+from mcp.server.transport_security import TransportSecuritySettings
+from sse_starlette.sse import AppStatus
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from agenthold.auth import BearerAuth, FoldHostCase, LoopbackOrigins, is_loopback, refuse
+from agenthold.server import SHUTDOWN_GRACE, Agenthold, build_server
+from agenthold.toolkit import Report
+
+log = logging.getLogger("agenthold.http")
+
+BODY_TIMEOUT = 30.0  # seconds a client may take to send a request body
+HEAD_TIMEOUT = 10.0  # seconds a client may take to send its request headers
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+def session_progress(ctx: ServerRequestContext) -> Report | None:
+    """How a call answered with plain JSON (--json-response) reports progress: the answer has
+    no stream to carry it, so the notifications go to the session's own event stream (the GET
+    that clients of the 2025 protocol keep open), naming the call's progressToken. A call
+    without a token, or without a session (the 2026-07-28 protocol), has nowhere to send any."""
+    token = (ctx.meta or {}).get("progress_token")
+    if token is None or getattr(ctx.session, "_connection", None) is None:
+        return None
+    session = ctx.session
+
+    async def report(progress: float, total: float | None, message: str | None) -> None:
+        await session.send_progress_notification(token, progress, total, message)
+
+    return report
+
+
+class HttpOptions(Protocol):
+    """What the HTTP transport reads of the serving options (cli.ServeOptions has it all)."""
+
+    host: str
+    path: str
+    json_response: bool
+    allowed_hosts: list[str]
+    auth_tokens: list[str]
+    log_level: str
+
+
+def session_connection(app: Agenthold) -> Callable[[ServerRequestContext], object | None]:
+    """The function naming a request's connection: the SDK's connection object of a client
+    that keeps a session (whose end is hooked once, to end its agents' leases), or None for a
+    sessionless request. mcp 2.3 keeps that object private (``ctx.session._connection``);
+    tests/test_http.py fails loudly if an upgrade moves it."""
+
+    def connection_of(ctx: ServerRequestContext) -> object | None:
+        connection: Any = getattr(ctx.session, "_connection", None)  # private in mcp 2.3
+        if connection is None or getattr(connection, "session_id", None) is None:
+            return None
+        state = connection.state
+        if not state.get("agenthold"):
+            state["agenthold"] = True
+            connection.exit_stack.push_async_callback(app.connection_closed, connection)
+        return connection  # type: ignore[no-any-return]
+
+    return connection_of
+
+
+class CancelOnDisconnect:
+    """ASGI middleware: read the request body within BODY_TIMEOUT (else 408), cancel the call
+    if the client disconnects before its answer is complete, and end every request still open
+    when the server stops (``end_all``), each with a complete HTTP response.
+
+    The SDK never notices a client that gives up on a 2026-07-28 call answered with plain JSON
+    (--json-response), so a timed-out wait would otherwise run on until it ends by itself. At
+    shutdown, the event streams that old-style clients keep open (GET) must end too; cancelled
+    by uvicorn or by sse-starlette's global flag, they end half-sent and uvicorn logs an error
+    (with a traceback when its own timeout cancels them)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.ending = False  # end_all was called: new requests get 503
+        self.posts_open = 0  # POST requests not yet answered in full
+        self._open: set[anyio.CancelScope] = set()
+
+    def end_all(self) -> None:
+        """End every open request now (the server is stopping), and refuse new ones."""
+        self.ending = True
+        for request in list(self._open):
+            request.cancel()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.ending:
+            await _plain(send, 503, "agenthold is shutting down")
+            return
+        post = scope.get("method") == "POST"
+        if post:
+            self.posts_open += 1
+        try:
+            await self._serve(scope, receive, send, post)
+        finally:
+            if post:
+                self.posts_open -= 1
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, post: bool) -> None:
+        body = bytearray()
+        declared = next((v for k, v in scope.get("headers", ()) if k == b"content-length"), b"")
+        if post and declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+            await _plain(send, 413, "Request body too large")  # say so before it is sent
+            return
+        if post:
+            with anyio.move_on_after(BODY_TIMEOUT) as reading:
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    body += message.get("body", b"")
+                    if len(body) > MAX_BODY_BYTES:
+                        await _plain(send, 413, "Request body too large")
+                        return
+                    if not message.get("more_body", False):
+                        break
+            if reading.cancelled_caught:
+                await _plain(send, 408, "Request body not received in time")
+                return
+        delivered = False
+        disconnected = anyio.Event()
+        started = finished = False
+
+        async def replay() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": bytes(body), "more_body": False}
+            await disconnected.wait()
+            return {"type": "http.disconnect"}
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started, finished
+            await send(message)  # uvicorn awaits before writing: a cancelled send wrote nothing
+            if message["type"] == "http.response.start":
+                started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                finished = True
+
+        with anyio.CancelScope() as request:
+            self._open.add(request)
+            if self.ending:  # end_all came while the body was being read
+                request.cancel()
+            try:
+                async with anyio.create_task_group() as tg:
+
+                    async def watch() -> None:
+                        while (await receive())["type"] != "http.disconnect":
+                            pass
+                        disconnected.set()
+                        if not finished:  # work after a complete answer (a notification) goes on
+                            tg.cancel_scope.cancel()
+
+                    if post:  # other requests (event streams) watch for the disconnect themselves
+                        tg.start_soon(watch)
+                    await self.app(scope, replay if post else receive, tracking_send)
+                    tg.cancel_scope.cancel()
+            finally:
+                self._open.discard(request)
+        if request.cancelled_caught and not disconnected.is_set():  # ended by end_all
+            if not started:
+                await _plain(send, 503, "agenthold is shutting down")
+            elif not finished:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _plain(send: Send, status: int, text: str) -> None:
+    await refuse(send, status, text.encode(), content_type=b"text/plain; charset=utf-8")
+
+
+class _H11WithHeadTimeout(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a deadline for request headers: a client that has not
+    sent a complete request head HEAD_TIMEOUT seconds after connecting (or after its last
+    answer) gets 408 and is disconnected. uvicorn has no such deadline, so a client stalled
+    inside its headers would hold a connection forever. An idle keep-alive connection is
+    closed by uvicorn first (its timeout is shorter)."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        self._head_timer = self.loop.call_later(HEAD_TIMEOUT, self._head_overdue)
+
+    def _head_overdue(self) -> None:
+        self._head_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            body = b"Request headers not received in time"
+            self.transport.write(
+                b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
+                b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+            )
+            self.transport.close()
+
+
+def web_config(asgi: ASGIApp, log_level: str = "warning") -> uvicorn.Config:
+    """How agenthold runs uvicorn: its own logging (no access log, nothing on stdout), a
+    bounded shutdown, and deadlines for clients slow to send their headers."""
+    return uvicorn.Config(
+        asgi,
+        lifespan="on",
+        log_config=None,
+        log_level=log_level,
+        access_log=False,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE,
+        timeout_keep_alive=5,
+        http=_H11WithHeadTimeout,
+    )
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handlers: they re-raise the signal after shutting down,
+    which would end the process before agenthold releases its agents' claims."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def transport_security(opts: HttpOptions) -> TransportSecuritySettings:
+    """DNS-rebinding protection: the SDK's Host and Origin checks for the given Host values,
+    or none without them (then LoopbackOrigins guards a loopback server; see auth.py).
+
+    A value without a port (``agents.example``, ``[::1]``) also accepts that host on any port,
+    since a Host header carries the port unless it is 80 or 443; ``host:*`` says so outright."""
+    if not opts.allowed_hosts:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    hosts: list[str] = []
+    for host in (h.lower() for h in opts.allowed_hosts):  # FoldHostCase lowers the headers
+        hosts.append(host)
+        if not _has_port(host):
+            hosts.append(f"{host}:*")
+    origins = [f"{scheme}://{host}" for host in hosts for scheme in ("http", "https")]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins
+    )
+
+
+def _has_port(host: str) -> bool:
+    """Whether a Host value ends in a port (or the ``:*`` wildcard): ``h:80``, ``[::1]:80``."""
+    head, colon, port = host.rpartition(":")
+    bracketed_or_plain = head.endswith("]") or ":" not in head  # not a bare IPv6 address
+    return bool(colon) and (port == "*" or port.isdigit()) and bracketed_or_plain
+
+
+def http_app(app: Agenthold, opts: HttpOptions) -> ASGIApp:
+    """The whole HTTP application: bearer tokens first, then the MCP endpoint."""
+    return _http_stack(app, opts)[0]
+
+
+def _http_stack(app: Agenthold, opts: HttpOptions) -> tuple[ASGIApp, CancelOnDisconnect]:
+    """The HTTP application, and its layer that can end every open request at shutdown."""
+    app.transport = "http"
+    report_of = session_progress if opts.json_response else None
+    server = build_server(app, session_connection(app), report_of)
+    starlette_app = server.streamable_http_app(
+        streamable_http_path=opts.path,
+        json_response=opts.json_response,
+        transport_security=transport_security(opts),
+        host=opts.host,
+        max_request_body_size=MAX_BODY_BYTES,
+    )
+    requests = CancelOnDisconnect(starlette_app)
+    asgi: ASGIApp = requests
+    if opts.allowed_hosts:
+        asgi = FoldHostCase(asgi)
+    elif is_loopback(opts.host):
+        asgi = LoopbackOrigins(asgi)
+    if opts.auth_tokens:
+        asgi = BearerAuth(asgi, opts.auth_tokens)
+    return asgi, requests
+
+
+async def serve_http(
+    app: Agenthold,
+    opts: HttpOptions,
+    sock: socket.socket,
+    *,
+    ready: Callable[[], None] | None = None,
+) -> None:
+    """Serve ``app`` on the listening ``sock`` until a signal stops it; at the end, free the
+    claims of the agents registered here. ``ready`` runs once everything is built, just before
+    the first request is taken (the command line freezes the startup objects there)."""
+    AppStatus.should_exit = False  # sse-starlette's process-wide "close every stream" flag
+    asgi, requests = _http_stack(app, opts)
+    web = _Uvicorn(web_config(asgi, opts.log_level))
+    host, port = sock.getsockname()[:2]
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(_stop_web_on_signal, web, app, requests)  # signals are ours from now
+            url = f"http://{_url_host(str(host))}:{port}{opts.path}"
+            log.warning("serving %s tools at %s", app.tools, url)
+            tg.start_soon(app.reap_forever)
+            if ready is not None:
+                ready()
+            await web.serve(sockets=[sock])
+            tg.cancel_scope.cancel()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await app.release_everyone()
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+async def _stop_web_on_signal(
+    web: uvicorn.Server,
+    app: Agenthold,
+    requests: CancelOnDisconnect,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """First signal: stop accepting, end waits, give calls in flight SHUTDOWN_GRACE seconds;
+    second: end the calls in flight now; third: let uvicorn drop everything."""
+    async with anyio.create_task_group() as tg:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if not web.should_exit:
+                    log.warning("%s: stopping (calls in flight get %g s)", name, SHUTDOWN_GRACE)
+                    web.should_exit = True
+                    app.stop_waiting()
+                    tg.start_soon(_drain, requests)
+                elif not requests.ending:
+                    log.warning("%s again: ending the calls in flight now", name)
+                    requests.end_all()
+                else:
+                    web.force_exit = True
+
+
+async def _drain(requests: CancelOnDisconnect) -> None:
+    """Let the calls in flight finish (within the grace period), then end what is still open:
+    the event streams of old-style clients, and calls that did not finish in time. This comes
+    before uvicorn's own deadline, whose cancellations would log tracebacks."""
+    with anyio.move_on_after(SHUTDOWN_GRACE - 0.5):
+        while requests.posts_open:
+            await anyio.sleep(0.05)
+    requests.end_all()
