@@ -455,7 +455,11 @@ def _leave_warm_server(
 
     wait = os.environ.get(front.WARM, "").strip().lower() == "wait"
     sys.stderr.flush()
-    if warm.leave_behind(opts, warnings, found, wait=wait):
+
+    def setup(app: Any) -> None:  # what serve() sets on its app, for each warm session
+        app.progress_every = _progress_every(os.environ.get("AGENTHOLD_PROGRESS_EVERY"), app)
+
+    if warm.leave_behind(opts, warnings, found, open_coordinator, setup, wait=wait):
         return front.through_warm(found)  # the warm server has opened the database: no error
     return None
 

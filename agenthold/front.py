@@ -301,14 +301,8 @@ def through_warm(found: Plan, *, quiet: bool = False) -> int | None:
         sock.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The ``agenthold`` command: through a warm server where one may serve, else the CLI."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    found = plan(args, os.environ)
-    if found is not None:
-        status = through_warm(found)
-        if status is not None:
-            return status
-    from agenthold.cli import main as cli_main
-
-    return cli_main(args)
+def try_warm(argv: Sequence[str]) -> int | None:
+    """The exit status of this call served through a warm server, or None: the command line
+    (agenthold.cli) serves it (see agenthold/__main__.py, the command's entry point)."""
+    found = plan(argv, os.environ)
+    return None if found is None else through_warm(found)

@@ -34,7 +34,8 @@ import signal
 import socket
 import struct
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from mcp.server.stdio import stdio_server
@@ -45,7 +46,6 @@ from agenthold.stdio import _guard_stdio, _PipeLines, _PipeWriter
 
 if TYPE_CHECKING:
     from agenthold.claims import Coordinator
-    from agenthold.cli import ServeOptions
 
 log = logging.getLogger("agenthold.warm")
 
@@ -83,7 +83,7 @@ def _identity(path: str) -> tuple[int, int] | None:
 class WarmServer:
     def __init__(
         self,
-        opts: ServeOptions,
+        opts: Any,
         coordinator: Coordinator,
         found: Plan,
         warnings: list[str],
@@ -100,6 +100,7 @@ class WarmServer:
         self.accepting = True
         self._waiting: anyio.CancelScope | None = None
         self.lock: int | None = None  # released once this server answers calls
+        self.setup: Callable[[Agenthold], None] = lambda app: None  # as cli.serve sets an app
         self._socket_inode = os.stat(found.socket).st_ino
         self._files = self._watched()
 
@@ -252,9 +253,7 @@ class WarmServer:
         )
         app.transport = "stdio"
         app.reap_idle = self.opts.reap_idle
-        from agenthold.cli import _progress_every
-
-        app.progress_every = _progress_every(os.environ.get("AGENTHOLD_PROGRESS_EVERY"), app)
+        self.setup(app)
         server = build_server(app)
         lines, writer = _PipeLines(fds[0]), _PipeWriter(fds[1])
         try:
@@ -335,7 +334,13 @@ def _listen(found: Plan) -> tuple[socket.socket, int] | None:
 
 
 def leave_behind(
-    opts: ServeOptions, warnings: list[str], found: Plan, *, wait: bool = False
+    opts: Any,
+    warnings: list[str],
+    found: Plan,
+    opener: Callable[[Any], Coordinator],
+    setup: Callable[[Agenthold], None],
+    *,
+    wait: bool = False,
 ) -> bool:
     """Fork the warm server for ``found`` (the caller has checked ``opts``, and has not opened
     the database yet).
@@ -348,7 +353,7 @@ def leave_behind(
             os.setsid()  # out of the client's process group and session
             if os.fork() != 0:
                 os._exit(0)
-            _become_warm(opts, warnings, found, ready_w)
+            _become_warm(opts, warnings, found, ready_w, opener, setup)
         finally:
             os._exit(0)
     os.close(ready_w)
@@ -365,7 +370,14 @@ def leave_behind(
         os.close(ready_r)
 
 
-def _become_warm(opts: ServeOptions, warnings: list[str], found: Plan, ready: int) -> None:
+def _become_warm(
+    opts: Any,
+    warnings: list[str],
+    found: Plan,
+    ready: int,
+    opener: Callable[[Any], Coordinator],
+    setup: Callable[[Agenthold], None],
+) -> None:
     """The warm server's life, in the forked grandchild."""
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -379,10 +391,8 @@ def _become_warm(opts: ServeOptions, warnings: list[str], found: Plan, ready: in
         os.close(ready)
         return
     listener, lock = listening
-    from agenthold.cli import open_coordinator
-
     try:
-        coordinator = open_coordinator(opts)
+        coordinator = opener(opts)  # cli.open_coordinator
     except SystemExit:
         listener.close()
         os.unlink(found.socket)
@@ -400,6 +410,7 @@ def _become_warm(opts: ServeOptions, warnings: list[str], found: Plan, ready: in
         opts, coordinator, found, warnings, listener, idle_seconds(dict(os.environ))
     )
     server.lock = lock
+    server.setup = setup
     pid_file = found.pid_file(os.getpid())
     with open(pid_file, "w") as out:
         out.write(f"{os.getpid()}\n")

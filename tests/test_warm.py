@@ -349,5 +349,5 @@ def test_sigterm_at_the_front_ends_the_session_and_the_warm_server_serves_on(
 
 def test_the_package_entry_points_go_through_the_front() -> None:
     text = (REPO / "pyproject.toml").read_text()
-    assert 'agenthold = "agenthold.front:main"' in text
-    assert "agenthold.front import main" in (REPO / "agenthold" / "__main__.py").read_text()
+    assert 'agenthold = "agenthold.__main__:main"' in text
+    assert "agenthold.front import try_warm" in (REPO / "agenthold" / "__main__.py").read_text()
