@@ -10,6 +10,13 @@ Decisions behind it:
   early exit that would tell which one matched.
 - The scheme is matched case-insensitively and the token is trimmed; tokens never appear in
   logs, error messages or replies.
+- With a token file (``--auth-file``, see principals.py) each token names a principal, which
+  is put in the ASGI scope as ``agenthold.principal`` for the server to bind agents and check
+  scopes with; every ``--auth-token`` is the one all-access principal ``SHARED``. A token file
+  that became unusable refuses its principals with 503, never lets them through.
+- A session of the handshake era (``Mcp-Session-Id``) belongs to the principal that opened it:
+  a request from another principal naming it gets 404, as an unknown session would, so nobody
+  can end or use a session (and with it the leases of its agents) that is not theirs.
 - Without ``--allowed-host`` the Host header is not checked (a reverse proxy or a container
   may present any name). On a loopback address, though, a request that carries an ``Origin``
   other than a loopback one is refused with 403: only browsers send Origin, and a page of
@@ -22,9 +29,12 @@ import hashlib
 import hmac
 import ipaddress
 import json
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
+
+from agenthold.principals import SHARED, Principal, TokenTable
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -68,38 +78,112 @@ def usable_tokens(tokens: Sequence[str]) -> list[str]:
     return [t.strip() for t in tokens if t.strip()]
 
 
+UNUSABLE_FILE = json.dumps(
+    {
+        "error": "auth_file_unusable",
+        "message": "this agenthold server's token file cannot be read since it last changed; "
+        "its operator must fix it (the server's log says why)",
+    }
+).encode()
+
+PRINCIPAL = "agenthold.principal"  # the ASGI scope key the caller's Principal is put under
+MAX_SESSIONS = 20_000  # session owners remembered (the SDK keeps at most 10,000 sessions)
+FOREIGN_SESSION = json.dumps(
+    {
+        "error": "unknown_session",
+        "message": "no session with this Mcp-Session-Id belongs to this token; open a new one",
+    }
+).encode()
+
+
 def _digest(token: bytes) -> bytes:
     return hashlib.sha256(token).digest()
 
 
+class UnusableFile(Exception):
+    """The token file cannot be used right now: refuse with 503."""
+
+
 class BearerAuth:
-    """Let a request through only if it carries one of ``tokens`` as a bearer token."""
+    """Let a request through only if it carries one of ``tokens``, or a token of the token
+    file ``table``, as a bearer token."""
 
-    def __init__(self, app: ASGIApp, tokens: Sequence[str]) -> None:
+    def __init__(
+        self, app: ASGIApp, tokens: Sequence[str] = (), *, table: TokenTable | None = None
+    ) -> None:
         accepted = usable_tokens(tokens)
-        if not accepted:
-            raise ValueError("BearerAuth needs at least one non-blank token")
+        if not accepted and table is None:
+            raise ValueError("BearerAuth needs at least one non-blank token or a token file")
         self.app = app
+        self.table = table
         self._digests = [_digest(t.encode("utf-8")) for t in accepted]
+        self._session_owners: OrderedDict[bytes, str] = OrderedDict()
 
-    def accepts(self, header: bytes | None) -> bool:
-        """Whether an Authorization header value carries an accepted token."""
+    def identify(self, header: bytes | None) -> Principal | None:
+        """The principal an Authorization header value names, or None; UnusableFile if only
+        the token file could say and it cannot be read."""
         if header is None:
-            return False
+            return None
         scheme, _, token = header.strip().partition(b" ")
         presented = _digest(token.strip())
         matched = False
         for expected in self._digests:  # no early exit: every token is compared
             matched |= hmac.compare_digest(presented, expected)
-        return matched and scheme.lower() == b"bearer" and bool(token.strip())
+        found: Principal | None = None
+        if self.table is not None:
+            current = self.table.current()  # one stat; read again if the file changed
+            if current is not None:
+                found = current.match(presented)
+            elif not matched:
+                raise UnusableFile
+        if scheme.lower() != b"bearer" or not token.strip():
+            return None
+        if found is not None:
+            return found
+        return SHARED if matched else None
+
+    def _noting_sessions(self, send: Send, name: str) -> Send:
+        """``send``, noting whose a session is when the response opens one."""
+
+        async def noting(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                for key, value in message.get("headers", ()):
+                    if key.lower() == b"mcp-session-id" and value not in self._session_owners:
+                        self._session_owners[value] = name
+                        while len(self._session_owners) > MAX_SESSIONS:
+                            self._session_owners.popitem(last=False)
+            await send(message)
+
+        return noting
+
+    def accepts(self, header: bytes | None) -> bool:
+        """Whether an Authorization header value carries an accepted token."""
+        try:
+            return self.identify(header) is not None
+        except UnusableFile:
+            return False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
         header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
-        if self.accepts(header):
-            await self.app(scope, receive, send)
+        try:
+            principal = self.identify(header)
+        except UnusableFile:
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1011})
+                return
+            await refuse(send, 503, UNUSABLE_FILE)
+            return
+        if principal is not None:
+            scope[PRINCIPAL] = principal
+            session = next((v for k, v in scope.get("headers", ()) if k == b"mcp-session-id"), None)
+            owner = None if session is None else self._session_owners.get(session)
+            if owner is not None and owner != principal.name:
+                await refuse(send, 404, FOREIGN_SESSION)
+                return
+            await self.app(scope, receive, self._noting_sessions(send, principal.name))
             return
         if scope["type"] == "websocket":  # refused before the handshake: the server sends 403
             await send({"type": "websocket.close", "code": 1008})

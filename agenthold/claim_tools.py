@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable
 
 from agenthold.claims import MAX_AGENT_NAME, MAX_MODEL, MAX_PURPOSE, Coordinator, timeout_reply
+from agenthold.principals import require_claim
 from agenthold.toolkit import WAIT_TIMEOUT, App, Param, Reply, ToolCall, ToolSpec
 from agenthold.uris import Resource
 
@@ -42,21 +43,31 @@ class ClaimHandlers:
     async def register(self, call: ToolCall) -> Reply:
         a = call.args
         reply: Reply = await self.app.write(
-            self.coordinator.register, a["name"], a["model"], a["purpose"]
+            lambda: self.coordinator.register(
+                a["name"], a["model"], a["purpose"], principal=call.by
+            )
         )
         self.app.note_agent(call.connection, reply["agent_id"], registered=True)
         return reply
 
     async def claim(self, call: ToolCall) -> Reply:
         a = call.args
-        reply: Reply = await self.app.write(self.coordinator.claim, a["resource"], a["agent_id"])
+        resource = a["resource"]
+        if call.principal is not None:  # resolved once here, for the scope check and the claim
+            resource = self.coordinator.resolver.resolve(resource)
+            require_claim(call.principal, resource.uri, resource.workspace)
+        reply: Reply = await self.app.write(
+            lambda: self.coordinator.claim(resource, a["agent_id"], principal=call.by)
+        )
         self.app.note_agent(call.connection, a["agent_id"])
         return reply
 
     async def release(self, call: ToolCall) -> Reply:
         a = call.args
         reply: Reply = await self.app.write(
-            self.coordinator.release, a["resource"], a["agent_id"], a["outcome"], a["moved_to"]
+            lambda: self.coordinator.release(
+                a["resource"], a["agent_id"], a["outcome"], a["moved_to"], principal=call.by
+            )
         )
         self.app.note_agent(call.connection, a["agent_id"])
         return reply

@@ -46,6 +46,7 @@ __all__ = [
     "Agent",
     "ClaimInfo",
     "Coordinator",
+    "ForeignAgentError",
     "NotHolderError",
     "UnknownAgentError",
     "WaitProbe",
@@ -98,6 +99,22 @@ class UnknownAgentError(InvalidInputError):
     hint = "Call agenthold_register to get an agent_id, then use it in every call."
 
 
+class ForeignAgentError(AgentholdError):
+    """A caller named an agent that another principal registered. The message names neither
+    the other principal nor anything about the agent."""
+
+    hint = (
+        "Use an agent_id that agenthold_register gave you, with the same token; register to "
+        "get one."
+    )
+
+    def __init__(self, agent_id: str) -> None:
+        super().__init__(
+            f"agent_id {agent_id} belongs to another caller: only the caller that registered an "
+            "agent may act as it; nothing was changed"
+        )
+
+
 class NotHolderError(InvalidInputError):
     """An agent tried to release a claim that another agent holds."""
 
@@ -116,9 +133,10 @@ class Agent:
     last_seen_at: str
     lease_ends_at: float | None
     lease_end_outcome: str | None
+    principal: str | None = None  # the caller it was registered through, if a token said
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "agent_id": self.agent_id,
             "name": self.name,
             "model": self.model,
@@ -128,6 +146,9 @@ class Agent:
             "lease_ends_at": None if self.lease_ends_at is None else utc_iso(self.lease_ends_at),
             "lease_end_outcome": self.lease_end_outcome,
         }
+        if self.principal is not None:
+            d["principal"] = self.principal
+        return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,11 +245,15 @@ _CLAIM_ROW = (
 _ALIASES = _CLAIM_ROW + "WHERE c.file_id = ? AND c.resource != ? AND c.holder IS NOT NULL"
 _AGENT_ROW = (
     "SELECT agent_id, name, model, purpose, registered_at, last_seen_at, lease_ends_at, "
-    "lease_end_outcome FROM agents "
+    "lease_end_outcome, principal FROM agents "
 )
 _EVENT = (
     "INSERT INTO claim_events (at, agent_id, event, resource, uri, outcome, moved_to, version) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_EVENT_BY = (
+    "INSERT INTO claim_events (at, agent_id, event, resource, uri, outcome, moved_to, version, "
+    "principal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _FREE = (
     "UPDATE claims SET holder = NULL, claimed_at = NULL, version = ?, last_outcome = ?, "
@@ -320,8 +345,11 @@ class Coordinator:
 
     # -- agents --------------------------------------------------------------------------------
 
-    def register(self, name: str, model: str = "", purpose: str = "") -> dict[str, Any]:
-        """Register an agent; returns the reply with its new ``agent_id``."""
+    def register(
+        self, name: str, model: str = "", purpose: str = "", *, principal: str | None = None
+    ) -> dict[str, Any]:
+        """Register an agent; returns the reply with its new ``agent_id``. ``principal`` (the
+        caller, as a token names it) is who the agent belongs to from then on."""
         check_text("name", name, MAX_AGENT_NAME)
         if model:
             check_text("model", model, MAX_MODEL)
@@ -338,7 +366,8 @@ class Coordinator:
             lease = None if self.claim_ttl is None else now + self.claim_ttl
             conn.execute(
                 "INSERT INTO agents (agent_id, name, model, purpose, registered_at, "
-                "last_seen_at, lease_ends_at, lease_end_outcome) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "last_seen_at, lease_ends_at, lease_end_outcome, principal) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     agent_id,
                     name,
@@ -348,9 +377,13 @@ class Coordinator:
                     at,
                     lease,
                     None if lease is None else "expired",
+                    principal,
                 ),
             )
-            conn.execute(_EVENT, (at, agent_id, "registered", None, None, None, None, None))
+            conn.execute(
+                _EVENT_BY,
+                (at, agent_id, "registered", None, None, None, None, None, principal),
+            )
             changed.append(agent_topic(agent_id))
         reply: dict[str, Any] = {
             "status": "registered",
@@ -376,13 +409,19 @@ class Coordinator:
 
     # -- claims --------------------------------------------------------------------------------
 
-    def claim(self, resource: str, agent_id: str) -> dict[str, Any]:
-        """Claim ``resource`` for ``agent_id``: "claimed", "already_claimed" or "busy"."""
-        res = self.resolver.resolve(resource)
+    def claim(
+        self, resource: str | Resource, agent_id: str, *, principal: str | None = None
+    ) -> dict[str, Any]:
+        """Claim ``resource`` for ``agent_id``: "claimed", "already_claimed" or "busy".
+
+        With ``principal`` (the caller, as a token names it), ForeignAgentError unless the agent
+        was registered through that principal; None is a trusted caller."""
+        res = resource if isinstance(resource, Resource) else self.resolver.resolve(resource)
         _check_agent_id(agent_id)
         with self.db.write() as (conn, changed):
             now = time.time()  # read under the write lock: a wait for it may cross a lease end
             at = utc_iso(now)
+            _check_owner(conn, agent_id, principal)
             self._touch(conn, changed, agent_id, now)
             row = conn.execute(_CLAIM_ROW + "WHERE c.resource = ?", (res.key,)).fetchone()
             info = None if row is None else _claim_info(row, now)
@@ -398,7 +437,10 @@ class Coordinator:
                     "VALUES (?, ?, ?, ?, 1, ?)",
                     (res.key, res.uri, agent_id, at, res.file_id),
                 )
-                conn.execute(_EVENT, (at, agent_id, "claimed", res.key, res.uri, None, None, 1))
+                conn.execute(
+                    _EVENT_BY,
+                    (at, agent_id, "claimed", res.key, res.uri, None, None, 1, principal),
+                )
                 changed.append(resource_topic(res.key))
                 return {"status": "claimed", "resource": res.uri, "version": 1}
             assert info is not None
@@ -416,7 +458,10 @@ class Coordinator:
                 "WHERE resource = ?",
                 (agent_id, at, version, res.uri, res.file_id, res.key),
             )
-            conn.execute(_EVENT, (at, agent_id, "claimed", res.key, res.uri, None, None, version))
+            conn.execute(
+                _EVENT_BY,
+                (at, agent_id, "claimed", res.key, res.uri, None, None, version, principal),
+            )
             changed.append(resource_topic(res.key))
         return {"status": "claimed", "resource": res.uri, "version": version, **info.previous()}
 
@@ -426,9 +471,12 @@ class Coordinator:
         agent_id: str,
         outcome: str = "released",
         moved_to: str | None = None,
+        *,
+        principal: str | None = None,
     ) -> dict[str, Any]:
         """Release ``agent_id``'s claim on ``resource`` with ``outcome``: "released",
-        "already_free" or "not_found". NotHolderError if another agent holds it."""
+        "already_free" or "not_found". NotHolderError if another agent holds it;
+        ForeignAgentError if ``principal`` is given and the agent is not its own."""
         if outcome not in OUTCOMES:
             raise InvalidInputError(
                 f"outcome must be one of {', '.join(OUTCOMES)}; got {outcome!r}"
@@ -458,6 +506,7 @@ class Coordinator:
         with self.db.write() as (conn, changed):
             now = time.time()
             at = utc_iso(now)
+            _check_owner(conn, agent_id, principal)
             self._touch(conn, changed, agent_id, now)
             row = conn.execute(_CLAIM_ROW + "WHERE c.resource = ?", (res.key,)).fetchone()
             if named.key != res.key and (row is None or row[2] != agent_id):
@@ -494,8 +543,12 @@ class Coordinator:
             target_uri = target.uri if target else None
             conn.execute(_FREE, (version, outcome, agent_id, at, target_uri, res.key))
             conn.execute(
-                _EVENT, (at, agent_id, "released", res.key, res.uri, outcome, target_uri, version)
-            )
+                _EVENT_BY,
+                (
+                    at, agent_id, "released", res.key, res.uri, outcome, target_uri, version,
+                    principal,
+                ),
+            )  # fmt: skip
             changed.append(resource_topic(res.key))
         reply = {"status": "released", "resource": info.uri, "version": version, "outcome": outcome}
         if target_uri:
@@ -769,6 +822,16 @@ def _check_agent_id(agent_id: object) -> str:
             "from agenthold_register"
         )
     return agent_id
+
+
+def _check_owner(conn: Any, agent_id: str, principal: str | None) -> None:
+    """ForeignAgentError if ``principal`` is not who ``agent_id`` belongs to (None: trusted).
+    An unknown agent passes here; the call that follows says it is unknown."""
+    if principal is None:
+        return
+    row = conn.execute("SELECT principal FROM agents WHERE agent_id = ?", (agent_id,)).fetchone()
+    if row is not None and row[0] != principal:
+        raise ForeignAgentError(agent_id)
 
 
 def _unknown(agent_id: str) -> AgentholdError:

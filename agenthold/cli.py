@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from agenthold.claims import Coordinator
+    from agenthold.principals import TokenTable
     from agenthold.uris import Workspace
 
 DB_FILE = "agenthold.db"
@@ -34,7 +35,7 @@ DB_ENV = "AGENTHOLD_DB"
 DEFAULT_PORT = 8417
 DEFAULT_DISCONNECT_GRACE = 300.0
 DEFAULT_REAP_IDLE = 86_400.0
-HTTP_ONLY = ("host", "port", "path", "json_response", "allowed_hosts")
+HTTP_ONLY = ("host", "port", "path", "json_response", "allowed_hosts", "auth_file")
 MAX_SECONDS = 10 * 365 * 86400  # the longest TTL, grace or idle time the claims layer takes
 MAX_BUSY_TIMEOUT = 3600  # the longest busy timeout the store takes
 
@@ -55,6 +56,7 @@ class ServeOptions:
     json_response: bool = False
     allowed_hosts: list[str] = field(default_factory=list)
     auth_tokens: list[str] = field(default_factory=list)
+    auth_file: TokenTable | None = None
     disconnect_grace: float | None = DEFAULT_DISCONNECT_GRACE
     reap_idle: float | None = DEFAULT_REAP_IDLE
     durability: str = "normal"
@@ -294,7 +296,14 @@ def build_parser() -> argparse.ArgumentParser:
         dest="auth_tokens",
         metavar="TOKEN",
         help="require 'Authorization: Bearer TOKEN' on every request; repeatable. Prefer the "
-        "AGENTHOLD_AUTH_TOKEN variable (comma-separated): flags show in process listings",
+        "AGENTHOLD_AUTH_TOKEN variable (comma-separated): flags show in process listings. "
+        "Everyone with such a token is one all-access caller: agenthold cannot tell them apart",
+    )
+    http.add_argument(
+        "--auth-file",
+        metavar="PATH",
+        help="a token file of principals, each with its own tokens and scopes (see 'agenthold "
+        "token --help'); read again whenever it changes",
     )
 
     from agenthold import inspect as inspector
@@ -303,7 +312,104 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", title="inspecting a database (read-only)", metavar="COMMAND"
     )
     inspector.add_subcommands(subcommands)
+    add_token_commands(subcommands)
     return parser
+
+
+def add_token_commands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """``agenthold token add|list|revoke``: the principals of a token file."""
+    token = subparsers.add_parser(
+        "token",
+        help="add, list or revoke the tokens of a token file (--auth-file)",
+        description="Manage the principals of a token file for 'agenthold --transport http "
+        "--auth-file PATH'. A running server reads the file again when it changes.",
+    )
+    actions = token.add_subparsers(dest="token_command", metavar="ACTION", required=True)
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument(
+        "--auth-file",
+        default=argparse.SUPPRESS,
+        metavar="PATH",
+        help="the token file (created by 'add' with mode 0600 if missing)",
+    )
+    add = actions.add_parser(
+        "add",
+        parents=[where],
+        help="a new token for NAME, printed once",
+        description="Create a random token for principal NAME (created if missing) and print "
+        "it once, alone on the last line of standard output; the file keeps only its SHA-256. "
+        "A principal without scopes may do everything.",
+    )
+    add.add_argument("name", metavar="NAME")
+    add.add_argument(
+        "--scope",
+        action="append",
+        dest="scopes",
+        metavar="SCOPE",
+        help="repeatable; replaces NAME's scopes. tools:SET[,SET] (standard, advanced, "
+        "messages), read:GLOB / write:GLOB (namespaces), claim:PATTERN (a workspace name, or "
+        "a URI glob with ':'), thread-read:GLOB / thread-write:GLOB",
+    )
+    listing = actions.add_parser(
+        "list", parents=[where], help="the principals, their token counts and scopes"
+    )
+    listing.add_argument("--json", action="store_true", help="print JSON for programs")
+    revoke = actions.add_parser("revoke", parents=[where], help="remove NAME and every token of it")
+    revoke.add_argument("name", metavar="NAME")
+
+
+def run_token_command(args: argparse.Namespace) -> int:
+    """Run ``agenthold token …``; problems are one line on standard error (exit status 1)."""
+    import json
+
+    from agenthold import principals
+
+    path = getattr(args, "auth_file", None)
+    if not path:
+        _fail(f"token {args.token_command}: --auth-file PATH is required")
+    try:
+        if args.token_command == "add":
+            token, created = principals.add_token(path, args.name, args.scopes)
+            what = "added principal" if created else "added a token to principal"
+            scopes = ", ".join(args.scopes) if args.scopes else None
+            shown = scopes or ("everything" if created else "unchanged")
+            print(
+                f"agenthold: {what} {args.name!r} in {path} (scopes: {shown}); its token, "
+                "shown only this once:",
+                file=sys.stderr,
+            )
+            print(token, flush=True)
+        elif args.token_command == "revoke":
+            gone = principals.revoke(path, args.name)
+            print(f"agenthold: revoked principal {args.name!r} ({gone} token(s))", file=sys.stderr)
+        else:
+            entries = principals.load_file(path)
+            if args.json:
+                rows = [
+                    {
+                        "name": e.name,
+                        "tokens": len(e.tokens),
+                        "created_at": [t.get("created_at") for t in e.tokens],
+                        "scopes": e.scopes,
+                    }
+                    for e in entries
+                ]
+                print(json.dumps(rows, indent=2))
+            elif not entries:
+                print("no principals")
+            else:
+                width = max(len(e.name) for e in entries)
+                print(f"{'NAME':<{width}}  TOKENS  SCOPES")
+                for e in entries:
+                    scopes = " ".join(e.scopes) or "(everything)"
+                    print(f"{e.name:<{width}}  {len(e.tokens):>6}  {scopes}")
+    except principals.AuthFileError as exc:
+        _fail(str(exc), code=1)
+    except OSError as exc:
+        _fail(f"{path}: {exc.strerror or exc}", code=1)
+    if (warning := principals.exposure_warning(path)) is not None:
+        print(f"agenthold: {warning}", file=sys.stderr)
+    return 0
 
 
 def serve_options(
@@ -385,7 +491,21 @@ def serve_options(
             "authentication was requested (--auth-token or AGENTHOLD_AUTH_TOKEN) but every "
             "token is blank; refusing to serve without authentication"
         )
-    if not opts.auth_tokens and not is_loopback(opts.host):
+    if args.auth_file is not None:
+        from agenthold.principals import AuthFileError, TokenTable, exposure_warning
+
+        try:
+            opts.auth_file = TokenTable(args.auth_file)
+        except AuthFileError as exc:
+            raise UsageError(f"--auth-file: {exc}") from None
+        if (warning := exposure_warning(args.auth_file)) is not None:
+            warnings.append(warning)
+        if not len(opts.auth_file.current() or ()):
+            warnings.append(
+                f"warning: the token file {args.auth_file} lists no principal yet: every request "
+                "is refused until 'agenthold token add' adds one"
+            )
+    if not opts.auth_tokens and opts.auth_file is None and not is_loopback(opts.host):
         warnings.append(
             f"warning: serving on {opts.host} beyond this machine without an auth token: anyone "
             "who can reach the port can use it; set AGENTHOLD_AUTH_TOKEN"
@@ -413,6 +533,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command is None and getattr(args, "json", False):
         _fail("--json is for the inspector subcommands, as in 'agenthold claims --json'")
+    if args.command == "token":
+        return run_token_command(args)
     if args.command is not None:
         from agenthold import inspect as inspector
 

@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agenthold.auth import BearerAuth, FoldHostCase, LoopbackOrigins, is_loopback, refuse
+from agenthold.principals import TokenTable
 from agenthold.server import SHUTDOWN_GRACE, Agenthold, build_server
 from agenthold.toolkit import Report
 
@@ -65,6 +66,7 @@ class HttpOptions(Protocol):
     json_response: bool
     allowed_hosts: list[str]
     auth_tokens: list[str]
+    auth_file: TokenTable | None
     log_level: str
 
 
@@ -309,8 +311,8 @@ def _http_stack(app: Agenthold, opts: HttpOptions) -> tuple[ASGIApp, CancelOnDis
         asgi = FoldHostCase(asgi)
     elif is_loopback(opts.host):
         asgi = LoopbackOrigins(asgi)
-    if opts.auth_tokens:
-        asgi = BearerAuth(asgi, opts.auth_tokens)
+    if opts.auth_tokens or opts.auth_file is not None:
+        asgi = BearerAuth(asgi, opts.auth_tokens, table=opts.auth_file)
     return asgi, requests
 
 

@@ -501,13 +501,20 @@ EVENT_NAMES = (
 LOG_ACTOR_WIDTH = (16, 24)  # the ACTOR column is fixed at start: this wide at least, at most
 
 _STATE_EVENTS = (
-    "SELECT id, namespace, key, version, value, updated_by, updated_at, event_type "
+    "SELECT id, namespace, key, version, value, updated_by, updated_at, event_type, principal "
     "FROM state_history "
 )
-_CLAIM_EVENTS = "SELECT id, at, agent_id, event, uri, outcome, moved_to, version FROM claim_events "
+_CLAIM_EVENTS = (
+    "SELECT id, at, agent_id, event, uri, outcome, moved_to, version, principal FROM claim_events "
+)
 _APPENDS = (
     "SELECT id, thread_id, seq, sender_id, sender_name, content, created_at FROM msg_messages "
 )
+
+
+def by_whom(actor: str, principal: str | None) -> str:
+    """An actor as the tables show it: with the principal that made the call, if one did."""
+    return actor if principal is None else f"{actor} ({principal})"
 
 
 class Inspector:
@@ -634,7 +641,7 @@ class Inspector:
             return [
                 [
                     r["agent_id"],
-                    r["name"],
+                    by_whom(r["name"], r.get("principal")),
                     r["model"] or "-",
                     age(r["registered_at"], self.now),
                     age(r["last_seen_at"], self.now),
@@ -742,7 +749,7 @@ class Inspector:
                 [
                     str(r["version"]),
                     r["event_type"],
-                    r["updated_by"],
+                    by_whom(r["updated_by"], r.get("principal")),
                     age(r["updated_at"], self.now),
                     "-" if r["event_type"] == "delete" else compact_json(r["value"]),
                 ]
@@ -860,11 +867,12 @@ class Inspector:
         import json
 
         keyed: list[tuple[tuple[str, int, int], dict[str, Any]]] = []
-        for row_id, ns, key, version, value, by, at, event in state:
+        for row_id, ns, key, version, value, by, at, event, principal in state:
             record = {
                 "at": at,
                 "event": event,
                 "actor": by,
+                "principal": principal,
                 "agent_id": None,
                 "namespace": ns,
                 "key": key,
@@ -876,11 +884,12 @@ class Inspector:
                 "thread_id": None,
             }
             keyed.append(((at, 0, row_id), record))
-        for row_id, at, agent_id, event, uri, outcome, moved_to, version in claims:
+        for row_id, at, agent_id, event, uri, outcome, moved_to, version, principal in claims:
             record = {
                 "at": at,
                 "event": event,
                 "actor": names.get(agent_id, agent_id),
+                "principal": principal,
                 "agent_id": agent_id,
                 "namespace": None,
                 "key": None,
@@ -897,6 +906,7 @@ class Inspector:
                 "at": at,
                 "event": "appended",
                 "actor": sender,
+                "principal": None,
                 "agent_id": sender_id,
                 "namespace": None,
                 "key": None,
@@ -936,7 +946,7 @@ class Inspector:
         else:  # an event this version does not know
             what = e["resource"] or ""
         version = "-" if e["version"] is None else str(e["version"])
-        return [clock(e["at"]), e["actor"], event, version, what]
+        return [clock(e["at"]), by_whom(e["actor"], e["principal"]), event, version, what]
 
     def follow(self, namespace: str | None, limit: int) -> int:
         """Print the last ``limit`` events, then every new event as it is committed, until

@@ -32,7 +32,9 @@ import anyio.to_thread
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 
-from agenthold.claims import Coordinator
+from agenthold.auth import PRINCIPAL
+from agenthold.claims import Coordinator, ForeignAgentError
+from agenthold.principals import ForbiddenError, Principal, require_namespace, require_tool_set
 from agenthold.store import (
     AgentholdError,
     BusyError,
@@ -53,6 +55,7 @@ from agenthold.toolkit import (
 )
 from agenthold.tools import (
     DEFAULT_TOOLS,
+    TOOL_SETS,
     build_tools,
     parse_tool_sets,
     server_instructions,
@@ -173,6 +176,7 @@ class Agenthold:
         arguments: dict[str, Any] | None,
         connection: object | None,
         report: Report | None = None,
+        principal: Principal | None = None,
     ) -> types.CallToolResult:
         """Answer one tool call: an MCP result, whatever happens (a bug is logged and answered
         as an 'internal' error). ``report`` sends progress, if the client asked for it."""
@@ -185,9 +189,15 @@ class Agenthold:
                     unknown_tool_hint(name, self.tool_sets, list(self.specs)),
                     kind="unknown_tool",
                 )
-            reply = await spec.handler(ToolCall(spec.bind(arguments), connection, report))
+            require_tool_set(principal, tool_set_of(name), name)
+            args = spec.bind(arguments)
+            if "namespace" in args:  # every tool that names a namespace: read, or read-write
+                require_namespace(principal, args["namespace"], write=not spec.read_only)
+            reply = await spec.handler(ToolCall(args, connection, report, principal))
         except ToolError as exc:
             return error_result(exc.kind, str(exc), exc.hint)
+        except (ForbiddenError, ForeignAgentError) as exc:
+            return error_result("forbidden", str(exc), exc.hint or "")
         except UnavailableError as exc:
             hint = exc.hint or BUSY_DB_HINT
             return result({"status": "unavailable", "message": str(exc), "hint": hint})
@@ -332,6 +342,18 @@ def _snake(name: str) -> str:
     return "".join(out)
 
 
+def tool_set_of(name: str) -> str:
+    """The tool set (the scope ``tools:SET``) a tool belongs to."""
+    return next((n for n, ts in TOOL_SETS.items() if name in ts.names), "advanced")
+
+
+def principal_of(ctx: ServerRequestContext) -> Principal | None:
+    """Who made a request: the principal BearerAuth put in the HTTP request's ASGI scope; None
+    for stdio and in-process clients (trusted) and for HTTP without tokens."""
+    scope = getattr(ctx.request, "scope", None)
+    return None if scope is None else scope.get(PRINCIPAL)
+
+
 def build_server(
     app: Agenthold,
     connection_of: ConnectionOf | None = None,
@@ -345,7 +367,13 @@ def build_server(
     async def list_tools(
         ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=app.declarations)
+        principal = principal_of(ctx)
+        if principal is None or principal.scopes.tools is None:
+            return types.ListToolsResult(tools=app.declarations)
+        allowed = principal.scopes.tools
+        return types.ListToolsResult(
+            tools=[d for d in app.declarations if tool_set_of(d.name) in allowed]
+        )
 
     async def call_tool(
         ctx: ServerRequestContext, params: types.CallToolRequestParams
@@ -357,7 +385,7 @@ def build_server(
             )
         connection = PROCESS if connection_of is None else connection_of(ctx)
         report = ctx.session.report_progress if report_of is None else report_of(ctx)
-        return await app.call(params.name, arguments, connection, report)
+        return await app.call(params.name, arguments, connection, report, principal_of(ctx))
 
     server = Server(
         "agenthold",

@@ -223,15 +223,19 @@ class HistoryEntry:
     updated_by: str
     updated_at: str
     event_type: Literal["write", "delete"]
+    principal: str | None = None  # who made it, as authenticated (None: no authentication)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "version": self.version,
             "value": self.value,
             "updated_by": self.updated_by,
             "updated_at": self.updated_at,
             "event_type": self.event_type,
         }
+        if self.principal is not None:
+            d["principal"] = self.principal
+        return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,9 +304,9 @@ _new = object.__new__
     Record.__dict__[name].__set__
     for name in ("namespace", "key", "value", "version", "updated_by", "updated_at", "deleted")
 )
-_set_h_version, _set_h_value, _set_h_by, _set_h_at, _set_h_event = (
+_set_h_version, _set_h_value, _set_h_by, _set_h_at, _set_h_event, _set_h_principal = (
     HistoryEntry.__dict__[name].__set__
-    for name in ("version", "value", "updated_by", "updated_at", "event_type")
+    for name in ("version", "value", "updated_by", "updated_at", "event_type", "principal")
 )
 
 
@@ -320,13 +324,16 @@ def _record(
     return r
 
 
-def _history_entry(version: int, value: Any, by: str, at: str, event: str) -> HistoryEntry:
+def _history_entry(
+    version: int, value: Any, by: str, at: str, event: str, principal: str | None = None
+) -> HistoryEntry:
     h: HistoryEntry = _new(HistoryEntry)
     _set_h_version(h, version)
     _set_h_value(h, value)
     _set_h_by(h, by)
     _set_h_at(h, at)
     _set_h_event(h, event)
+    _set_h_principal(h, principal)
     return h
 
 
@@ -517,7 +524,7 @@ def utc_iso(timestamp: float | None = None) -> str:
 # --------------------------------------------------------------------------------------------
 
 APPLICATION_ID = 0x41474844  # "AGHD" in PRAGMA application_id marks a file as ours
-SCHEMA_VERSION = 2  # PRAGMA user_version; MIGRATIONS[n] takes a database from version n to n+1
+SCHEMA_VERSION = 3  # PRAGMA user_version; MIGRATIONS[n] takes a database from version n to n+1
 
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -593,6 +600,13 @@ MIGRATIONS: tuple[str, ...] = (
     -- that a claim through one hard link is seen through the others (agenthold.uris).
     ALTER TABLE claims ADD COLUMN file_id TEXT;
     CREATE INDEX claims_by_file ON claims (file_id) WHERE file_id IS NOT NULL;
+    """,
+    """
+    -- The principal (the caller a token names, agenthold.principals) an agent belongs to and
+    -- that made each write and claim event; NULL where no token said who called.
+    ALTER TABLE agents ADD COLUMN principal TEXT;
+    ALTER TABLE claim_events ADD COLUMN principal TEXT;
+    ALTER TABLE state_history ADD COLUMN principal TEXT;
     """,
 )
 assert len(MIGRATIONS) == SCHEMA_VERSION
@@ -1582,6 +1596,10 @@ _INSERT_HISTORY = (
     "INSERT INTO state_history (namespace, key, version, value, updated_by, updated_at, "
     "event_type) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+_INSERT_HISTORY_BY = (
+    "INSERT INTO state_history (namespace, key, version, value, updated_by, updated_at, "
+    "event_type, principal) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
 _UPSERT = (
     "INSERT INTO state (namespace, key, value, version, updated_by, updated_at, deleted) "
     "VALUES (?, ?, ?, ?, ?, ?, 0) ON CONFLICT (namespace, key) DO UPDATE SET "
@@ -1597,7 +1615,7 @@ _LIST = (
     "WHERE namespace = ? AND deleted = 0 ORDER BY key"
 )
 _HISTORY = (
-    "SELECT version, value, updated_by, updated_at, event_type FROM state_history "
+    "SELECT version, value, updated_by, updated_at, event_type, principal FROM state_history "
     "WHERE namespace = ? AND key = ? ORDER BY version DESC LIMIT ?"
 )
 
@@ -1697,7 +1715,7 @@ class StateStore:
         check_text("key", key, MAX_KEY_LENGTH)
         check_int("limit", limit, minimum=1)
         rows = self.db.fetchall(_HISTORY, (namespace, key, min(limit, 2**62)))
-        return [_history_entry(v, _decode(val), by, at, ev) for v, val, by, at, ev in rows]
+        return [_history_entry(v, _decode(val), *rest) for v, val, *rest in rows]
 
     def export(self, namespace: str) -> Export:
         """Return the live records of ``namespace`` with their full histories, read in one
@@ -1707,15 +1725,15 @@ class StateStore:
             exported_at = utc_iso()
             live = conn.execute(_LIST, (namespace,)).fetchall()
             rows = conn.execute(
-                "SELECT h.key, h.version, h.value, h.updated_by, h.updated_at, h.event_type "
-                "FROM state_history AS h JOIN state AS s "
+                "SELECT h.key, h.version, h.value, h.updated_by, h.updated_at, h.event_type, "
+                "h.principal FROM state_history AS h JOIN state AS s "
                 "ON s.namespace = h.namespace AND s.key = h.key "
                 "WHERE s.namespace = ? AND s.deleted = 0 ORDER BY h.key, h.version DESC",
                 (namespace,),
             ).fetchall()
         histories: dict[str, list[HistoryEntry]] = {}
-        for k, v, val, by, at, ev in rows:
-            histories.setdefault(k, []).append(_history_entry(v, _decode(val), by, at, ev))
+        for k, v, val, *rest in rows:
+            histories.setdefault(k, []).append(_history_entry(v, _decode(val), *rest))
         records = tuple(
             ExportedRecord(
                 _record(namespace, k, _decode(v), ver, by, at), tuple(histories.get(k, ()))
@@ -1769,12 +1787,14 @@ class StateStore:
         *,
         updated_by: str,
         expected_version: int | None = None,
+        principal: str | None = None,
     ) -> SetResult:
         """Write ``value`` and return the new version.
 
         ``expected_version``: None writes unconditionally; 0 writes only if the key has no live
         record; N writes only if the live version is N. Otherwise raises ConflictError, whose
-        ``detail`` carries the current version, value, writer and time.
+        ``detail`` carries the current version, value, writer and time. ``principal`` (who
+        called, as authenticated) goes into the history entry beside ``updated_by``.
         """
         check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
         check_text("key", key, MAX_KEY_LENGTH)
@@ -1795,7 +1815,10 @@ class StateStore:
                     expected_version, _live_record(namespace, key, row), namespace, key
                 )
             version = last + 1
-            conn.execute(_INSERT_HISTORY, (namespace, key, version, text, updated_by, now, "write"))
+            conn.execute(
+                _INSERT_HISTORY_BY,
+                (namespace, key, version, text, updated_by, now, "write", principal),
+            )
             conn.execute(_UPSERT, (namespace, key, text, version, updated_by, now))
             changed.append(("k", namespace, key))
         return SetResult(namespace, key, version, live)
@@ -1807,6 +1830,7 @@ class StateStore:
         *,
         deleted_by: str,
         expected_version: int | None = None,
+        principal: str | None = None,
     ) -> DeleteResult:
         """Delete ``key``'s live record, leaving a tombstone in its history.
 
@@ -1830,13 +1854,16 @@ class StateStore:
                 )
             version = live + 1
             conn.execute(
-                _INSERT_HISTORY, (namespace, key, version, None, deleted_by, now, "delete")
+                _INSERT_HISTORY_BY,
+                (namespace, key, version, None, deleted_by, now, "delete", principal),
             )
             conn.execute(_TOMBSTONE, (version, deleted_by, now, namespace, key))
             changed.append(("k", namespace, key))
         return DeleteResult(namespace, key, live, version, deleted_by, now)
 
-    def clear_namespace(self, namespace: str, *, deleted_by: str) -> list[str]:
+    def clear_namespace(
+        self, namespace: str, *, deleted_by: str, principal: str | None = None
+    ) -> list[str]:
         """Delete every live record of ``namespace`` in one transaction, a tombstone per key.
         Returns the deleted keys, sorted. There is no version check."""
         check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
@@ -1848,8 +1875,11 @@ class StateStore:
                 (namespace,),
             ).fetchall()
             conn.executemany(
-                _INSERT_HISTORY,
-                [(namespace, k, v + 1, None, deleted_by, now, "delete") for k, v in rows],
+                _INSERT_HISTORY_BY,
+                [
+                    (namespace, k, v + 1, None, deleted_by, now, "delete", principal)
+                    for k, v in rows
+                ],
             )
             conn.executemany(_TOMBSTONE, [(v + 1, deleted_by, now, namespace, k) for k, v in rows])
             changed.extend(("k", namespace, k) for k, _ in rows)

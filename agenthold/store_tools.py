@@ -60,7 +60,7 @@ class StoreHandlers:
             done = await self.app.write(
                 lambda: self.store.set(
                     a["namespace"], a["key"], a["value"], updated_by=a["updated_by"],
-                    expected_version=expected,
+                    expected_version=expected, principal=call.by,
                 )
             )  # fmt: skip
         except ConflictError as exc:
@@ -95,7 +95,11 @@ class StoreHandlers:
         try:
             done = await self.app.write(
                 lambda: self.store.delete(
-                    a["namespace"], a["key"], deleted_by=a["deleted_by"], expected_version=expected
+                    a["namespace"],
+                    a["key"],
+                    deleted_by=a["deleted_by"],
+                    expected_version=expected,
+                    principal=call.by,
                 )
             )
         except NotFoundError:
@@ -144,7 +148,9 @@ class StoreHandlers:
     async def clear_namespace(self, call: ToolCall) -> Reply:
         a = call.args
         keys = await self.app.write(
-            lambda: self.store.clear_namespace(a["namespace"], deleted_by=a["deleted_by"])
+            lambda: self.store.clear_namespace(
+                a["namespace"], deleted_by=a["deleted_by"], principal=call.by
+            )
         )
         return {
             "status": "ok",

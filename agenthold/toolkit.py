@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import mcp.types as types
 
+from agenthold.principals import Principal
+
 if TYPE_CHECKING:
     from agenthold.claims import Coordinator
     from agenthold.store import StateStore
@@ -230,6 +232,12 @@ class ToolCall:
     args: dict[str, Any]
     connection: object | None
     report: Report | None = None
+    principal: Principal | None = None  # who called, as a token says; None: trusted or no auth
+
+    @property
+    def by(self) -> str | None:
+        """The principal's name, which agents are bound to and history records."""
+        return None if self.principal is None else self.principal.name
 
     def progress(self, total: float, waiting_for: str) -> Progress | None:
         """A wait's progress reporter: each report says how long it has waited, out of

@@ -219,9 +219,11 @@ class Resolver:
         self._case_insensitive = case_insensitive
         self._bare = by_name.get("default") or (chosen[0] if len(chosen) == 1 else None)
         self._key_prefixes: dict[str, str] = {}
+        self._real_roots: dict[str, str] = {}
         anchors: list[_Anchor] = []
         for ws in chosen:
             real = os.path.realpath(ws.root)
+            self._real_roots[ws.name] = real
             posix_real = _nfc(real).replace(os.sep, "/").rstrip("/")
             self._key_prefixes[ws.name] = self._fold(f"file://{posix_real}/")
             for spelling in dict.fromkeys((os.path.normpath(ws.root), real)):
@@ -307,37 +309,44 @@ class Resolver:
 
     def _follow(self, resource: Resource, text: str) -> Resource:
         """The resource a file path resolves to on disk: symlinks of the file and its parents
-        followed as far as the path exists, refused if that leads outside every workspace."""
+        followed as far as the path exists, refused if that leads outside every workspace.
+
+        The common case costs one lstat per segment below the workspace's real root: a walk
+        that meets no symlink already names the file; only one that meets a link resolves the
+        whole path (os.path.realpath) and names it again."""
         assert resource.workspace is not None and resource.path is not None
-        root = self._by_name[resource.workspace].root
-        lexical = os.path.normpath(os.path.join(root, *resource.path.split("/")))
-        real = os.path.realpath(lexical)
-        if real != lexical and real != os.path.join(
-            os.path.realpath(root), *resource.path.split("/")
-        ):
+        current = self._real_roots[resource.workspace].rstrip(os.sep) + os.sep
+        found: os.stat_result | None = None
+        for segment in resource.path.split("/"):
+            current += segment
             try:
-                resource = self._resolve_absolute(text, real)
-            except InvalidInputError:
-                roots = ", ".join(repr(ws.root) for ws in self._workspaces)
-                raise InvalidInputError(
-                    f"{_show(text)} resolves through a symbolic link to {real!r}, which is not "
-                    f"a file inside any workspace (roots: {roots}); a resource is the file a "
-                    "path leads to, so name files that lie inside a workspace"
-                ) from None
+                found = os.lstat(current)
+            except (OSError, ValueError):  # missing (or unreadable): no link below this point
+                return resource
+            if stat.S_ISLNK(found.st_mode):
+                return self._through_link(resource, text)
+            current += os.sep
+        return _with_file_id(resource, found)
+
+    def _through_link(self, resource: Resource, text: str) -> Resource:
+        assert resource.workspace is not None and resource.path is not None
+        real = os.path.realpath(
+            os.path.join(self._real_roots[resource.workspace], *resource.path.split("/"))
+        )
+        try:
+            resource = self._resolve_absolute(text, real)
+        except InvalidInputError:
+            roots = ", ".join(repr(ws.root) for ws in self._workspaces)
+            raise InvalidInputError(
+                f"{_show(text)} resolves through a symbolic link to {real!r}, which is not "
+                f"a file inside any workspace (roots: {roots}); a resource is the file a "
+                "path leads to, so name files that lie inside a workspace"
+            ) from None
         try:
             found = os.stat(real)
         except (OSError, ValueError):
             return resource
-        if stat.S_ISDIR(found.st_mode):
-            return resource
-        return Resource(
-            resource.uri,
-            resource.key,
-            "file",
-            resource.workspace,
-            resource.path,
-            file_id=f"{found.st_dev}:{found.st_ino}",
-        )
+        return _with_file_id(resource, found)
 
     def _resolve(self, text: str) -> Resource:
         drive, rest = os.path.splitdrive(text)
@@ -469,6 +478,14 @@ class Resolver:
             workspace=ws.name,
             path=path,
         )
+
+
+def _with_file_id(resource: Resource, found: os.stat_result | None) -> Resource:
+    """``resource`` with the device and inode of ``found``, unless that is a directory."""
+    if found is None or stat.S_ISDIR(found.st_mode):
+        return resource
+    r = resource  # built directly: dataclasses.replace costs more than the lstat calls
+    return Resource(r.uri, r.key, r.kind, r.workspace, r.path, f"{found.st_dev}:{found.st_ino}")
 
 
 def _segments(parts: Sequence[str], text: str) -> list[str]:

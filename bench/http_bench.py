@@ -21,6 +21,9 @@ reply, in-flight count) but does no database work, the baseline every number is 
    the release request) never overlap. Then the same 32 connections call only ``bench_noop`` for
    as long. The CPU seconds of the server process and of this one are reported for each part:
    on a small machine the SDK's client is a large share of the work.
+4. The cost of authentication: ``bench_noop`` called in turns on a server without a token and
+   on one with a token file of 1,000 principals (scoped ones too, so their checks run), by
+   clients of both eras; the difference of the medians is what a principal costs per call.
 3. The stall of agenthold 0.10.0: 50 ``agenthold_wait`` calls in flight (five sessions), writes
    waiting for the lock, and another process holding SQLite's write lock (BEGIN IMMEDIATE) for
    6 s; meanwhile ping (2025-11-25 session) and get/status (both eras) from other sessions are
@@ -71,6 +74,8 @@ from mcp.client.streamable_http import streamable_http_client
 HERE = Path(__file__).resolve()
 TARGET_GET_OVER_NOOP_MS = 0.5  # median of agenthold_get minus median of bench_noop
 TARGET_STALL_MS = 50.0  # slowest ping or get while the lock is held
+TARGET_AUTH_MS = 0.1  # median bench_noop with 1,000 principals minus the one without a token
+PRINCIPALS = 1000
 
 
 @dataclass(frozen=True)
@@ -188,9 +193,10 @@ class CallFailed(RuntimeError):
 
 
 @contextlib.asynccontextmanager
-async def connect(url: str, mode: str) -> AsyncIterator[Client]:
+async def connect(url: str, mode: str, token: str | None = None) -> AsyncIterator[Client]:
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
     async with (
-        httpx2.AsyncClient(timeout=httpx2.Timeout(30, read=300)) as http,
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) as http,
         Client(streamable_http_client(url, http_client=http), mode=mode) as client,
     ):
         await client.list_tools()  # caches the output schemas (else the SDK lists per call)
@@ -246,6 +252,67 @@ async def measure_calls(server: Server, sizes: Sizes) -> dict[str, Any]:
                         times[label].append(spent)
             get, noop = summary(times["get"]), summary(times["noop"])
             results[era] = {"get": get, "noop": noop, "over_ms": get["p50_ms"] - noop["p50_ms"]}
+    return results
+
+
+# --------------------------------------------------------------------------------------------
+# 4: the cost of authentication
+# --------------------------------------------------------------------------------------------
+
+
+def token_file(path: Path) -> str:
+    """A token file of PRINCIPALS principals, every other one scoped; returns the token of the
+    one in the middle (scoped), which the clients use."""
+    from agenthold.principals import digest
+
+    principals = {}
+    for i in range(PRINCIPALS):
+        token = f"bench-token-{i:04d}"
+        scopes = ["tools:standard,advanced", f"write:team-{i}/*", "claim:*"] if i % 2 else []
+        principals[f"p{i}"] = {"tokens": [{"sha256": digest(token.encode()).hex()}],
+                               "scopes": scopes}  # fmt: skip
+    path.write_text(json.dumps({"version": 1, "principals": principals}))
+    path.chmod(0o600)
+    return f"bench-token-{PRINCIPALS // 2 + 1:04d}"
+
+
+def check_cost(tmp: Path, token: str) -> dict[str, float]:
+    """The middleware's own work per request (stat, digest, table pass), in this process: the
+    part of the difference above that HTTP noise cannot hide."""
+    from agenthold.auth import BearerAuth
+    from agenthold.principals import TokenTable
+
+    auth = BearerAuth(lambda *a: None, table=TokenTable(tmp / "tokens.json"))  # type: ignore[arg-type, return-value]
+    costs = {}
+    for label, header in (("known", f"Bearer {token}"), ("unknown", "Bearer no-such-token")):
+        n = 5000
+        started = time.perf_counter()
+        for _ in range(n):
+            auth.identify(header.encode())
+        costs[label] = (time.perf_counter() - started) / n * 1e6
+    return costs
+
+
+async def measure_auth(tmp: Path, sizes: Sizes) -> dict[str, Any]:
+    token = token_file(tmp / "tokens.json")
+    plain = start_server(tmp, "plain")
+    authed = start_server(tmp, "authed", "--auth-file", str(tmp / "tokens.json"))
+    results: dict[str, Any] = {"principals": PRINCIPALS, "check_us": check_cost(tmp, token)}
+    try:
+        for mode, era in (("auto", "2026-07-28"), ("legacy", "2025-11-25")):
+            async with connect(plain.url, mode) as a, connect(authed.url, mode, token) as b:
+                times: dict[str, list[float]] = {"plain": [], "authed": []}
+                for i in range(sizes.warm_up + sizes.calls):
+                    pair = [("plain", a), ("authed", b)]
+                    for label, client in pair if i % 2 else pair[::-1]:
+                        spent, _ = await timed(client, "bench_noop")
+                        if i >= sizes.warm_up:
+                            times[label].append(spent)
+            p, q = summary(times["plain"]), summary(times["authed"])
+            results[era] = {"plain": p, "authed": q, "over_ms": q["p50_ms"] - p["p50_ms"]}
+    finally:
+        for server in (plain, authed):
+            await anyio.to_thread.run_sync(server.stop)
     return results
 
 
@@ -574,6 +641,7 @@ async def run_all(tmp: Path, sizes: Sizes) -> dict[str, Any]:
                 results["stall"] = await measure_stall(server, sizes)
         finally:
             logs[name] = await anyio.to_thread.run_sync(server.stop)
+    results["auth"] = await measure_auth(tmp, sizes)
     results["servers"] = {
         name: {"exit_status": rc, "log_lines": [line for line in log.splitlines() if line][:20]}
         for name, (rc, log) in logs.items()
@@ -591,6 +659,16 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 r["over_ms"] <= TARGET_GET_OVER_NOOP_MS,
                 f"{r['over_ms']:+.2f} ms ({r['get']['p50_ms']:.2f} vs {r['noop']['p50_ms']:.2f})",
             ))  # fmt: skip
+    for era, r in results["auth"].items():
+        if era in ("principals", "check_us"):
+            continue
+        checks.append((
+            f"{era}: bench_noop with {PRINCIPALS:,} principals within {TARGET_AUTH_MS} ms of no "
+            "token",
+            r["over_ms"] <= TARGET_AUTH_MS,
+            f"{r['over_ms'] * 1000:+.0f} us ({r['authed']['p50_ms']:.3f} vs "
+            f"{r['plain']['p50_ms']:.3f} ms)",
+        ))  # fmt: skip
     probes = [p for label, p in results["stall"]["probes"].items() if "bench_noop" not in label]
     p99, worst = max(p["p99_ms"] for p in probes), max(p["max_ms"] for p in probes)
     checks.append((
@@ -684,10 +762,21 @@ def report(results: dict[str, Any]) -> str:
     for label, s in stall["probes"].items():
         rows.append([f"  {label}", *ms(s)])
     writes = ", ".join(f"{w['status']} after {w['seconds']} s" for w in stall["writes"])
+    auth = results["auth"]
+    auth_rows = [[f"4. bench_noop, {auth['principals']:,} principals vs no token (ms)", "p50",
+                  "p99", "max", "calls"]]  # fmt: skip
+    for era, r in auth.items():
+        if era not in ("principals", "check_us"):
+            auth_rows.append([f"{era}: no token", *ms(r["plain"])])
+            auth_rows.append([f"{era}: token file", *ms(r["authed"])])
     out += [
         table(rows),
         f"waits answered 'available' after the lock: {stall['waits_answered']} of "
         f"{stall['waits']}; writes queued behind the lock: {writes}",
+        "",
+        table(auth_rows),
+        f"the token check alone, in this process: {auth['check_us']['known']:.1f} us for a known "
+        f"token, {auth['check_us']['unknown']:.1f} us for an unknown one",
         "",
         *target_lines(results["targets"], quick=sizes["label"] == "quick"),
     ]

@@ -128,7 +128,7 @@ class RawStore:
 
     def history(self, namespace: str, key: str, limit: int) -> list[tuple[Any, ...]]:
         rows = self.cur.execute(_HISTORY, (namespace, key, limit)).fetchall()
-        return [(v, json.loads(val), by, at, ev) for v, val, by, at, ev in rows]
+        return [(v, json.loads(val), by, at, ev, p) for v, val, by, at, ev, p in rows]
 
     def list_keys(self, namespace: str) -> list[tuple[Any, ...]]:
         rows = self.cur.execute(_LIST, (namespace,)).fetchall()

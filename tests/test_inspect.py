@@ -66,6 +66,7 @@ EVENT_KEYS = {
     "at",
     "event",
     "actor",
+    "principal",
     "agent_id",
     "namespace",
     "key",

@@ -1945,7 +1945,7 @@ def test_a_schema_version_1_database_gains_the_claims_file_id_column(tmp_path: P
     conn.close()
     StateStore(path).close()
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
     assert conn.execute("SELECT resource, version, file_id FROM claims").fetchall() == [
         ("file:///r/a", 4, None)
     ]

@@ -875,3 +875,12 @@ def test_hard_links_share_a_file_id_but_keep_their_own_names(
 
 def test_a_path_that_does_not_exist_is_named_as_written(root: Path, resolver: Resolver) -> None:
     assert resolver.resolve("not/yet/here.py").uri == "file://default/not/yet/here.py"
+
+
+@posix_only
+def test_a_dangling_symlink_is_named_as_the_file_it_would_lead_to(
+    root: Path, resolver: Resolver
+) -> None:
+    (root / "later.md").symlink_to("not-yet.md")
+    resource = resolver.resolve("later.md")
+    assert (resource.uri, resource.file_id) == ("file://default/not-yet.md", None)

@@ -1,0 +1,422 @@
+"""Who is calling, over real HTTP on 127.0.0.1 with several principals and both protocol eras:
+agents belong to the principal that registered them, scopes limit tool sets, namespaces and
+claims, tools/list shows only what a principal may call, and history and claim events record
+the principal beside updated_by."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from mcp import Client
+from support import ACCEPT, LEGACY, open_session, sdk_client, uvicorn_serving
+
+from agenthold.claims import Coordinator
+from agenthold.cli import ServeOptions
+from agenthold.http import http_app
+from agenthold.principals import TokenTable, add_token
+from agenthold.server import Agenthold
+from agenthold.store import StateStore
+from agenthold.uris import Resolver, Workspace
+
+pytestmark = pytest.mark.anyio
+
+ERAS = ["auto", "legacy"]
+SCOPED = {
+    "alice": None,
+    "bob": None,
+    "standard-only": ["tools:standard"],
+    "advanced-only": ["tools:advanced"],
+    "team-a": ["write:team-a/*", "read:shared"],
+    "repo-only": ["claim:repo"],
+    "locks": ["claim:custom://deploy-*"],
+}
+
+
+@dataclass
+class Server:
+    url: str
+    tokens: dict[str, str]
+    db: Path
+    auth_file: Path
+    shared: str = "shared-token-for-everyone"
+
+    def client(self, who: str, mode: str) -> contextlib.AbstractAsyncContextManager[Client]:
+        token = self.shared if who == "shared" else self.tokens[who]
+        return sdk_client(self.url, mode=mode, headers={"Authorization": f"Bearer {token}"})
+
+
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path) -> AsyncIterator[Server]:
+    auth_file = tmp_path / "tokens.json"
+    tokens = {name: add_token(auth_file, name, scopes)[0] for name, scopes in SCOPED.items()}
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "other").mkdir()
+    resolver = Resolver(
+        [Workspace("repo", str(tmp_path / "repo")), Workspace("other", str(tmp_path / "other"))]
+    )
+    db = tmp_path / "state.db"
+    with StateStore(db) as store:
+        app = Agenthold(
+            Coordinator(store, resolver=resolver), tools="standard,advanced", disconnect_grace=None
+        )
+        server = Server("", tokens, db, auth_file)
+        opts = ServeOptions(
+            transport="http",
+            tools="standard,advanced",
+            auth_tokens=[server.shared],
+            auth_file=TokenTable(auth_file),
+        )
+        async with uvicorn_serving(app, http_app(app, opts), path=opts.path) as web:
+            server.url = web.url
+            yield server
+
+
+async def call(client: Client, tool: str, **arguments: Any) -> tuple[bool, dict[str, Any]]:
+    """(isError, the reply's JSON) of one call."""
+    done = await client.call_tool(tool, arguments)
+    assert done.structured_content is not None, done.content
+    return bool(done.is_error), done.structured_content
+
+
+def claim_rows(db: Path) -> list[tuple[Any, ...]]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return conn.execute("SELECT * FROM claims ORDER BY resource").fetchall()
+
+
+def events(db: Path) -> list[tuple[Any, ...]]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return conn.execute(
+            "SELECT agent_id, event, uri, principal FROM claim_events ORDER BY id"
+        ).fetchall()
+
+
+def agents(db: Path) -> list[tuple[Any, ...]]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return conn.execute(
+            "SELECT agent_id, last_seen_at, lease_ends_at, principal FROM agents ORDER BY agent_id"
+        ).fetchall()
+
+
+# --------------------------------------------------------------------------------------------
+# Binding: an agent belongs to the principal that registered it
+# --------------------------------------------------------------------------------------------
+
+
+def assert_foreign(refused: tuple[bool, dict[str, Any]], *secret_names: str) -> None:
+    is_error, reply = refused
+    assert is_error and reply["status"] == "error"
+    assert "belongs to another caller" in reply["message"]
+    assert "nothing was changed" in reply["message"]
+    text = str(reply)
+    for name in secret_names:
+        assert name not in text  # no hint of whose agent it is
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_another_principal_cannot_act_as_an_agent_it_did_not_register(
+    tmp_path: Path, mode: str
+) -> None:
+    async with serving(tmp_path) as server:
+        async with server.client("alice", mode) as alice:
+            _, registered = await call(alice, "agenthold_register", name="alice-agent")
+            agent = registered["agent_id"]
+            held, _ = await call(
+                alice, "agenthold_claim", resource="file://repo/a.py", agent_id=agent
+            )
+            assert not held
+        before = (claim_rows(server.db), events(server.db), agents(server.db))
+        for intruder in ("bob", "shared", "repo-only", "standard-only"):
+            async with server.client(intruder, mode) as other:
+                assert_foreign(
+                    await call(
+                        other, "agenthold_claim", resource="file://repo/b.py", agent_id=agent
+                    ),
+                    "alice",
+                )
+                assert_foreign(
+                    await call(
+                        other, "agenthold_claim", resource="file://repo/a.py", agent_id=agent
+                    ),
+                    "alice",
+                )
+                for outcome in ("released", "modified", "deleted"):
+                    assert_foreign(
+                        await call(
+                            other, "agenthold_release", resource="file://repo/a.py", agent_id=agent,
+                            outcome=outcome,
+                        ),
+                        "alice",
+                    )  # fmt: skip
+                assert_foreign(
+                    await call(
+                        other, "agenthold_release", resource="file://repo/a.py", agent_id=agent,
+                        outcome="moved", moved_to="file://repo/c.py",
+                    ),
+                    "alice",
+                )  # fmt: skip
+        # Nothing changed: no claim, no event, not even the agent's last-seen time or lease.
+        assert (claim_rows(server.db), events(server.db), agents(server.db)) == before
+        async with server.client("alice", mode) as alice:
+            _, status = await call(alice, "agenthold_status", resource="file://repo/a.py")
+            assert status["held_by"] == agent
+            done, released = await call(
+                alice, "agenthold_release", resource="file://repo/a.py", agent_id=agent
+            )
+            assert not done and released["status"] == "released"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_principal_acts_as_its_own_agents_from_any_connection(
+    tmp_path: Path, mode: str
+) -> None:
+    async with serving(tmp_path) as server:
+        async with server.client("bob", mode) as first:
+            _, registered = await call(first, "agenthold_register", name="b")
+        agent = registered["agent_id"]
+        async with server.client("bob", "legacy" if mode == "auto" else "auto") as second:
+            failed, claimed = await call(
+                second, "agenthold_claim", resource="file://repo/x", agent_id=agent
+            )
+        assert not failed and claimed["status"] == "claimed"
+        assert agents(server.db)[0][3] == "bob"
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_an_agent_registered_with_the_shared_token_is_not_a_file_principals(
+    tmp_path: Path, mode: str
+) -> None:
+    async with serving(tmp_path) as server:
+        async with server.client("shared", mode) as shared:
+            _, registered = await call(shared, "agenthold_register", name="s")
+            agent = registered["agent_id"]
+            ok, _ = await call(shared, "agenthold_claim", resource="file://repo/s", agent_id=agent)
+            assert not ok
+        async with server.client("alice", mode) as alice:
+            assert_foreign(
+                await call(alice, "agenthold_claim", resource="file://repo/t", agent_id=agent)
+            )
+
+
+async def test_an_unknown_agent_is_unknown_not_foreign(tmp_path: Path) -> None:
+    async with serving(tmp_path) as server, server.client("alice", "auto") as alice:
+        failed, reply = await call(
+            alice, "agenthold_claim", resource="file://repo/a", agent_id="agent-0123456789abcdef"
+        )
+    assert failed and "belongs to another caller" not in reply["message"]
+    assert "unknown" in reply["message"] or "not registered" in reply["message"]
+
+
+async def test_agents_registered_through_a_trusted_transport_are_refused_to_principals(
+    tmp_path: Path,
+) -> None:
+    """An agent without a principal (stdio, or HTTP without tokens) is not any principal's."""
+    async with serving(tmp_path) as server:
+        with StateStore(server.db) as store:
+            agent = Coordinator(store).register("local")["agent_id"]
+        async with server.client("alice", "auto") as alice:
+            assert_foreign(
+                await call(alice, "agenthold_claim", resource="file://repo/a", agent_id=agent)
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# Who did it: history entries and claim events
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_history_and_claim_events_record_the_principal_beside_updated_by(
+    tmp_path: Path, mode: str
+) -> None:
+    async with serving(tmp_path) as server:
+        async with server.client("alice", mode) as alice:
+            await call(alice, "agenthold_set", namespace="n", key="k", value=1,
+                       updated_by="claims-to-be-bob", expected_version=0)  # fmt: skip
+            _, r = await call(alice, "agenthold_register", name="a")
+            await call(alice, "agenthold_claim", resource="file://repo/f", agent_id=r["agent_id"])
+            await call(alice, "agenthold_release", resource="file://repo/f", agent_id=r["agent_id"])
+        async with server.client("shared", mode) as shared:
+            await call(shared, "agenthold_delete", namespace="n", key="k",
+                       deleted_by="x", expected_version=1)  # fmt: skip
+            _, history = await call(shared, "agenthold_history", namespace="n", key="k")
+    entries = history["history"]
+    assert [(e["updated_by"], e["principal"]) for e in entries] == [
+        ("x", "(shared token)"),
+        ("claims-to-be-bob", "alice"),
+    ]
+    assert [(e[1], e[3]) for e in events(server.db)] == [
+        ("registered", "alice"),
+        ("claimed", "alice"),
+        ("released", "alice"),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Scopes
+# --------------------------------------------------------------------------------------------
+
+STANDARD = {
+    "agenthold_register", "agenthold_claim", "agenthold_release", "agenthold_status",
+    "agenthold_wait",
+}  # fmt: skip
+ADVANCED = {
+    "agenthold_get", "agenthold_set", "agenthold_list", "agenthold_history", "agenthold_delete",
+    "agenthold_watch", "agenthold_clear_namespace", "agenthold_export",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_tools_list_shows_a_principal_only_the_tools_it_may_call(
+    tmp_path: Path, mode: str
+) -> None:
+    async with serving(tmp_path) as server:
+        seen = {}
+        for who in ("alice", "standard-only", "advanced-only", "team-a"):
+            async with server.client(who, mode) as c:
+                seen[who] = {t.name for t in (await c.list_tools()).tools}
+    assert seen["alice"] == seen["team-a"] == STANDARD | ADVANCED
+    assert seen["standard-only"] == STANDARD
+    assert seen["advanced-only"] == ADVANCED
+
+
+ADVANCED_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("agenthold_get", {"namespace": "n", "key": "k"}),
+    ("agenthold_set", {"namespace": "n", "key": "k", "value": 1, "updated_by": "x",
+                       "force": True}),
+    ("agenthold_list", {"namespace": "n"}),
+    ("agenthold_history", {"namespace": "n", "key": "k"}),
+    ("agenthold_delete", {"namespace": "n", "key": "k", "deleted_by": "x", "force": True}),
+    ("agenthold_watch", {"namespace": "n", "key": "k", "since_version": 0,
+                         "timeout_seconds": 0.1}),
+    ("agenthold_clear_namespace", {"namespace": "n", "deleted_by": "x"}),
+    ("agenthold_export", {"namespace": "n"}),
+]  # fmt: skip
+STANDARD_CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("agenthold_register", {"name": "x"}),
+    ("agenthold_claim", {"resource": "file://repo/a", "agent_id": "agent-0123456789abcdef"}),
+    ("agenthold_release", {"resource": "file://repo/a", "agent_id": "agent-0123456789abcdef"}),
+    ("agenthold_status", {"resource": "file://repo/a"}),
+    ("agenthold_wait", {"resource": "file://repo/a", "timeout_seconds": 0.1}),
+]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_tool_outside_a_principals_tool_sets_is_refused_naming_the_scope(
+    tmp_path: Path, mode: str
+) -> None:
+    async with serving(tmp_path) as server:
+        before = events(server.db)
+        for who, calls, missing in (
+            ("standard-only", ADVANCED_CALLS, "tools:advanced"),
+            ("advanced-only", STANDARD_CALLS, "tools:standard"),
+        ):
+            async with server.client(who, mode) as c:
+                for tool, arguments in calls:
+                    failed, reply = await call(c, tool, **arguments)
+                    assert failed and reply["error"] == "forbidden", (tool, reply)
+                    assert missing in reply["message"], reply
+        with StateStore(server.db) as store:
+            assert store.list_keys("n") == [] and store.history("n", "k") == []
+        assert events(server.db) == before
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_namespace_scopes_limit_reading_and_writing_by_glob(
+    tmp_path: Path, mode: str
+) -> None:
+    async with serving(tmp_path) as server:
+        async with server.client("alice", mode) as alice:
+            for ns in ("team-a/x", "shared", "team-b"):
+                await call(alice, "agenthold_set", namespace=ns, key="k", value=ns,
+                           updated_by="alice", force=True)  # fmt: skip
+        async with server.client("team-a", mode) as c:
+            for tool, arguments in ADVANCED_CALLS:
+                if tool == "agenthold_clear_namespace":
+                    continue  # run last: it empties the namespace
+                failed, reply = await call(c, tool, **{**arguments, "namespace": "team-a/x"})
+                assert not failed, (tool, reply)
+            for tool, arguments in ADVANCED_CALLS:
+                failed, reply = await call(c, tool, **{**arguments, "namespace": "team-b"})
+                assert failed and reply["error"] == "forbidden", (tool, reply)
+                write = tool in ("agenthold_set", "agenthold_delete", "agenthold_clear_namespace")
+                needed = "write:team-b" if write else "read:team-b"
+                assert needed in reply["message"], (tool, reply)
+            ok, got = await call(c, "agenthold_get", namespace="shared", key="k")
+            assert not ok and got["value"] == "shared"
+            for tool in ("agenthold_set", "agenthold_delete", "agenthold_clear_namespace"):
+                arguments = dict(ADVANCED_CALLS)[tool]
+                failed, reply = await call(c, tool, **{**arguments, "namespace": "shared"})
+                assert failed and "write:shared" in reply["message"], (tool, reply)
+            failed, _ = await call(
+                c, "agenthold_clear_namespace", namespace="team-a/x", deleted_by="t"
+            )
+            assert not failed
+    with StateStore(server.db) as store:
+        assert [r.value for r in store.list_keys("team-b")] == ["team-b"]
+        assert [r.value for r in store.list_keys("shared")] == ["shared"]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_claim_scopes_limit_which_resources_a_principal_may_claim(
+    tmp_path: Path, mode: str
+) -> None:
+    async with serving(tmp_path) as server:
+        for who, allowed, refused in (
+            ("repo-only", ["file://repo/a.py", str(tmp_path / "repo" / "b.py")],
+             ["file://other/a.py", "custom://deploy-prod"]),
+            ("locks", ["custom://deploy-prod"], ["file://repo/a.py", "custom://other"]),
+        ):  # fmt: skip
+            async with server.client(who, mode) as c:
+                _, registered = await call(c, "agenthold_register", name=who)
+                agent = registered["agent_id"]
+                for resource in allowed:
+                    failed, reply = await call(
+                        c, "agenthold_claim", resource=resource, agent_id=agent
+                    )
+                    assert not failed and reply["status"] == "claimed", (resource, reply)
+                for resource in refused:
+                    failed, reply = await call(
+                        c, "agenthold_claim", resource=resource, agent_id=agent
+                    )
+                    assert failed and reply["error"] == "forbidden", (resource, reply)
+                    assert "claim:" in reply["message"], reply
+                    _, status = await call(c, "agenthold_status", resource=resource)
+                    assert status.get("held_by") != agent  # nothing was claimed
+
+
+# --------------------------------------------------------------------------------------------
+# Sessions of the handshake era belong to the principal that opened them
+# --------------------------------------------------------------------------------------------
+
+
+async def test_a_session_cannot_be_used_or_ended_by_another_principal(tmp_path: Path) -> None:
+    async with serving(tmp_path) as server:
+
+        def http(who: str) -> httpx2.AsyncClient:
+            token = server.shared if who == "shared" else server.tokens[who]
+            return httpx2.AsyncClient(timeout=10, headers={"Authorization": f"Bearer {token}"})
+
+        async with http("alice") as alice, http("bob") as bob, http("shared") as shared:
+            session = await open_session(alice, server.url)
+            headers = {
+                "Content-Type": "application/json",
+                "Accept": ACCEPT,
+                "MCP-Protocol-Version": LEGACY,
+                "Mcp-Session-Id": session,
+            }
+            listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+            for other in (bob, shared):
+                used = await other.post(server.url, json=listing, headers=headers)
+                ended = await other.delete(server.url, headers=headers)
+                assert (used.status_code, ended.status_code) == (404, 404)
+                assert used.json()["error"] == "unknown_session"
+            still = await alice.post(server.url, json=listing, headers=headers)
+            assert still.status_code == 200, still.text
+            assert (await alice.delete(server.url, headers=headers)).status_code in (200, 204)
