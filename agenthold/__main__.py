@@ -1,7 +1,21 @@
-"""``python -m agenthold`` runs the ``agenthold`` command."""
+"""The ``agenthold`` command (``python -m agenthold`` and the console script): a stdio call
+goes through a warm server if one takes it (front.py, standard library only), else the command
+line serves it (cli.py)."""
 
 import sys
 
-from agenthold.cli import main
 
-sys.exit(main())
+def main() -> int:
+    from agenthold.front import try_warm
+
+    args = sys.argv[1:]
+    status = try_warm(args)
+    if status is not None:
+        return status
+    from agenthold.cli import main as cli_main
+
+    return cli_main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -255,6 +255,12 @@ def build_parser() -> argparse.ArgumentParser:
         "'unavailable' (default: %(default)s)",
     )
     serve.add_argument(
+        "--no-warm",
+        action="store_true",
+        help="do not use or leave behind a warm server for the next call (see the README); "
+        "also AGENTHOLD_NO_WARM=1",
+    )
+    serve.add_argument(
         "--transport",
         choices=("stdio", "http"),
         default="stdio",
@@ -547,10 +553,37 @@ def main(argv: Sequence[str] | None = None) -> int:
             sock = listen(opts.host, opts.port)
         except OSError as exc:
             _fail(str(exc))
+    if opts.transport == "stdio":  # before this process opens the database: see warm.py
+        status = _leave_warm_server(argv, opts, warnings)
+        if status is not None:
+            return status
     coordinator = open_coordinator(opts)
     for line in warnings:  # once nothing can fail any more: a failure is one line alone
         print(f"agenthold: {line}", file=sys.stderr)
     return serve(opts, coordinator, sock)
+
+
+def _leave_warm_server(
+    argv: Sequence[str] | None, opts: ServeOptions, warnings: list[str]
+) -> int | None:
+    """Leave a warm server behind for the next call (see warm.py). With AGENTHOLD_WARM=wait,
+    this call too goes through it: its exit status; else None, and this process serves."""
+    from agenthold import front
+
+    found = front.plan(list(sys.argv[1:] if argv is None else argv), os.environ)
+    if found is None:
+        return None
+    from agenthold import warm
+
+    wait = os.environ.get(front.WARM, "").strip().lower() == "wait"
+    sys.stderr.flush()
+
+    def setup(app: Any) -> None:  # what serve() sets on its app, for each warm session
+        app.progress_every = _progress_every(os.environ.get("AGENTHOLD_PROGRESS_EVERY"), app)
+
+    if warm.leave_behind(opts, warnings, found, open_coordinator, setup, wait=wait):
+        return front.through_warm(found)  # the warm server has opened the database: no error
+    return None
 
 
 def serve(opts: ServeOptions, coordinator: Coordinator, sock: socket.socket | None = None) -> int:

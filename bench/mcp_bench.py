@@ -27,6 +27,14 @@ measurement runs in both protocol eras: mode "auto" (which settles on 2026-07-28
    tools/call reply, for ``python -m agenthold`` (agenthold_status) and, as the floor any Python
    server on this SDK pays, a bare low-level mcp Server with one tool (bench_noop).
 
+4. Per-call clients (a client that starts a server for every call, as LangChain's adapters do):
+   start the client (which spawns ``python -m agenthold``), initialize, one agenthold_status
+   call, exit; PERCALL_RUNS times in a row, through the warm server the first call leaves
+   behind, against the same with --no-warm (today's cold start) and a bare mcp Server; and the
+   first call when no warm server exists yet (a runtime directory of its own each time), which
+   pays the fork of the warm server. Last, the warm server's memory (VmRSS) and the CPU time it
+   uses in IDLE_PROBE seconds without a client (which should be none: it does not poll).
+
 With --baseline-venv, this script also runs with that venv's python (--baseline-client, which
 uses only the stdlib, the stdlib-only bench/_common.py and that venv's mcp 1.x client, nothing
 of this agenthold) and measures the agenthold installed there the same way, minus the no-op it
@@ -88,10 +96,11 @@ class Sizes:
     rounds: int  # measured calls of each kind
     trials: int  # wake-ups per era
     spawns: int  # measured spawns of each server per era
+    percall: int  # per-call clients through the warm server, per era
 
 
-FULL = Sizes("full", 50, 1000, 200, 10)
-QUICK = Sizes("quick", 5, 20, 5, 1)
+FULL = Sizes("full", 50, 1000, 200, 10, 50)
+QUICK = Sizes("quick", 5, 20, 5, 1, 3)
 
 
 class BenchError(Exception):
@@ -130,10 +139,17 @@ def summary(seconds: list[float]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def server_env() -> dict[str, str]:
-    """The servers import agenthold from this checkout, installed or not."""
+def server_env(runtime: Path | None = None) -> dict[str, str]:
+    """The servers import agenthold from this checkout, installed or not. Without a runtime
+    directory for warm servers, they use none (each serves its calls, as before warm servers);
+    with one, they leave and use warm servers there."""
     path = os.environ.get("PYTHONPATH")
-    return {"PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
+    env = {"PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
+    if runtime is None:
+        env["AGENTHOLD_NO_WARM"] = "1"
+    else:
+        env["AGENTHOLD_RUNTIME_DIR"] = str(runtime)
+    return env
 
 
 def bench_server(db: Path, tools: str) -> Any:
@@ -145,12 +161,12 @@ def bench_server(db: Path, tools: str) -> Any:
     )
 
 
-def agenthold_server(db: Path) -> Any:
+def agenthold_server(db: Path, runtime: Path | None = None) -> Any:
     from mcp import StdioServerParameters
 
     args = ["-m", "agenthold", "--db", str(db)]
     return StdioServerParameters(
-        command=sys.executable, args=args, env=server_env(), cwd=str(db.parent)
+        command=sys.executable, args=args, env=server_env(runtime), cwd=str(db.parent)
     )
 
 
@@ -332,6 +348,98 @@ async def measure_spawns(tmp: Path, mode: str, sizes: Sizes) -> dict[str, Any]:
     return {kind: summary(t) for kind, t in times.items()}
 
 
+PERCALL_MEDIAN_MS, PERCALL_P99_MS = 150.0, 300.0  # the issue's targets, once warm
+IDLE_PROBE = 2.0  # seconds the warm server's idle CPU is watched
+
+
+async def per_call(server: Any, mode: str, tool: str, args: dict[str, Any], *expect: str) -> float:
+    """Seconds from starting a client (it spawns the server) to its end, after one call."""
+    from mcp import Client
+
+    started = time.perf_counter()
+    async with Client(server, mode=mode) as client:
+        await call(client, tool, args, *expect)
+    return time.perf_counter() - started
+
+
+def warm_pids(runtime: Path) -> list[int]:
+    return sorted(int(p.read_text()) for p in runtime.glob("*.pid") if p.read_text().strip())
+
+
+def stop_warm(runtime: Path) -> None:
+    """SIGTERM the warm servers of ``runtime`` and wait for them to exit (their pid files go)."""
+    import signal
+
+    for pid in warm_pids(runtime):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while list(runtime.glob("*.pid")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")  # pragma: no cover
+
+
+async def measure_per_call(tmp: Path, mode: str, sizes: Sizes) -> dict[str, Any]:
+    """A client that starts a server for every call: warm, cold (--no-warm), bare SDK, and the
+    first call that finds no warm server."""
+    import anyio
+
+    db = tmp / f"percall-{mode}.db"
+    status = ("agenthold_status", {"resource": STATUS_RESOURCE}, "available")
+    runtime = tmp / f"rt-{mode}"
+    runtime.mkdir(mode=0o700)
+    firsts = []
+    try:
+        for i in range(sizes.spawns):  # a call that finds no warm server, and leaves one
+            fresh = tmp / f"rt-{mode}-first-{i}"
+            fresh.mkdir(mode=0o700)
+            try:
+                firsts.append(await per_call(agenthold_server(db, fresh), mode, *status))
+            finally:
+                stop_warm(fresh)
+        await per_call(agenthold_server(db, runtime), mode, *status)  # leaves the warm server
+        kinds: dict[str, Callable[[], Awaitable[float]]] = {
+            "warm": lambda: per_call(agenthold_server(db, runtime), mode, *status),
+            "cold": lambda: per_call(agenthold_server(db), mode, *status),
+            "bare_sdk": lambda: per_call(bare_server(tmp), mode, NOOP, {}),
+        }
+        runs = {"warm": sizes.percall, "cold": sizes.spawns, "bare_sdk": sizes.spawns}
+        times: dict[str, list[float]] = {kind: [] for kind in kinds}
+        for _ in range(max(runs.values())):  # interleaved, so load hits all alike
+            for kind in kinds:
+                if len(times[kind]) < runs[kind]:
+                    times[kind].append(await kinds[kind]())
+        pids = warm_pids(runtime)
+        if len(pids) != 1:
+            raise BenchError(f"expected one warm server, found {pids}")
+        before = cpu_seconds(pids[0])
+        await anyio.sleep(IDLE_PROBE)
+        idle_cpu = cpu_seconds(pids[0]) - before
+        rss = rss_mib(pids[0])
+    finally:
+        stop_warm(runtime)
+    warm = summary(times["warm"])
+    return {
+        **{kind: summary(t) for kind, t in times.items()},
+        "first": summary(firsts),
+        "warm_rss_mib": rss,
+        "warm_idle_cpu_s": idle_cpu,
+        "passed_median": warm["median_ms"] <= PERCALL_MEDIAN_MS,
+        "passed_p99": warm["p99_ms"] <= PERCALL_P99_MS,
+    }
+
+
 @contextlib.asynccontextmanager
 async def open_clients(servers: list[Any], mode: str) -> AsyncIterator[list[Any]]:
     """Clients of ``servers``, started together and closed together, since a server takes half
@@ -374,6 +482,7 @@ async def measure_era(tmp: Path, mode: str, sizes: Sizes, rng: random.Random) ->
         out["calls"]["pair"] = await measure_pairs(holder, agent_id, sizes)
         out["wake"] = await measure_wake(holder, waiter, agent_id, sizes.trials, rng)
     out["spawn"] = await measure_spawns(tmp, mode, sizes)
+    out["per_call"] = await measure_per_call(tmp, mode, sizes)
     return out
 
 
@@ -501,6 +610,13 @@ async def baseline_client(server: str, tmp: Path, sizes: Sizes) -> dict[str, Any
         if i or sizes.label != "full":  # the first full-run spawn only warms caches
             spawns.append(took)
     out["spawn"] = summary(spawns)
+    per_call = []
+    for _ in range(sizes.percall):  # start, initialize, one call, exit
+        started = time.perf_counter()
+        async with session("--db", db) as s:
+            await call1(s, "agenthold_status", {"resource": STATUS_RESOURCE}, "available")
+        per_call.append(time.perf_counter() - started)
+    out["per_call"] = summary(per_call)
     return out
 
 
@@ -556,6 +672,21 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                     "passed": c["passed"],
                 }
             )
+        p = era["per_call"]
+        rows.append(
+            {
+                "target": f"{mode}: per-call client, warm: median <= {PERCALL_MEDIAN_MS:g} ms",
+                "measured": f"{p['warm']['median_ms']:.2f} ms",
+                "passed": p["passed_median"],
+            }
+        )
+        rows.append(
+            {
+                "target": f"{mode}: per-call client, warm: p99 <= {PERCALL_P99_MS:g} ms",
+                "measured": f"{p['warm']['p99_ms']:.2f} ms",
+                "passed": p["passed_p99"],
+            }
+        )
         w = era["wake"]
         rows.append(
             {
@@ -661,6 +792,44 @@ def report(results: dict[str, Any]) -> str:
             )
     out += [table(rows), ""]
     base = results.get("baseline")
+    rows = [["per-call client: start, initialize, 1 call, exit", "median", "p99", "max", "runs"]]
+    for era in results["eras"]:
+        p = era["per_call"]
+        for kind, label in (
+            ("warm", "python -m agenthold, warm"),
+            ("first", "python -m agenthold, first call (leaves a warm server)"),
+            ("cold", "python -m agenthold --no-warm"),
+            ("bare_sdk", "bare mcp Server"),
+        ):
+            s = p[kind]
+            rows.append(
+                [
+                    f"mode {era['mode']}: {label}",
+                    ms(s["median_ms"]),
+                    ms(s["p99_ms"]),
+                    ms(s["max_ms"]),
+                    str(s["n"]),
+                ]
+            )
+    if base is not None:
+        s = base["per_call"]
+        rows.append(
+            [
+                f"agenthold {base['versions']['agenthold']} (mcp {base['versions']['mcp']})",
+                ms(s["median_ms"]),
+                ms(s["p99_ms"]),
+                ms(s["max_ms"]),
+                str(s["n"]),
+            ]
+        )
+    out += [table(rows)]
+    for era in results["eras"]:
+        p = era["per_call"]
+        out.append(
+            f"mode {era['mode']}: warm server {p['warm_rss_mib']:.1f} MiB resident, "
+            f"{p['warm_idle_cpu_s'] * 1000:.0f} ms of CPU in {IDLE_PROBE:g} s idle"
+        )
+    out.append("")
     if base is not None:
         v = base["versions"]
         ours = {era["mode"]: era for era in results["eras"]}

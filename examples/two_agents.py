@@ -19,6 +19,7 @@ By default both live in a fresh temporary directory, removed at the end.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -32,7 +33,7 @@ SOURCE_TREE = Path(__file__).resolve().parents[1]
 
 def server(db: Path, workdir: Path) -> StdioServerParameters:
     """How an MCP client starts agenthold for one agent: ``agenthold --db ... --workspace ...``."""
-    env = {}
+    env = {k: v for k, v in os.environ.items() if k.startswith("AGENTHOLD_")}  # AGENTHOLD_NO_WARM
     if (SOURCE_TREE / "agenthold" / "__init__.py").exists():  # run from a source checkout
         env["PYTHONPATH"] = str(SOURCE_TREE)
     return StdioServerParameters(

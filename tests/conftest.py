@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import faulthandler
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from pgserver import SKIP_REASON, Cluster, find_bindir
+from support import stop_warm_servers
 
 from agenthold.store import StateStore
 
@@ -24,6 +27,32 @@ def watchdog() -> Iterator[None]:
     faulthandler.dump_traceback_later(HANG_SECONDS, exit=True, file=sys.__stderr__)
     yield
     faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(autouse=True)
+def no_warm_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test leaves a warm server behind unless it asks for one (``stdio_path``)."""
+    monkeypatch.setenv("AGENTHOLD_NO_WARM", "1")
+    monkeypatch.delenv("AGENTHOLD_WARM", raising=False)
+
+
+@pytest.fixture(params=["cold", "warm"])
+def stdio_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run the test twice: with stdio servers that serve their calls themselves ("cold"), and
+    through warm servers ("warm"): AGENTHOLD_WARM=wait makes even the first call of each kind
+    go through the warm server it leaves behind. Each test has a runtime directory of its own
+    (short: socket paths are limited to 107 bytes), and its warm servers are stopped after it."""
+    directory = tempfile.mkdtemp(prefix="ah-")
+    monkeypatch.setenv("AGENTHOLD_RUNTIME_DIR", directory)
+    if request.param == "warm":
+        monkeypatch.delenv("AGENTHOLD_NO_WARM")
+        monkeypatch.setenv("AGENTHOLD_WARM", "wait")
+    try:
+        yield str(request.param)
+    finally:
+        killed = stop_warm_servers(Path(directory))
+        shutil.rmtree(directory, ignore_errors=True)
+        assert not killed, f"warm servers {killed} did not stop on SIGTERM"
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -16,6 +16,7 @@ import contextlib
 import json
 import os
 import queue
+import signal
 import socket
 import subprocess
 import sys
@@ -442,3 +443,34 @@ class StdioPipes:
         err = self.errors.read().decode(errors="replace")
         self.errors.close()
         return status, err
+
+
+# --------------------------------------------------------------------------------------------
+# Warm servers
+# --------------------------------------------------------------------------------------------
+
+
+def warm_pids(directory: Path) -> list[int]:
+    """The warm servers living in the runtime directory ``directory`` (their pid files)."""
+    pids = []
+    for pid_file in directory.glob("*.pid"):
+        with contextlib.suppress(OSError, ValueError):
+            pids.append(int(pid_file.read_text()))
+    return sorted(pids)
+
+
+def stop_warm_servers(directory: Path, timeout: float = 15.0) -> list[int]:
+    """SIGTERM every warm server of ``directory`` and wait until each has exited (its pid
+    file goes last); those still there after ``timeout`` are killed and returned."""
+    pids = warm_pids(directory)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while warm_pids(directory) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    left = warm_pids(directory)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return left

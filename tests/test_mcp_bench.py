@@ -46,4 +46,8 @@ def test_quick_run_prints_every_table_and_exits_zero() -> None:
         assert re.search(rf"mode {mode}: python -m agenthold +{MS} +{MS} +{MS} +1\n", out)
         assert re.search(rf"mode {mode}: bare mcp Server +{MS} +{MS} +{MS} +1\n", out)
         assert re.search(rf"{mode}: wake-up by another process: p99 <= 30 ms +{MS} +", out)
-    assert len(re.findall(r"  (pass|MISS)$", out, re.MULTILINE)) == 16  # 6 rows + 10 targets
+        assert re.search(rf"mode {mode}: python -m agenthold, warm +{MS} +{MS} +{MS} +3\n", out)
+        assert re.search(rf"mode {mode}: python -m agenthold --no-warm +{MS} +{MS} +{MS} +1\n", out)
+        assert re.search(rf"{mode}: per-call client, warm: median <= 150 ms +{MS} +", out)
+        assert re.search(rf"mode {mode}: warm server \d+\.\d MiB resident, \d+ ms of CPU", out)
+    assert len(re.findall(r"  (pass|MISS)$", out, re.MULTILINE)) == 20  # 6 rows + 14 targets

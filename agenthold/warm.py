@@ -1,0 +1,428 @@
+"""The warm server: a stdio server left behind for the next call of a client that starts one
+per call (see front.py, which hands it each call's pipes).
+
+A call that finds no warm server serves itself, as ever, and forks this server first, once the
+command line has been checked and the SDK imported: the child starts in milliseconds, imports
+nothing, and costs the call that leaves it a fork. The fork comes before the call opens the
+database: SQLite's locks are per process, and a connection opened in a child on a file that the
+parent had open would share the parent's lock bookkeeping without holding its locks (the parent
+closing its connection would then delete the WAL under the child). A database that cannot be
+opened ends the child quietly; the call then reports it as ever. It then lives in a
+session of its own (a client that ends its server's process group does not end it), listens on
+a Unix socket in this user's runtime directory, and exits after IDLE_SECONDS without a client
+(AGENTHOLD_WARM_IDLE), on SIGTERM or SIGINT, and at once when a front finds that the code on
+disk is no longer the code it runs, or that its database file or a workspace directory was
+replaced or removed.
+
+Each accepted connection is one stdio session: the front's stdin, stdout and stderr, served by
+the same pieces as ``agenthold`` on stdio (the SDK's server, agenthold's pipe reader and writer
+and its guard), with an Agenthold of its own over the shared database, so the disconnect grace,
+the end-of-input rules, signals (forwarded by the front) and the logs (to the session's stderr)
+are those of a stdio server of its own. Nothing runs while no client is connected: no polling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import fcntl
+import json
+import logging
+import math
+import os
+import signal
+import socket
+import struct
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from mcp.server.stdio import stdio_server
+
+from agenthold.front import IDLE, PROTOCOL, Plan, code_stamp, connect, peer_uid
+from agenthold.server import PROCESS, Agenthold, build_server
+from agenthold.stdio import _guard_stdio, _PipeLines, _PipeWriter
+
+if TYPE_CHECKING:
+    from agenthold.claims import Coordinator
+
+log = logging.getLogger("agenthold.warm")
+
+IDLE_SECONDS = 600.0  # how long a warm server waits for its next client before it exits
+HELLO_TIMEOUT = 5.0  # seconds a connection may take to say hello and pass its pipes
+READY_TIMEOUT = 10.0  # seconds a call that waits for its warm server (AGENTHOLD_WARM=wait) waits
+_session_stderr: contextvars.ContextVar[int] = contextvars.ContextVar("stderr", default=2)
+
+
+def idle_seconds(environ: dict[str, str]) -> float:
+    try:
+        value = float(environ.get(IDLE, IDLE_SECONDS))
+    except ValueError:
+        return IDLE_SECONDS
+    return value if math.isfinite(value) and value > 0 else IDLE_SECONDS
+
+
+class _SessionLog(logging.Handler):
+    """Log records go to the stderr of the session they come from (a contextvar, which anyio
+    carries into worker threads), and the rest to the warm server's own log file."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(OSError):  # a client that closed its stderr
+            os.write(_session_stderr.get(), (self.format(record) + "\n").encode())
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+class WarmServer:
+    def __init__(
+        self,
+        opts: Any,
+        coordinator: Coordinator,
+        found: Plan,
+        warnings: list[str],
+        listener: socket.socket,
+        idle: float,
+    ) -> None:
+        self.opts = opts
+        self.coordinator = coordinator
+        self.plan = found
+        self.warnings = warnings
+        self.listener = listener
+        self.idle = idle
+        self.sessions: set[anyio.CancelScope] = set()
+        self.accepting = True
+        self._waiting: anyio.CancelScope | None = None
+        self.lock: int | None = None  # released once this server answers calls
+        self.setup: Callable[[Agenthold], None] = lambda app: None  # as cli.serve sets an app
+        self._socket_inode = os.stat(found.socket).st_ino
+        self._files = self._watched()
+
+    def _watched(self) -> dict[str, tuple[int, int] | None]:
+        """The files whose replacement makes this server stale: the database, the roots."""
+        paths = [os.path.abspath(self.opts.db)]
+        paths += [ws.root for ws in self.coordinator.resolver.workspaces]
+        return {path: _identity(path) for path in paths}
+
+    def stale(self) -> str | None:
+        """Why this server may serve no more calls, or None."""
+        if code_stamp() != self.plan.stamp:
+            return "the code on disk has changed"
+        for path, identity in self._files.items():
+            if _identity(path) != identity:
+                return f"{path} was replaced or removed"
+        return None
+
+    def stop_accepting(self) -> None:
+        """Take the socket away (if it is still ours) so that no new call comes here."""
+        if not self.accepting:
+            return
+        self.accepting = False
+        with contextlib.suppress(OSError):
+            if os.stat(self.plan.socket).st_ino == self._socket_inode:
+                os.unlink(self.plan.socket)
+        self.listener.close()
+        if self._waiting is not None:
+            self._waiting.cancel()
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._signals, tg.cancel_scope)
+            if self.lock is not None:
+                os.close(self.lock)
+                self.lock = None
+            deadline = time.monotonic() + self.idle
+            while self.accepting:
+                timeout = math.inf if self.sessions else deadline - time.monotonic()
+                with anyio.CancelScope(deadline=anyio.current_time() + timeout) as waiting:
+                    self._waiting = waiting
+                    await anyio.wait_readable(self.listener)
+                self._waiting = None
+                if not self.accepting:
+                    break
+                if waiting.cancelled_caught:  # a session ended, or the idle time is over
+                    if not self.sessions:
+                        if time.monotonic() >= deadline:
+                            log.info("idle for %g s: exiting", self.idle)
+                            self.stop_accepting()
+                        else:
+                            deadline = time.monotonic() + self.idle
+                    continue
+                try:
+                    conn, _ = self.listener.accept()
+                except BlockingIOError:  # pragma: no cover - another wake-up took it
+                    continue
+                tg.start_soon(self._connection, conn)
+            while self.sessions:  # let sessions in flight finish (signals end them)
+                await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+
+    async def _signals(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for signum in signals:
+                log.info("%s: stopping", signal.Signals(signum).name)
+                self.stop_accepting()
+                for session in list(self.sessions):
+                    session.cancel()
+
+    def _session_ended(self) -> None:
+        if self._waiting is not None and not self.sessions:
+            self._waiting.cancel()  # re-arm the idle deadline
+
+    async def _connection(self, conn: socket.socket) -> None:
+        scope = anyio.CancelScope()
+        self.sessions.add(scope)
+        fds: list[int] = []
+        try:
+            conn.setblocking(False)
+            with anyio.move_on_after(HELLO_TIMEOUT):
+                fds = await self._handshake(conn)
+            if len(fds) == 3:
+                with scope:
+                    status = await self._session(conn, fds, scope)
+                with contextlib.suppress(OSError):
+                    conn.setblocking(True)
+                    conn.sendall(json.dumps({"exit": status}).encode() + b"\n")
+        finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            conn.close()
+            self.sessions.discard(scope)
+            self._session_ended()
+
+    async def _handshake(self, conn: socket.socket) -> list[int]:
+        """Check the hello, answer it, and receive the pipes: [] if it comes to nothing."""
+        if peer_uid(conn) not in (None, os.geteuid()):  # pragma: no cover - the dir is 0700
+            return []
+        data = b""
+        while not data.endswith(b"\n"):
+            await anyio.wait_readable(conn)
+            chunk = conn.recv(4096)
+            if not chunk or len(data) > 1 << 16:
+                return []
+            data += chunk
+        try:
+            hello = json.loads(data)
+        except ValueError:
+            return []
+        if not isinstance(hello, dict):
+            return []
+        why = None
+        if hello.get("agenthold") != PROTOCOL or hello.get("identity") != self.plan.identity:
+            why = "not the server for this call"
+        elif hello.get("stamp") != self.plan.stamp:
+            why = "of other code"
+        elif (why := self.stale()) is not None:
+            log.info("stale, exiting: %s", why)
+            self.stop_accepting()
+        if why is not None or not self.accepting:
+            conn.sendall(json.dumps({"ok": False, "why": why or "stopping"}).encode() + b"\n")
+            return []
+        conn.sendall(json.dumps({"ok": True, "warnings": self.warnings}).encode() + b"\n")
+        await anyio.wait_readable(conn)
+        size = socket.CMSG_SPACE(3 * struct.calcsize("i"))
+        try:
+            message, ancillary, _, _ = conn.recvmsg(1, size)
+        except OSError:  # pragma: no cover
+            return []
+        fds: list[int] = []
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(payload) - len(payload) % 4
+                fds += list(struct.unpack(f"{usable // 4}i", payload[:usable]))
+        if message != b"F" or len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
+            return []
+        return fds
+
+    async def _session(self, conn: socket.socket, fds: list[int], scope: anyio.CancelScope) -> int:
+        """One stdio session on the pipes ``fds`` (stdin, stdout, stderr), until its input
+        ends or the front forwards a signal (or goes away)."""
+        _session_stderr.set(fds[2])
+        log.info("warm server %d: serving this call", os.getpid())
+        app = Agenthold(
+            self.coordinator, tools=self.opts.tools, disconnect_grace=self.opts.disconnect_grace
+        )
+        app.transport = "stdio"
+        app.reap_idle = self.opts.reap_idle
+        self.setup(app)
+        server = build_server(app)
+        lines, writer = _PipeLines(fds[0]), _PipeWriter(fds[1])
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._front_signals, conn, tg.cancel_scope)
+                tg.start_soon(app.reap_forever)
+                async with (
+                    stdio_server(stdin=lines, stdout=writer) as (read_stream, write_stream),  # type: ignore[arg-type]
+                    _guard_stdio(app, read_stream, write_stream) as (guarded, answers),
+                ):
+                    await server.run(guarded, answers, server.create_initialization_options())
+                tg.cancel_scope.cancel()  # stdin reached EOF: the client has gone
+        finally:
+            with anyio.CancelScope(shield=True):
+                await app.end_leases(app.agents.close(PROCESS))
+        return 0
+
+    async def _front_signals(self, conn: socket.socket, scope: anyio.CancelScope) -> None:
+        """A signal the front forwards, or the front's end, ends the session as a signal
+        ends a stdio server."""
+        while True:
+            await anyio.wait_readable(conn)
+            try:
+                chunk = conn.recv(4096)
+            except BlockingIOError:  # pragma: no cover
+                continue
+            except OSError:  # pragma: no cover
+                chunk = b""
+            if chunk:
+                with contextlib.suppress(ValueError, TypeError):
+                    log.info("%s: stopping", signal.Signals(json.loads(chunk)["signal"]).name)
+            scope.cancel()
+            return
+
+
+# --------------------------------------------------------------------------------------------
+# Leaving one behind
+# --------------------------------------------------------------------------------------------
+
+
+def _lock(path: str) -> int | None:
+    """A descriptor holding an exclusive lock on ``path``, or None if another process holds
+    it for more than two seconds."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    for _ in range(100):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            time.sleep(0.02)
+    os.close(fd)
+    return None
+
+
+def _listen(found: Plan) -> tuple[socket.socket, int] | None:
+    """The listening socket of the warm server of ``found``, unless a good one answers there
+    already, and the lock under which it was made: two calls starting at once leave one
+    server, not two. The lock is held until the server answers (WarmServer.run)."""
+    lock = _lock(found.lock)
+    if lock is None:
+        return None
+    answered = connect(found)  # one that answers is kept; a hung or stale one is replaced
+    if answered is not None:
+        answered[0].close()
+        os.close(lock)
+        return None
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(found.socket)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o077)
+    try:
+        listener.bind(found.socket)
+    finally:
+        os.umask(old)
+    listener.listen(64)
+    listener.setblocking(False)
+    return listener, lock
+
+
+def leave_behind(
+    opts: Any,
+    warnings: list[str],
+    found: Plan,
+    opener: Callable[[Any], Coordinator],
+    setup: Callable[[Agenthold], None],
+    *,
+    wait: bool = False,
+) -> bool:
+    """Fork the warm server for ``found`` (the caller has checked ``opts``, and has not opened
+    the database yet).
+    With ``wait``, return once it listens (True) or failed to (False); else at once."""
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - measured in the grandchild, not here
+        try:
+            os.close(ready_r)
+            os.setsid()  # out of the client's process group and session
+            if os.fork() != 0:
+                os._exit(0)
+            _become_warm(opts, warnings, found, ready_w, opener, setup)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.waitpid(pid, 0)
+    if not wait:
+        os.close(ready_r)
+        return False
+    try:
+        import select
+
+        readable, _, _ = select.select([ready_r], [], [], READY_TIMEOUT)
+        return bool(readable) and os.read(ready_r, 1) == b"1"
+    finally:
+        os.close(ready_r)
+
+
+def _become_warm(
+    opts: Any,
+    warnings: list[str],
+    found: Plan,
+    ready: int,
+    opener: Callable[[Any], Coordinator],
+    setup: Callable[[Agenthold], None],
+) -> None:
+    """The warm server's life, in the forked grandchild."""
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    logfile = os.open(found.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.dup2(logfile, 1)  # the client's pipes are no longer held here
+    os.dup2(logfile, 2)
+    os.close(logfile)
+    listening = _listen(found)
+    if listening is None:
+        os.close(ready)
+        return
+    listener, lock = listening
+    try:
+        coordinator = opener(opts)  # cli.open_coordinator
+    except SystemExit:
+        listener.close()
+        os.unlink(found.socket)
+        os.close(lock)
+        os.close(ready)
+        return
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    handler = _SessionLog()
+    handler.setFormatter(logging.Formatter("agenthold: %(levelname)s: %(message)s"))
+    root.addHandler(handler)
+    root.setLevel(opts.log_level.upper())
+    server = WarmServer(
+        opts, coordinator, found, warnings, listener, idle_seconds(dict(os.environ))
+    )
+    server.lock = lock
+    server.setup = setup
+    pid_file = found.pid_file(os.getpid())
+    with open(pid_file, "w") as out:
+        out.write(f"{os.getpid()}\n")
+    with contextlib.suppress(OSError):  # nobody reads it unless the call waits
+        os.write(ready, b"1")
+    os.close(ready)
+    try:
+        anyio.run(server.run)
+    except Exception:  # pragma: no cover - a bug: say what it was in the log
+        log.exception("the warm server failed")
+    finally:
+        server.stop_accepting()
+        coordinator.store.close()
+        with contextlib.suppress(OSError):
+            os.unlink(pid_file)

@@ -1,0 +1,353 @@
+"""Warm servers (agenthold/warm.py) and the front that hands them calls (agenthold/front.py).
+
+Every test here runs real ``python -m agenthold`` processes on real pipes, with a runtime
+directory of its own (short, for the socket path limit) whose warm servers are stopped at the
+end. A call is one process run to its end with its requests on stdin, as a client that starts a
+server per call makes it; ``--log-level info`` makes a warm server say on the call's stderr
+that it served it, which is how a test tells the fast path from the slow one. What the warm
+path serves is the stdio protocol itself, which all of test_stdio.py checks in both ways.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import REPO, child_env, stop_warm_servers, warm_pids
+
+from agenthold import front
+
+SERVED = "serving this call"
+
+
+@pytest.fixture
+def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A runtime directory for this test's warm servers, warm servers on (without waiting),
+    the test's directory as the current one; every warm server is stopped at the end."""
+    import tempfile
+
+    directory = Path(tempfile.mkdtemp(prefix="ah-"))
+    monkeypatch.setenv(front.RUNTIME_DIR, str(directory))
+    monkeypatch.delenv(front.NO_WARM)
+    monkeypatch.chdir(tmp_path)
+    try:
+        yield directory
+    finally:
+        left = stop_warm_servers(directory)
+        for path in directory.iterdir():
+            path.unlink()
+        directory.rmdir()
+        assert not left
+
+
+def argv(tmp_path: Path, *flags: str) -> list[str]:
+    return ["--db", str(tmp_path / "warm.db"), "--log-level", "info", *flags]
+
+
+def one_call(
+    tmp_path: Path, *flags: str, env: dict[str, str] | None = None, tool: str = "agenthold_status"
+) -> tuple[dict[str, Any], str]:
+    """One call as a per-call client makes it: initialize, one tool call, end of input. The
+    tool's reply and the call's stderr."""
+    arguments = {"resource": "a.md"} if tool == "agenthold_status" else {"name": "w"}
+    lines = [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+         "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                    "clientInfo": {"name": "per-call", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+         "params": {"name": tool, "arguments": arguments}},
+    ]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "agenthold", *argv(tmp_path, *flags)],
+        input="".join(json.dumps(line) + "\n" for line in lines).encode(),
+        capture_output=True,
+        cwd=tmp_path,
+        env={**child_env(), **(env or {})},
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    replies = {r["id"]: r for r in map(json.loads, done.stdout.splitlines())}
+    assert sorted(replies) == [0, 1]
+    return replies[1]["result"]["structuredContent"], done.stderr.decode()
+
+
+def wait_for(predicate: Any, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def plan_of(tmp_path: Path, *flags: str) -> front.Plan:
+    found = front.plan_for(argv(tmp_path, *flags), os.environ)
+    assert found is not None
+    return found
+
+
+def test_a_call_leaves_a_warm_server_that_serves_the_next_calls_and_exits_when_idle(
+    tmp_path: Path, runtime: Path
+) -> None:
+    # AGENTHOLD_WARM=wait: this call goes through the server it leaves, so the idle time starts
+    # when it ends, not while a slow first call is still serving itself
+    first, err = one_call(tmp_path, env={front.IDLE: "5", front.WARM: "wait"})
+    (pid,) = warm_pids(runtime)
+    assert first["status"] == "available" and f"warm server {pid}: {SERVED}" in err
+    for _ in range(3):
+        reply, err = one_call(tmp_path, tool="agenthold_register")
+        assert reply["status"] == "registered"
+        assert f"warm server {pid}: {SERVED}" in err
+    assert warm_pids(runtime) == [pid]
+    assert plan_of(tmp_path).key != plan_of(tmp_path, "--tools", "advanced").key
+    wait_for(lambda: not warm_pids(runtime), timeout=20)  # idle for 5 s: gone
+    assert [p.suffix for p in runtime.iterdir()] in ([".lock", ".log"], [".log", ".lock"])
+
+
+@pytest.mark.parametrize("how", ["flag", "variable"])
+def test_no_warm_turns_it_off(tmp_path: Path, runtime: Path, how: str) -> None:
+    flags = ("--no-warm",) if how == "flag" else ()
+    env = {front.NO_WARM: "1"} if how == "variable" else {}
+    for _ in range(2):
+        _, err = one_call(tmp_path, *flags, env=env)
+        assert SERVED not in err
+    time.sleep(0.3)
+    assert not warm_pids(runtime) and not list(runtime.iterdir())
+
+
+def test_a_replaced_database_ends_the_warm_server_and_the_call_is_served_afresh(
+    tmp_path: Path, runtime: Path
+) -> None:
+    one_call(tmp_path)
+    wait_for(lambda: len(warm_pids(runtime)) == 1)
+    (old,) = warm_pids(runtime)
+    _, err = one_call(tmp_path, tool="agenthold_register")
+    assert SERVED in err
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{tmp_path / 'warm.db'}{suffix}").unlink(missing_ok=True)
+    reply, err = one_call(tmp_path, tool="agenthold_register")
+    assert reply["status"] == "registered" and SERVED not in err  # the new file, served here
+    wait_for(lambda: warm_pids(runtime) not in ([], [old]))
+    (new,) = warm_pids(runtime)
+    _, err = one_call(tmp_path)
+    assert f"warm server {new}: {SERVED}" in err
+
+
+def test_a_hung_warm_server_costs_one_timeout_and_loses_nothing(
+    tmp_path: Path, runtime: Path
+) -> None:
+    found = plan_of(tmp_path)
+    hung = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    hung.bind(found.socket)
+    hung.listen(8)  # accepts connections (the kernel does) and never answers
+    try:
+        started = time.monotonic()
+        reply, err = one_call(tmp_path)
+        assert reply["status"] == "available" and SERVED not in err
+        assert time.monotonic() - started >= front.HANDSHAKE_TIMEOUT
+        # its socket was taken away, and the call left a warm server of its own there
+        wait_for(lambda: len(warm_pids(runtime)) == 1)
+        _, err = one_call(tmp_path)
+        assert SERVED in err
+    finally:
+        hung.close()
+
+
+def fake_server(path: str, answer: bytes, heard: list[bytes]) -> socket.socket:
+    """A socket at ``path`` that answers each connection's first line with ``answer``."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                heard.append(conn.recv(65536))
+                conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+def test_a_warm_server_that_refuses_the_hello_leaves_the_call_to_this_process(
+    tmp_path: Path, runtime: Path
+) -> None:
+    found = plan_of(tmp_path)
+    heard: list[bytes] = []
+    listener = fake_server(found.socket, b'{"ok": false, "why": "of other code"}\n', heard)
+    try:
+        reply, err = one_call(tmp_path, "--no-warm")  # another key: a control call
+        reply, err = one_call(tmp_path)
+        assert reply["status"] == "available" and SERVED not in err
+        hello = json.loads(heard[0])
+        assert hello == {
+            "agenthold": front.PROTOCOL,
+            "identity": found.identity,
+            "stamp": found.stamp,
+        }
+    finally:
+        listener.close()
+
+
+def test_a_real_warm_server_refuses_a_hello_of_other_code_and_keeps_serving(
+    tmp_path: Path, runtime: Path
+) -> None:
+    one_call(tmp_path)
+    wait_for(lambda: len(warm_pids(runtime)) == 1)
+    found = plan_of(tmp_path)
+    other = front.Plan(found.directory, found.identity, "other code")
+    assert front.connect(other) is None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(found.socket)
+        sock.sendall(b"not json\n")
+        assert sock.recv(100) == b""  # hung up on
+    _, err = one_call(tmp_path)
+    assert SERVED in err
+
+
+def test_a_socket_or_directory_of_another_user_is_never_used(tmp_path: Path, runtime: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make files of another user")
+    nobody = 65534
+    found = plan_of(tmp_path)
+    heard: list[bytes] = []
+    listener = fake_server(found.socket, b'{"ok": true, "warnings": []}\n', heard)
+    try:
+        os.chown(found.socket, nobody, nobody)  # a socket file of another user
+        reply, _ = one_call(tmp_path)
+        assert reply["status"] == "available" and heard == []
+        os.chown(found.socket, 0, 0)
+        os.chmod(runtime, 0o755)  # a directory others may enter
+        reply, _ = one_call(tmp_path)
+        assert reply["status"] == "available" and heard == []
+        assert front.runtime_dir({front.RUNTIME_DIR: str(runtime)}) is None
+        os.chmod(runtime, 0o700)
+        os.chown(runtime, nobody, nobody)  # a directory of another user
+        assert front.runtime_dir({front.RUNTIME_DIR: str(runtime)}) is None
+        os.chown(runtime, 0, 0)
+    finally:
+        listener.close()
+        os.unlink(found.socket)
+
+
+def test_a_listener_of_another_user_is_refused_by_its_credentials(
+    tmp_path: Path, runtime: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to run a process as another user")
+    found = plan_of(tmp_path)
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child, as another user
+        try:
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(found.socket)
+            os.setgid(65534)
+            os.setuid(65534)
+            listener.listen(8)  # the credentials a peer sees are those of listen()
+            os.write(ready_w, b"1")
+            conn, _ = listener.accept()
+            conn.settimeout(5)
+            got = conn.recv(100)
+            os._exit(3 if got else 0)
+        finally:
+            os._exit(1)
+    os.close(ready_w)
+    assert os.read(ready_r, 1) == b"1"
+    os.close(ready_r)
+    try:
+        assert front.connect(found) is None
+    finally:
+        _, status = os.waitpid(pid, 0)
+        os.unlink(found.socket)
+    assert os.waitstatus_to_exitcode(status) == 0  # it heard nothing
+
+
+@pytest.mark.usefixtures("no_child_coverage")  # coverage itself would import sqlite3
+def test_the_front_imports_nothing_heavy_and_help_and_the_inspector_never_go_warm(
+    tmp_path: Path, runtime: Path
+) -> None:
+    one_call(tmp_path)
+    wait_for(lambda: len(warm_pids(runtime)) == 1)
+    hello = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+             "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                        "clientInfo": {"name": "imports", "version": "1"}}}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "agenthold", *argv(tmp_path)],
+        input=json.dumps(hello).encode() + b"\n",
+        capture_output=True,
+        cwd=tmp_path,
+        env=child_env(),
+        timeout=60,
+    )
+    err = done.stderr.decode()
+    assert SERVED in err and json.loads(done.stdout)["id"] == 0
+    imported = {line.split("|")[-1].strip() for line in err.splitlines() if "|" in line}
+    assert "agenthold.front" in imported
+    heavy = {m for m in imported if m.split(".")[0] in ("mcp", "pydantic", "anyio", "sqlite3")}
+    assert not heavy and "agenthold.cli" not in imported and "argparse" not in imported
+    for args in (["--help"], ["claims", "--db", str(tmp_path / "warm.db")]):
+        shown = subprocess.run(
+            [sys.executable, "-m", "agenthold", *args],
+            capture_output=True,
+            cwd=tmp_path,
+            env=child_env(),
+            timeout=60,
+        )
+        assert shown.returncode == 0 and SERVED not in shown.stderr.decode()
+    assert front.serves_stdio(["--db", "x.db", "--json-response", "--tools=advanced"], {})
+    assert front.serves_stdio([], {}) and not front.serves_stdio([], {"AGENTHOLD_DB": ":memory:"})
+    for never in (
+        ["--help"], ["--version"], ["claims"], ["--db", ":memory:"], ["--db", "file:x"],
+        ["--transport", "http"], ["--db"], ["--no-warm"], ["--unknown"], ["-h"],
+    ):  # fmt: skip
+        assert not front.serves_stdio(never, {}), never
+
+
+def test_sigterm_at_the_front_ends_the_session_and_the_warm_server_serves_on(
+    tmp_path: Path, runtime: Path
+) -> None:
+    one_call(tmp_path)
+    wait_for(lambda: len(warm_pids(runtime)) == 1)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agenthold", *argv(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=child_env(),
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    hello = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+             "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                        "clientInfo": {"name": "signals", "version": "1"}}}  # fmt: skip
+    proc.stdin.write(json.dumps(hello).encode() + b"\n")
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["id"] == 0
+    proc.terminate()
+    assert proc.wait(timeout=15) == 0
+    proc.stdin.close()
+    proc.stdout.close()
+    assert proc.stderr is not None
+    assert b"SIGTERM: stopping" in proc.stderr.read()
+    proc.stderr.close()
+    _, err = one_call(tmp_path)
+    assert SERVED in err
+
+
+def test_the_package_entry_points_go_through_the_front() -> None:
+    text = (REPO / "pyproject.toml").read_text()
+    assert 'agenthold = "agenthold.__main__:main"' in text
+    assert "agenthold.front import try_warm" in (REPO / "agenthold" / "__main__.py").read_text()
