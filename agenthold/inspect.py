@@ -27,7 +27,6 @@ import sys
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
-    import sqlite3
     import threading
     from collections.abc import Callable, Sequence
 
@@ -500,16 +499,7 @@ EVENT_NAMES = (
 )
 LOG_ACTOR_WIDTH = (16, 24)  # the ACTOR column is fixed at start: this wide at least, at most
 
-_STATE_EVENTS = (
-    "SELECT id, namespace, key, version, value, updated_by, updated_at, event_type, principal "
-    "FROM state_history "
-)
-_CLAIM_EVENTS = (
-    "SELECT id, at, agent_id, event, uri, outcome, moved_to, version, principal FROM claim_events "
-)
-_APPENDS = (
-    "SELECT id, thread_id, seq, sender_id, sender_name, content, created_at FROM msg_messages "
-)
+_APPENDS = "id, thread_id, seq, sender_id, sender_name, content, created_at"
 
 
 def by_whom(actor: str, principal: str | None) -> str:
@@ -555,9 +545,18 @@ class Inspector:
             self._bus: MessageBus = MessageBus(self.store)
             return self._bus
 
-    def appends(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
-        """Rows of ``_APPENDS + sql``, none when the database has no message bus."""
-        return self.store.db.fetchall(_APPENDS + sql, params) if self.bus.has_tables else []
+    @property
+    def has_bus(self) -> bool:
+        """Whether the database holds message-bus tables (the bus runs on SQLite only)."""
+        return self.store.db.dialect == "sqlite" and self.bus.has_tables
+
+    def read_appends(self, conn: Any, after: Any, limit: int | None) -> tuple[list[Any], Any]:
+        """Messages appended (after position ``after``), none without a message bus."""
+        from agenthold.store import read_events
+
+        if not self.has_bus:
+            return [], after
+        return read_events(self.store.db, conn, "msg_messages", _APPENDS, after=after, limit=limit)
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -590,9 +589,7 @@ class Inspector:
         from agenthold.store import MAX_NAMESPACE_LENGTH, AgentholdError, check_text
 
         check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
-        if not self.store.db.fetchone(
-            "SELECT EXISTS (SELECT 1 FROM state WHERE namespace = ?)", (namespace,)
-        )[0]:
+        if not self.store.was_written(namespace):
             raise AgentholdError(
                 f"no namespace {namespace!r} in {self.store.path}: nothing was ever written "
                 "to it ('agenthold namespaces' lists the namespaces)"
@@ -606,17 +603,14 @@ class Inspector:
 
         self.check_namespace(namespace)
         check_text("key", key, MAX_KEY_LENGTH)
-        if not self.store.db.fetchone(
-            "SELECT EXISTS (SELECT 1 FROM state WHERE namespace = ? AND key = ?)",
-            (namespace, key),
-        )[0]:
+        if not self.store.was_written(namespace, key):
             raise AgentholdError(
                 f"no key {key!r} in namespace {namespace!r}: it was never written "
                 f"('agenthold keys {shlex.quote(namespace)}' lists its keys)"
             )
 
     def agent_names(self) -> dict[str, str]:
-        return dict(self.store.db.fetchall("SELECT agent_id, name FROM agents"))
+        return self.coordinator.agent_names()
 
     # -- agents ----------------------------------------------------------------------------------
 
@@ -691,21 +685,7 @@ class Inspector:
     # -- namespaces, keys, history ---------------------------------------------------------------
 
     def namespaces(self, args: argparse.Namespace, limit: int) -> int:
-        # SQLite takes a bare column (updated_by) from the row that holds the max() of the group.
-        rows_ = self.store.db.fetchall(
-            "SELECT namespace, sum(deleted = 0), sum(deleted), max(updated_at), updated_by "
-            "FROM state GROUP BY namespace ORDER BY namespace"
-        )
-        records = [
-            {
-                "namespace": ns,
-                "record_count": live,
-                "deleted_count": deleted,
-                "updated_at": at,
-                "updated_by": by,
-            }
-            for ns, live, deleted, at, by in rows_
-        ]
+        records = self.store.namespace_summaries()
 
         def rows() -> list[list[str]]:
             return [
@@ -832,29 +812,25 @@ class Inspector:
         if namespace is not None:
             self.check_namespace(namespace)
         with self.store.db.snapshot() as conn:
-            events = self.latest_events(conn, namespace, limit)
+            events, _ = self.latest_events(conn, namespace, limit)
         return self.show(events, LOG_COLUMNS, lambda: [self.log_row(e) for e in events])
 
     def latest_events(
-        self, conn: sqlite3.Connection, namespace: str | None, limit: int
-    ) -> list[dict[str, Any]]:
-        """The last ``limit`` events recorded, in time order.
+        self, conn: Any, namespace: str | None, limit: int
+    ) -> tuple[list[dict[str, Any]], list[Any]]:
+        """The last ``limit`` events recorded, in time order, and the positions to follow from.
 
         Rows are picked newest id first (the primary key, so a large history is not sorted):
         ids follow the commits, which follow time, except that a release recorded for a lapsed
         lease carries the earlier time the lease ended; it is shown at that time."""
-        where = "WHERE namespace = ? " if namespace is not None else ""
-        params: tuple[Any, ...] = (namespace, limit) if namespace is not None else (limit,)
-        state = conn.execute(_STATE_EVENTS + where + "ORDER BY id DESC LIMIT ?", params).fetchall()
-        claims: list[Any] = []
-        if namespace is None:
-            claims = conn.execute(_CLAIM_EVENTS + "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-        appends: list[Any] = []
-        if namespace is None and self.bus.has_tables:
-            appends = conn.execute(_APPENDS + "ORDER BY id DESC LIMIT ?", (limit,)).fetchall()
-        names = dict(conn.execute("SELECT agent_id, name FROM agents").fetchall())
+        state, state_at = self.store.read_log(conn, namespace, limit=limit)
+        claims, claims_at = self.coordinator.read_log(conn, limit=limit)
+        appends, appends_at = self.read_appends(conn, None, limit)
+        if namespace is not None:
+            claims, appends = [], []
+        names = self.coordinator.agent_names(conn)
         events = self.events(state, claims, names, appends)
-        return events[-limit:]
+        return events[-limit:], [state_at, claims_at, appends_at]
 
     def events(
         self,
@@ -964,16 +940,7 @@ class Inspector:
             # commit falls between what is printed now and what is printed next.
             with self.store.db.subscribe(None, woken.set):
                 with self.store.db.snapshot() as conn:
-                    events = self.latest_events(conn, namespace, limit)
-                    cursors = [
-                        conn.execute("SELECT max(id) FROM state_history").fetchone()[0] or 0,
-                        conn.execute("SELECT max(id) FROM claim_events").fetchone()[0] or 0,
-                        (
-                            conn.execute("SELECT max(id) FROM msg_messages").fetchone()[0] or 0
-                            if self.bus.has_tables
-                            else 0
-                        ),
-                    ]
+                    events, cursors = self.latest_events(conn, namespace, limit)
                 show = self.follow_printer(events)
                 show(events)
                 self.follow_loop(namespace, cursors, woken, show)
@@ -1014,36 +981,23 @@ class Inspector:
     def follow_loop(
         self,
         namespace: str | None,
-        cursors: list[int],
+        cursors: list[Any],
         woken: threading.Event,
         show: Callable[[list[dict[str, Any]]], None],
     ) -> None:
-        """Wait for commits and print the events after ``cursors`` (last ids seen), forever."""
+        """Wait for commits and print the events after ``cursors`` (positions), forever."""
         names = self.agent_names()
-        state_sql = _STATE_EVENTS + "WHERE id > ? "
-        if namespace is not None:
-            state_sql += "AND namespace = ? "
         while True:
             woken.wait(FOLLOW_RECHECK)
             woken.clear()
-            params = (cursors[0],) if namespace is None else (cursors[0], namespace)
-            state = self.store.db.fetchall(state_sql + "ORDER BY id", params)
-            claims: list[Any] = []
-            if namespace is None:
-                claims = self.store.db.fetchall(
-                    _CLAIM_EVENTS + "WHERE id > ? ORDER BY id", (cursors[1],)
-                )
-            appends: list[Any] = []
-            if namespace is None:
-                appends = self.appends("WHERE id > ? ORDER BY id", (cursors[2],))
-            if state:
-                cursors[0] = state[-1][0]
-            if claims:
-                cursors[1] = claims[-1][0]
-                if any(row[2] not in names for row in claims):
-                    names = self.agent_names()
-            if appends:
-                cursors[2] = appends[-1][0]
+            with self.store.db.snapshot() as conn:
+                state, cursors[0] = self.store.read_log(conn, namespace, after=cursors[0])
+                claims, cursors[1] = self.coordinator.read_log(conn, after=cursors[1])
+                appends, cursors[2] = self.read_appends(conn, cursors[2], None)
+            if namespace is not None:
+                claims, appends = [], []
+            if claims and any(row[2] not in names for row in claims):
+                names = self.agent_names()
             if state or claims or appends:
                 show(self.events(state, claims, names, appends))
 

@@ -20,6 +20,7 @@ Decisions behind it:
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import math
@@ -31,10 +32,10 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 __all__ = [
     "DEFAULT_MAX_VALUE_BYTES",
@@ -45,9 +46,12 @@ __all__ = [
     "MAX_WRITER_LENGTH",
     "PAGE_SIZE",
     "SCHEMA_VERSION",
+    "STORE_SCHEMA",
     "AgentholdError",
     "BusyError",
+    "Component",
     "ConflictError",
+    "Database",
     "DeleteResult",
     "Export",
     "ExportedRecord",
@@ -60,8 +64,10 @@ __all__ = [
     "SQLiteDatabase",
     "SetResult",
     "StateStore",
+    "Subscription",
     "UnavailableError",
     "Waiter",
+    "open_database",
     "wait_until",
 ]
 
@@ -520,14 +526,47 @@ def utc_iso(timestamp: float | None = None) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Schema: every table of an agenthold database, in one place
+# Schema: each component (the store here; claims and messages in their modules) owns its tables
 # --------------------------------------------------------------------------------------------
 
 APPLICATION_ID = 0x41474844  # "AGHD" in PRAGMA application_id marks a file as ours
-SCHEMA_VERSION = 3  # PRAGMA user_version; MIGRATIONS[n] takes a database from version n to n+1
+# PRAGMA user_version is the layout of a file. Files of agenthold 0.11 before components: 1 (the
+# store's and claims' tables at version 1 each), 2 (claims at version 2) and 3 (principal
+# columns: store 2, claims 3). 4: the table agenthold_components names each component's
+# version. Files of layouts 1 to 3 open as they are (a component that keeps its version in
+# agenthold_components, such as the message bus, may add that table to them); the first store or
+# claims migration moves a file to layout 4.
+SCHEMA_VERSION = 4
+LAYOUTS = {1: {"store": 1, "claims": 1}, 2: {"store": 1, "claims": 2}, 3: {"store": 2, "claims": 3}}
+COMPONENTS_SQL = (
+    "CREATE TABLE IF NOT EXISTS agenthold_components ("
+    "component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+)
 
-MIGRATIONS: tuple[str, ...] = (
+
+@dataclass(frozen=True)
+class Component:
+    """The tables of one part of agenthold and how to create or migrate them.
+
+    ``migrations[dialect][n]`` is the SQL script that takes the component from version n to
+    n + 1 ("sqlite" and "postgresql"); the component's version is the number of scripts. A
+    database records each component's version apart, so a program that uses only the store
+    (say a copied store.py) creates only the store's tables, and claims add theirs later.
     """
+
+    name: str
+    migrations: dict[str, tuple[str, ...]]
+
+    @property
+    def version(self) -> int:
+        return len(self.migrations["sqlite"])
+
+
+STORE_SCHEMA = Component(
+    "store",
+    {
+        "sqlite": (
+            """
     -- The live value of every key ever written. A deleted key keeps its row (deleted = 1,
     -- value NULL) so that its version sequence continues: versions are never reused.
     CREATE TABLE state (
@@ -553,63 +592,51 @@ MIGRATIONS: tuple[str, ...] = (
         event_type  TEXT    NOT NULL CHECK (event_type IN ('write', 'delete')),
         UNIQUE (namespace, key, version)
     );
-
-    -- Agents and resource claims (used by agenthold.claims). An agent's lease ends at
-    -- lease_ends_at (unix seconds; NULL = no end); lease_end_outcome says what its end means.
-    CREATE TABLE agents (
-        agent_id           TEXT PRIMARY KEY,
-        name               TEXT NOT NULL,
-        model              TEXT NOT NULL,
-        purpose            TEXT NOT NULL,
-        registered_at      TEXT NOT NULL,
-        last_seen_at       TEXT NOT NULL,
-        lease_ends_at      REAL,
-        lease_end_outcome  TEXT
-    );
-
-    -- One row per resource ever claimed. version is the fencing token: it grows by one with
-    -- every claim and release and is never reused.
-    CREATE TABLE claims (
-        resource         TEXT PRIMARY KEY,
-        uri              TEXT    NOT NULL,
-        holder           TEXT,
-        claimed_at       TEXT,
-        version          INTEGER NOT NULL,
-        last_outcome     TEXT,
-        last_holder      TEXT,
-        last_outcome_at  TEXT,
-        moved_to         TEXT
-    );
-    CREATE INDEX claims_by_holder ON claims (holder) WHERE holder IS NOT NULL;
-
-    -- Registrations, claims, releases and lease ends, append-only, for audit and the inspector.
-    CREATE TABLE claim_events (
-        id        INTEGER PRIMARY KEY,
-        at        TEXT    NOT NULL,
-        agent_id  TEXT    NOT NULL,
-        event     TEXT    NOT NULL,
-        resource  TEXT,
-        uri       TEXT,
-        outcome   TEXT,
-        moved_to  TEXT,
-        version   INTEGER
-    );
     """,
-    """
-    -- The device and inode ("dev:ino") of a claimed file that existed when it was claimed, so
-    -- that a claim through one hard link is seen through the others (agenthold.uris).
-    ALTER TABLE claims ADD COLUMN file_id TEXT;
-    CREATE INDEX claims_by_file ON claims (file_id) WHERE file_id IS NOT NULL;
-    """,
-    """
-    -- The principal (the caller a token names, agenthold.principals) an agent belongs to and
-    -- that made each write and claim event; NULL where no token said who called.
-    ALTER TABLE agents ADD COLUMN principal TEXT;
-    ALTER TABLE claim_events ADD COLUMN principal TEXT;
+            """
+    -- The principal (the caller a token names, agenthold.principals) that made each write;
+    -- NULL where no token said who called.
     ALTER TABLE state_history ADD COLUMN principal TEXT;
     """,
+        ),
+        "postgresql": (
+            """
+    -- As in SQLite. Names sort by code point (COLLATE "C"), as SQLite and Python sort them.
+    CREATE TABLE state (
+        namespace   TEXT COLLATE "C" NOT NULL,
+        key         TEXT COLLATE "C" NOT NULL,
+        value       TEXT,
+        version     BIGINT  NOT NULL,
+        updated_by  TEXT    NOT NULL,
+        updated_at  TEXT    NOT NULL,
+        deleted     INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (namespace, key)
+    );
+
+    -- ids do not commit in order under concurrent writers: readers of the feed go by xid,
+    -- the writing transaction's id (see PostgresDatabase.feed_window).
+    CREATE TABLE state_history (
+        id          BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
+        namespace   TEXT COLLATE "C" NOT NULL,
+        key         TEXT COLLATE "C" NOT NULL,
+        version     BIGINT  NOT NULL,
+        value       TEXT,
+        updated_by  TEXT    NOT NULL,
+        updated_at  TEXT    NOT NULL,
+        event_type  TEXT    NOT NULL CHECK (event_type IN ('write', 'delete')),
+        xid         XID8    NOT NULL DEFAULT pg_current_xact_id(),
+        UNIQUE (namespace, key, version)
+    );
+    CREATE INDEX state_history_by_xid ON state_history (xid);
+    """,
+            """
+    -- The principal (the caller a token names, agenthold.principals) that made each write;
+    -- NULL where no token said who called.
+    ALTER TABLE state_history ADD COLUMN principal TEXT;
+    """,
+        ),
+    },
 )
-assert len(MIGRATIONS) == SCHEMA_VERSION
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -1041,6 +1068,85 @@ def _unwritable(path: str) -> list[str]:
     return stuck
 
 
+class Subscription(Protocol):
+    """What ``Database.subscribe`` returns: change its topics, or close it (also on exit)."""
+
+    def update(self, topics: Iterable[Topic] | None) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Subscription: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class Database(Protocol):
+    """The seam between agenthold's components (store, claims, messages) and a database engine:
+    ``SQLiteDatabase`` below, ``agenthold.postgres.PostgresDatabase`` for PostgreSQL.
+
+    Components write their SQL once, with ``?`` placeholders and the syntax both engines share;
+    their tables come from a ``Component`` given to ``ensure``. The connection that ``snapshot``
+    and ``write`` yield has ``execute(sql, params)`` (returning a cursor with ``fetchone``,
+    ``fetchall`` and iteration) and ``executemany``. Correctness must not rest on one writer at
+    a time: a write that reads before it changes calls ``serialize`` first with the names it
+    reads, so that concurrent writers of those names take turns (PostgreSQL runs READ
+    COMMITTED with many writers). Errors are AgentholdErrors: BusyError when another writer
+    held a lock past ``busy_timeout``, UnavailableError (with a hint) when the database cannot
+    serve, never an error of the driver.
+    """
+
+    dialect: str  # "sqlite" or "postgresql"
+    path: str  # what to show the user: a file path, or a URL without its password
+    read_only: bool
+    busy_timeout: float
+
+    def ensure(self, component: Component, *, required: bool = True) -> int: ...
+    def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
+    def snapshot(self) -> AbstractContextManager[Any]: ...
+    def write(self) -> AbstractContextManager[tuple[Any, list[Topic]]]: ...
+    def serialize(
+        self, conn: Any, exclusive: Sequence[str], shared: Sequence[str] = ()
+    ) -> float: ...
+    def now(self) -> float: ...
+    def feed_window(
+        self, conn: Any, table: str, after: Any
+    ) -> tuple[str, tuple[Any, ...], Any]: ...
+    def subscribe(
+        self, topics: Iterable[Topic] | None, callback: Callable[[], None]
+    ) -> Subscription: ...
+    def notify(self, topics: Iterable[Topic]) -> None: ...
+    def add_change_source(self, source: ChangeSource) -> None: ...
+    def close(self) -> None: ...
+
+
+POSTGRES_PREFIXES = ("postgresql://", "postgres://")
+
+
+def open_database(
+    target: str | os.PathLike[str],
+    *,
+    read_only: bool = False,
+    durability: str = "normal",
+    busy_timeout: float = 5.0,
+) -> Database:
+    """The Database for a file path, ":memory:" or a ``postgresql://`` URL."""
+    if isinstance(target, str) and target.startswith(POSTGRES_PREFIXES):
+        try:  # by name: the backend imports this module, not the other way round
+            backend = importlib.import_module("agenthold.postgres")
+        except ImportError:
+            raise InvalidInputError(
+                'a postgresql:// database needs psycopg: pip install "agenthold[postgres]"'
+            ) from None
+        database: Database = backend.PostgresDatabase(
+            target, read_only=read_only, durability=durability, busy_timeout=busy_timeout
+        )
+        return database
+    return SQLiteDatabase(
+        os.fspath(target) if isinstance(target, os.PathLike) else target,
+        read_only=read_only,
+        durability=durability,
+        busy_timeout=busy_timeout,
+    )
+
+
 class SQLiteDatabase:
     """Connections, transactions and change notification for one SQLite database.
 
@@ -1048,6 +1154,8 @@ class SQLiteDatabase:
     with the same methods: ``fetchone``, ``fetchall``, ``snapshot``, ``write``, ``subscribe``,
     ``notify``, ``add_change_source`` and ``close``.
     """
+
+    dialect = "sqlite"
 
     def __init__(
         self,
@@ -1182,51 +1290,95 @@ class SQLiteDatabase:
         return self._error(exc)
 
     def _prepare_schema(self) -> None:
-        """Check that the file is ours (or empty) and bring its schema up to date. On any
-        error every connection is closed before the error is raised."""
+        """Check that the file is ours (or empty) and set it up (page size, WAL); the tables
+        come with ``ensure``. On any error every connection is closed before it is raised."""
         try:
             conn = self._shared or self._thread_conn()
-            app_id, version, tables = _describe(conn)
-            self._check_identity(app_id, version, tables)
+            app_id, layout, _, tables = _describe(conn)
+            self._check_identity(app_id, layout, tables)
             if self.read_only:
-                if version < SCHEMA_VERSION:
-                    raise IncompatibleDatabaseError(
-                        f"{self.path!r} has schema version {version}, older than this "
-                        f"agenthold's {SCHEMA_VERSION}; open it once without read-only to "
-                        "migrate it"
-                    )
                 return
             if not self.memory:
-                if version == 0 and not tables:  # a new file: its page size can still change
+                if layout == 0 and not tables:  # a new file: its page size can still change
                     conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
                 self._enable_wal(conn)
-            if version < SCHEMA_VERSION:
-                with self._file.write_lock:
-                    conn.execute("BEGIN IMMEDIATE")
-                    try:
-                        app_id, version, tables = _describe(conn)  # another process may have won
-                        self._check_identity(app_id, version, tables)
-                        legacy = app_id == 0 and "state_records" in tables
-                        if legacy:
-                            conn.execute("ALTER TABLE state_history RENAME TO legacy_history")
-                        for step in range(version, SCHEMA_VERSION):
-                            for statement in _split_sql(MIGRATIONS[step]):
-                                conn.execute(statement)
-                        if legacy:
-                            _import_legacy(conn)
-                        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                        conn.execute("COMMIT")
-                    except BaseException:
-                        if conn.in_transaction:
-                            conn.execute("ROLLBACK")
-                        raise
         except sqlite3.Error as exc:
             self.close()
             raise self._opening_error(exc) from None
         except AgentholdError:
             self.close()
             raise
+
+    def ensure(self, component: Component, *, required: bool = True) -> int:
+        """Create ``component``'s tables or migrate them to its version (one transaction, which
+        also imports an agenthold 0.10 file the first time the store's tables are made).
+        Returns the version the tables are at: read-only and not ``required``, 0 when they
+        were never made."""
+        try:
+            conn = self._shared_or_thread()
+            with self._exclusive_if_memory():
+                have = self._component_version(conn, component)
+            if have == component.version or (self.read_only and have == 0 and not required):
+                return have
+            if self.read_only:
+                raise IncompatibleDatabaseError(
+                    f"{self.path!r} has the {component.name} tables at version {have}, older "
+                    f"than this agenthold's {component.version}; open it once without "
+                    "read-only to migrate it"
+                )
+            with self._mem_lock or self._file.write_lock:
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    have = self._component_version(conn, component)  # another process may win
+                    if have < component.version:
+                        self._migrate(conn, component, have)
+                    conn.execute("COMMIT")
+                    return component.version
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+        except sqlite3.Error as exc:
+            self.close()
+            raise self._opening_error(exc) from None
+        except AgentholdError:
+            self.close()
+            raise
+
+    def _component_version(self, conn: sqlite3.Connection, component: Component) -> int:
+        app_id, layout, versions, tables = _describe(conn)
+        self._check_identity(app_id, layout, tables)
+        have = versions.get(component.name, 0)
+        if have > component.version:
+            raise IncompatibleDatabaseError(
+                f"{self.path!r} has the {component.name} tables at version {have}, newer than "
+                f"this agenthold supports ({component.version}); upgrade agenthold to open it"
+            )
+        return have
+
+    def _migrate(self, conn: sqlite3.Connection, component: Component, have: int) -> None:
+        app_id, _, versions, tables = _describe(conn)
+        legacy = component is STORE_SCHEMA and app_id == 0 and "state_records" in tables
+        if legacy:
+            conn.execute("ALTER TABLE state_history RENAME TO legacy_history")
+        for step in range(have, component.version):
+            for statement in _split_sql(component.migrations["sqlite"][step]):
+                conn.execute(statement)
+        if legacy:
+            _import_legacy(conn)
+        conn.execute(COMPONENTS_SQL)
+        conn.executemany(  # what layouts 1 and 2 implied, now written down
+            "INSERT INTO agenthold_components (component, version) VALUES (?, ?) "
+            "ON CONFLICT (component) DO NOTHING",
+            versions.items(),
+        )
+        conn.execute(
+            "INSERT INTO agenthold_components (component, version) VALUES (?, ?) "
+            "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+            (component.name, component.version),
+        )
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
         """Switch the file to WAL (a lasting setting). Processes opening a new file together
@@ -1404,6 +1556,24 @@ class SQLiteDatabase:
     def add_change_source(self, source: ChangeSource) -> None:
         self._file.feed.add_source(source)
 
+    def serialize(self, conn: Any, exclusive: Sequence[str], shared: Sequence[str] = ()) -> float:
+        """Inside ``write``: make writers of the same names take turns until commit, and return
+        the database's clock. SQLite has one writer at a time already: nothing to lock."""
+        return time.time()
+
+    def now(self) -> float:
+        """The database's clock, unix seconds: leases are judged by it (here, the host's)."""
+        return time.time()
+
+    def feed_window(self, conn: Any, table: str, after: Any) -> tuple[str, tuple[Any, ...], Any]:
+        """Inside ``snapshot``: a condition on the rows of the event table ``table`` that
+        committed after position ``after`` (None: since the start) and up to now, its
+        parameters, and the position to give next time. Here ids commit in order."""
+        newest = conn.execute(f"SELECT max(id) FROM {table}").fetchone()[0] or 0
+        if after is None:
+            return "id <= ?", (newest,), newest
+        return "id > ? AND id <= ?", (after, newest), newest
+
     def close(self) -> None:
         if not self._closed:
             with _files_lock:
@@ -1559,25 +1729,30 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def _describe(conn: sqlite3.Connection) -> tuple[int, int, list[str]]:
-    """The file's application id, schema version and tables, read in one snapshot (another
-    process may be creating the schema at this very moment)."""
+def _describe(conn: sqlite3.Connection) -> tuple[int, int, dict[str, int], list[str]]:
+    """The file's application id, layout (user_version), component versions and tables, read
+    in one snapshot (another process may be creating the schema at this very moment)."""
     own = not conn.in_transaction
     if own:
         conn.execute("BEGIN")
     try:
         app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        layout = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = [
             r[0]
             for r in conn.execute(
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
             )
         ]
+        versions: dict[str, int] = {}
+        if app_id == APPLICATION_ID:
+            versions = dict(LAYOUTS.get(layout, {}))
+        if "agenthold_components" in tables:
+            versions.update(conn.execute("SELECT component, version FROM agenthold_components"))
     finally:
         if own:
             conn.execute("COMMIT")
-    return app_id, version, tables
+    return app_id, layout, versions, tables
 
 
 # --------------------------------------------------------------------------------------------
@@ -1635,7 +1810,8 @@ def key_topic(namespace: str, key: str) -> Topic:
 class StateStore:
     """A versioned key-value store of JSON values, safe across threads and processes.
 
-    ``path`` is a file path or ``":memory:"`` (one process only; gone when closed).
+    ``path`` is a file path, ``":memory:"`` (one process only; gone when closed), a
+    ``postgresql://`` URL (needs the ``agenthold[postgres]`` extra) or an open ``Database``.
     ``read_only`` opens an existing database without ever writing or creating it.
     ``durability`` is "normal" (survives a process crash; a power loss may drop the last
     commits) or "full" (fsync on every commit). ``busy_timeout`` is how long a write waits for
@@ -1644,7 +1820,7 @@ class StateStore:
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | Database,
         *,
         read_only: bool = False,
         durability: Literal["normal", "full"] = "normal",
@@ -1652,12 +1828,14 @@ class StateStore:
         max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES,
     ) -> None:
         self.max_value_bytes = check_int("max_value_bytes", max_value_bytes, minimum=1)
-        self.db = SQLiteDatabase(
-            os.fspath(path) if isinstance(path, os.PathLike) else path,
-            read_only=read_only,
-            durability=durability,
-            busy_timeout=busy_timeout,
-        )
+        if not isinstance(path, (str, os.PathLike)) and hasattr(path, "ensure"):
+            self.db: Database = path  # a Database opened by the caller
+        else:
+            target: Any = path  # SQLiteDatabase checks its type
+            self.db = open_database(
+                target, read_only=read_only, durability=durability, busy_timeout=busy_timeout
+            )
+        self.db.ensure(STORE_SCHEMA)
         self.db.add_change_source(STATE_CHANGES)
 
     @property
@@ -1707,6 +1885,54 @@ class StateStore:
             "GROUP BY namespace ORDER BY namespace"
         )
         return [NamespaceInfo(ns, n) for ns, n in rows]
+
+    def namespace_summaries(self) -> list[dict[str, Any]]:
+        """Every namespace ever written, sorted: its live and deleted key counts, and the time
+        and writer of its latest change (for the inspector)."""
+        rows = self.db.fetchall(
+            "SELECT g.namespace, g.live, g.deleted, g.at, (SELECT s.updated_by FROM state AS s "
+            "WHERE s.namespace = g.namespace ORDER BY s.updated_at DESC LIMIT 1) FROM ("
+            "SELECT namespace, sum(CASE WHEN deleted = 0 THEN 1 ELSE 0 END) AS live, "
+            "sum(deleted) AS deleted, max(updated_at) AS at FROM state GROUP BY namespace"
+            ") AS g ORDER BY g.namespace"
+        )
+        return [
+            {
+                "namespace": ns,
+                "record_count": int(live),
+                "deleted_count": int(deleted),
+                "updated_at": at,
+                "updated_by": by,
+            }
+            for ns, live, deleted, at, by in rows
+        ]
+
+    def was_written(self, namespace: str, key: str | None = None) -> bool:
+        """Whether ``namespace`` (or ``key`` in it) was ever written; deleted keys count."""
+        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        if key is None:
+            sql, params = "SELECT 1 FROM state WHERE namespace = ? LIMIT 1", [namespace]
+        else:
+            check_text("key", key, MAX_KEY_LENGTH)
+            sql, params = "SELECT 1 FROM state WHERE namespace = ? AND key = ?", [namespace, key]
+        return self.db.fetchone(sql, params) is not None
+
+    def read_log(
+        self, conn: Any, namespace: str | None, *, after: Any = None, limit: int | None = None
+    ) -> tuple[list[Any], Any]:
+        """History rows ``(id, namespace, key, version, value, updated_by, updated_at,
+        event_type)`` in the snapshot ``conn``, oldest first: the last ``limit`` (``after``
+        None), or those committed after ``after``; and the position to follow from."""
+        return read_events(
+            self.db,
+            conn,
+            "state_history",
+            "id, namespace, key, version, value, updated_by, updated_at, event_type, principal",
+            after=after,
+            limit=limit,
+            where="" if namespace is None else "namespace = ?",
+            params=() if namespace is None else (namespace,),
+        )
 
     def history(self, namespace: str, key: str, limit: int = 10) -> list[HistoryEntry]:
         """Return up to ``limit`` writes and deletes of ``key``, newest first. A key that was
@@ -1804,6 +2030,7 @@ class StateStore:
         text = encode_value(value, self.max_value_bytes)
         now = utc_iso()
         with self.db.write() as (conn, changed):
+            self.db.serialize(conn, (_key_lock(namespace, key),), (_namespace_lock(namespace),))
             row = conn.execute(_CURRENT, (namespace, key)).fetchone()
             if row is None:
                 last, live = 0, 0
@@ -1844,6 +2071,7 @@ class StateStore:
             check_int("expected_version", expected_version)
         now = utc_iso()
         with self.db.write() as (conn, changed):
+            self.db.serialize(conn, (_key_lock(namespace, key),), (_namespace_lock(namespace),))
             row = conn.execute(_CURRENT, (namespace, key)).fetchone()
             if row is None or row[1]:
                 raise NotFoundError(namespace, key)
@@ -1870,6 +2098,7 @@ class StateStore:
         check_text("deleted_by", deleted_by, MAX_WRITER_LENGTH)
         now = utc_iso()
         with self.db.write() as (conn, changed):
+            self.db.serialize(conn, (_namespace_lock(namespace),))  # no write of it runs now
             rows = conn.execute(
                 "SELECT key, version FROM state WHERE namespace = ? AND deleted = 0 ORDER BY key",
                 (namespace,),
@@ -1884,6 +2113,42 @@ class StateStore:
             conn.executemany(_TOMBSTONE, [(v + 1, deleted_by, now, namespace, k) for k, v in rows])
             changed.extend(("k", namespace, k) for k, _ in rows)
         return [k for k, _ in rows]
+
+
+def _namespace_lock(namespace: str) -> str:
+    """The name a write of ``namespace`` holds shared, and clear_namespace exclusively."""
+    return "state\x1f" + namespace
+
+
+def _key_lock(namespace: str, key: str) -> str:
+    return "state\x1f" + namespace + "\x1f" + key
+
+
+def read_events(
+    db: Database,
+    conn: Any,
+    table: str,
+    columns: str,
+    *,
+    after: Any,
+    limit: int | None = None,
+    where: str = "",
+    params: tuple[Any, ...] = (),
+) -> tuple[list[Any], Any]:
+    """Rows of the append-only event table ``table`` (its first column must be ``id``) that
+    committed after position ``after`` (None: the last ``limit`` ever), oldest first, read in
+    the snapshot ``conn``; and the position to read from next time. A row that commits late
+    is never skipped: the database's ``feed_window`` says which rows are settled."""
+    cond, cond_params, position = db.feed_window(conn, table, after)
+    sql = f"SELECT {columns} FROM {table} WHERE {cond} " + (f"AND {where} " if where else "")
+    if limit is None:
+        rows = conn.execute(sql + "ORDER BY id", (*cond_params, *params)).fetchall()
+    else:
+        rows = conn.execute(
+            sql + "ORDER BY id DESC LIMIT ?", (*cond_params, *params, limit)
+        ).fetchall()
+        rows.reverse()
+    return rows, position
 
 
 def _live_record(namespace: str, key: str, row: Any) -> Record | None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pgserver import SKIP_REASON, Cluster, find_bindir
 from support import stop_warm_servers
 
 from agenthold.store import StateStore
@@ -74,10 +75,58 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "state.db"
 
 
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """A throwaway PostgreSQL server for this test process (each xdist worker has its own),
+    started on first use; tests that need it are skipped only when no server binaries exist."""
+    bindir = find_bindir()
+    if bindir is None:
+        pytest.skip(SKIP_REASON)
+    cluster = Cluster(bindir)
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
+
+
 @pytest.fixture
-def store(db_path: Path) -> Iterator[StateStore]:
-    """A StateStore on a fresh database file."""
-    with StateStore(db_path) as s:
+def pg_url(pg_cluster: Cluster) -> str:
+    """The URL of a new, empty PostgreSQL database (a schema of its own) for this test."""
+    return pg_cluster.fresh_url()
+
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "backends: a contract test, run on SQLite and on PostgreSQL")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests marked ``backends`` run once per backend; the others on SQLite alone."""
+    if metafunc.definition.get_closest_marker("backends") and "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", BACKENDS, indirect=True)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> str:
+    """The backend of this test: "sqlite", or each of BACKENDS for a ``backends`` test."""
+    return str(getattr(request, "param", "sqlite"))
+
+
+@pytest.fixture
+def db_url(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a contract test's database lives: a new SQLite file, or a new PostgreSQL schema."""
+    if backend == "postgresql":
+        return str(request.getfixturevalue("pg_url"))
+    return str(tmp_path / "state.db")
+
+
+@pytest.fixture
+def store(db_url: str) -> Iterator[StateStore]:
+    """A StateStore on a fresh database: the file db_path, or (``backends`` tests) also a new
+    PostgreSQL schema."""
+    with StateStore(db_url) as s:
         yield s
 
 

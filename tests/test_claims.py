@@ -63,7 +63,10 @@ def root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def db_file(tmp_path: Path) -> Path:
+def db_file(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Any:
+    """The test's database: a file, or (``backends`` tests on PostgreSQL) a new schema's URL."""
+    if backend == "postgresql":
+        return request.getfixturevalue("pg_url")
     return tmp_path / "claims.db"
 
 
@@ -185,6 +188,7 @@ def assert_no_overlap(intervals: list[list[float]] | list[tuple[float, ...]]) ->
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 def test_claims_are_not_state_store_records(coord: Coordinator) -> None:
     agent = register(coord)
     coord.claim(RES, agent)
@@ -192,6 +196,7 @@ def test_claims_are_not_state_store_records(coord: Coordinator) -> None:
     assert coord.store.list_namespaces() == []
 
 
+@pytest.mark.backends
 def test_state_store_writes_to_any_namespace_or_key_cannot_forge_or_steal_a_claim(
     coord: Coordinator, root: Path
 ) -> None:
@@ -234,6 +239,7 @@ def test_state_store_writes_to_any_namespace_or_key_cannot_forge_or_steal_a_clai
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 def test_register_returns_an_unguessable_agent_id_and_the_registration_time(
     coord: Coordinator,
 ) -> None:
@@ -253,12 +259,14 @@ def test_register_returns_an_unguessable_agent_id_and_the_registration_time(
     assert agent.registered_at == reply["registered_at"]
 
 
+@pytest.mark.backends
 def test_two_registrations_never_share_an_agent_id_even_with_one_name(coord: Coordinator) -> None:
     ids = {register(coord, "same-name") for _ in range(50)}
     assert len(ids) == 50
     assert all(AGENT_ID.fullmatch(i) for i in ids)
 
 
+@pytest.mark.backends
 def test_register_allows_an_empty_model_and_purpose(coord: Coordinator) -> None:
     reply = coord.register("bare")
     assert "model" not in reply
@@ -302,11 +310,13 @@ def test_register_rejects_a_bad_name_model_or_purpose(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 def test_first_claim_of_a_resource_is_claimed_at_version_1(coord: Coordinator) -> None:
     agent = register(coord)
     assert coord.claim(RES, agent) == {"status": "claimed", "resource": URI, "version": 1}
 
 
+@pytest.mark.backends
 def test_claiming_a_held_resource_again_is_already_claimed_and_changes_nothing(
     coord: Coordinator,
 ) -> None:
@@ -318,6 +328,7 @@ def test_claiming_a_held_resource_again_is_already_claimed_and_changes_nothing(
     assert event_count(coord) == count
 
 
+@pytest.mark.backends
 def test_claim_of_a_resource_another_agent_holds_is_busy_naming_the_holder(
     coord: Coordinator,
 ) -> None:
@@ -337,6 +348,7 @@ def test_claim_of_a_resource_another_agent_holds_is_busy_naming_the_holder(
     assert coord.status(RES)["version"] == 1
 
 
+@pytest.mark.backends
 def test_already_claimed_is_a_heartbeat_that_renews_the_lease(
     open_coordinator: Callable[..., Coordinator],
 ) -> None:
@@ -387,6 +399,7 @@ def test_every_call_naming_the_agent_pushes_its_lease_and_looks_do_not(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 def test_release_frees_the_resource_at_the_next_version(coord: Coordinator) -> None:
     agent = register(coord)
     coord.claim(RES, agent)
@@ -428,6 +441,7 @@ def test_release_outcome_is_told_to_status_wait_and_the_next_claimant(
     assert coord.status(RES)["status"] == "claimed"
 
 
+@pytest.mark.backends
 def test_a_plain_release_leaves_no_previous_outcome(coord: Coordinator) -> None:
     holder = register(coord)
     coord.claim(RES, holder)
@@ -437,6 +451,7 @@ def test_a_plain_release_leaves_no_previous_outcome(coord: Coordinator) -> None:
         assert "moved_to" not in seen
 
 
+@pytest.mark.backends
 def test_release_by_an_agent_that_does_not_hold_the_claim_names_the_holder(
     coord: Coordinator,
 ) -> None:
@@ -451,6 +466,7 @@ def test_release_by_an_agent_that_does_not_hold_the_claim_names_the_holder(
     assert coord.status(RES)["held_by"] == holder
 
 
+@pytest.mark.backends
 def test_release_of_a_free_resource_is_already_free(coord: Coordinator) -> None:
     holder = register(coord)
     coord.claim(RES, holder)
@@ -463,6 +479,7 @@ def test_release_of_a_free_resource_is_already_free(coord: Coordinator) -> None:
     assert event_count(coord) == count
 
 
+@pytest.mark.backends
 def test_release_of_a_never_claimed_resource_is_not_found(coord: Coordinator) -> None:
     reply = coord.release(RES, register(coord))
     assert reply["status"] == "not_found"
@@ -496,6 +513,7 @@ def test_release_rejects_a_bad_outcome_or_moved_to(
     assert coord.status(RES)["held_by"] == holder
 
 
+@pytest.mark.backends
 def test_an_empty_moved_to_is_tolerated_as_absent(coord: Coordinator) -> None:
     holder = register(coord)
     coord.claim(RES, holder)
@@ -504,6 +522,7 @@ def test_an_empty_moved_to_is_tolerated_as_absent(coord: Coordinator) -> None:
     assert "moved_to" not in coord.status(RES)
 
 
+@pytest.mark.backends
 def test_rename_recipe_tells_the_next_claimant_where_the_source_went(coord: Coordinator) -> None:
     mover, later = register(coord, "mover"), register(coord, "later")
     assert coord.claim("src/old.py", mover)["status"] == "claimed"
@@ -528,10 +547,12 @@ def test_rename_recipe_tells_the_next_claimant_where_the_source_went(coord: Coor
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 def test_status_of_a_never_claimed_resource_is_available(coord: Coordinator) -> None:
     assert coord.status("./src/a.py") == {"status": "available", "resource": URI}
 
 
+@pytest.mark.backends
 def test_status_of_a_claimed_resource_names_holder_model_time_and_version(
     coord: Coordinator,
 ) -> None:
@@ -553,6 +574,7 @@ def test_status_of_a_claimed_resource_names_holder_model_time_and_version(
     }  # no lease_ends_at: without a claim TTL the lease has no end
 
 
+@pytest.mark.backends
 def test_status_under_a_claim_ttl_shows_when_the_lease_ends(
     open_coordinator: Callable[..., Coordinator],
 ) -> None:
@@ -569,6 +591,7 @@ def test_status_under_a_claim_ttl_shows_when_the_lease_ends(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 def test_wait_on_a_never_claimed_resource_is_available_at_once(coord: Coordinator) -> None:
     started = time.monotonic()
     reply = coord.wait(RES, 5)
@@ -578,6 +601,7 @@ def test_wait_on_a_never_claimed_resource_is_available_at_once(coord: Coordinato
     assert reply["elapsed_seconds"] < 1
 
 
+@pytest.mark.backends
 def test_wait_times_out_naming_the_holder(coord: Coordinator) -> None:
     holder = register(coord, "slow-editor")
     coord.claim(RES, holder)
@@ -595,6 +619,7 @@ def test_wait_times_out_naming_the_holder(coord: Coordinator) -> None:
     assert 0.2 <= reply["elapsed_seconds"] < 2
 
 
+@pytest.mark.backends
 def test_wait_with_zero_timeout_reports_at_once(coord: Coordinator) -> None:
     holder = register(coord)
     coord.claim(RES, holder)
@@ -607,6 +632,7 @@ def test_wait_rejects_a_bad_timeout(coord: Coordinator, timeout: Any) -> None:
         coord.wait(RES, timeout)
 
 
+@pytest.mark.backends
 def test_release_in_another_thread_wakes_the_waiter_promptly(coord: Coordinator) -> None:
     holder = register(coord)
     coord.claim(RES, holder)
@@ -630,6 +656,7 @@ def test_release_in_another_thread_wakes_the_waiter_promptly(coord: Coordinator)
     assert latency < 0.5
 
 
+@pytest.mark.backends
 def test_release_in_another_process_wakes_the_waiter_within_milliseconds(
     coord: Coordinator, spawn: Callable[..., Worker]
 ) -> None:
@@ -654,6 +681,7 @@ def test_release_in_another_process_wakes_the_waiter_within_milliseconds(
     assert max(latencies) < 0.5
 
 
+@pytest.mark.backends
 def test_wait_returns_when_the_holders_lease_expires(
     open_coordinator: Callable[..., Coordinator],
 ) -> None:
@@ -669,6 +697,7 @@ def test_wait_returns_when_the_holders_lease_expires(
     assert reply["elapsed_seconds"] < 3
 
 
+@pytest.mark.backends
 def test_end_lease_during_a_wait_wakes_the_waiter_at_the_end_of_the_grace(
     coord: Coordinator,
 ) -> None:
@@ -688,6 +717,7 @@ def test_end_lease_during_a_wait_wakes_the_waiter_at_the_end_of_the_grace(
     assert 0.15 <= reply["elapsed_seconds"] < 5
 
 
+@pytest.mark.backends
 def test_end_lease_in_another_process_during_a_wait_wakes_the_waiter(
     coord: Coordinator, spawn: Callable[..., Worker]
 ) -> None:
@@ -728,6 +758,7 @@ def test_a_malformed_agent_id_is_an_unknown_agent_with_a_hint_to_register(
     assert "agenthold_register" in caught.value.hint
 
 
+@pytest.mark.backends
 def test_an_unregistered_agent_id_is_an_unknown_agent(coord: Coordinator) -> None:
     stranger = "agent-0123456789abcdef"
     for call in (
@@ -740,6 +771,7 @@ def test_an_unregistered_agent_id_is_an_unknown_agent(coord: Coordinator) -> Non
     assert event_count(coord) == 0
 
 
+@pytest.mark.backends
 def test_an_agent_id_from_another_database_is_unknown(
     coord: Coordinator, tmp_path: Path, root: Path
 ) -> None:
@@ -755,6 +787,7 @@ def test_an_agent_id_from_another_database_is_unknown(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 def test_version_grows_with_every_claim_and_release_and_is_never_reused(
     open_coordinator: Callable[..., Coordinator],
 ) -> None:
@@ -790,12 +823,14 @@ def test_version_grows_with_every_claim_and_release_and_is_never_reused(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 def test_claim_ttl_must_be_a_positive_number_of_seconds(coord: Coordinator) -> None:
     for bad in (0, -1, float("nan"), "10", True):
         with pytest.raises(InvalidInputError, match="claim_ttl"):
             Coordinator(coord.store, resolver=coord.resolver, claim_ttl=bad)
 
 
+@pytest.mark.backends
 def test_a_claim_whose_holders_lease_ended_is_free_everywhere(
     open_coordinator: Callable[..., Coordinator],
 ) -> None:
@@ -822,6 +857,7 @@ def test_a_claim_whose_holders_lease_ended_is_free_everywhere(
     assert event_count(coord) == count + 2  # the implied release, then the claim
 
 
+@pytest.mark.backends
 def test_calls_more_often_than_a_short_ttl_keep_the_claim_alive(
     open_coordinator: Callable[..., Coordinator],
 ) -> None:
@@ -835,6 +871,7 @@ def test_calls_more_often_than_a_short_ttl_keep_the_claim_alive(
     assert coord.release(RES, agent)["status"] == "released"
 
 
+@pytest.mark.backends
 def test_coordinators_with_different_ttls_agree_on_expiry(
     open_coordinator: Callable[..., Coordinator],
 ) -> None:
@@ -856,6 +893,7 @@ def test_coordinators_with_different_ttls_agree_on_expiry(
     )
 
 
+@pytest.mark.backends
 def test_an_agent_outlives_the_process_that_registered_it(
     open_coordinator: Callable[..., Coordinator], spawn: Callable[..., Worker]
 ) -> None:
@@ -870,6 +908,7 @@ def test_an_agent_outlives_the_process_that_registered_it(
     assert coord.agent(agent).name == "stdio-agent"
 
 
+@pytest.mark.backends
 def test_activity_in_another_process_renews_the_lease(
     open_coordinator: Callable[..., Coordinator], spawn: Callable[..., Worker]
 ) -> None:
@@ -891,6 +930,7 @@ def test_activity_in_another_process_renews_the_lease(
     assert time.time() >= renewed_end
 
 
+@pytest.mark.backends
 def test_end_lease_frees_the_claims_as_abandoned_after_the_grace(coord: Coordinator) -> None:
     holder = register(coord)
     coord.claim(RES, holder)
@@ -909,6 +949,7 @@ def test_end_lease_frees_the_claims_as_abandoned_after_the_grace(coord: Coordina
     assert coord.claim(RES, register(coord))["version"] == 3
 
 
+@pytest.mark.backends
 def test_acting_again_from_another_process_within_the_grace_loses_nothing(
     coord: Coordinator, spawn: Callable[..., Worker]
 ) -> None:
@@ -924,6 +965,7 @@ def test_acting_again_from_another_process_within_the_grace_loses_nothing(
     assert coord.release(RES, holder)["version"] == 2
 
 
+@pytest.mark.backends
 def test_end_lease_keeps_a_lease_that_already_ends_sooner(
     open_coordinator: Callable[..., Coordinator],
 ) -> None:
@@ -956,6 +998,7 @@ def test_end_lease_rejects_a_bad_grace_or_outcome(
         coord.end_lease(register(coord), grace, outcome)
 
 
+@pytest.mark.backends
 def test_an_agent_back_after_its_lease_lapsed_does_not_regain_its_claims(
     open_coordinator: Callable[..., Coordinator],
 ) -> None:
@@ -980,6 +1023,7 @@ def test_an_agent_back_after_its_lease_lapsed_does_not_regain_its_claims(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 def test_release_all_frees_every_claim_of_the_agent(coord: Coordinator) -> None:
     leaver, stayer = register(coord, "leaver"), register(coord, "stayer")
     for res in ("src/b.py", RES, "custom://lock"):
@@ -1036,6 +1080,7 @@ def test_reap_idle_agents_removes_idle_agents_and_keeps_holders_of_live_claims(
     assert coord.reap_idle_agents(3600) == []
 
 
+@pytest.mark.backends
 def test_reap_idle_agents_rejects_a_bad_age(coord: Coordinator) -> None:
     with pytest.raises(InvalidInputError, match="older_than"):
         coord.reap_idle_agents(-5)
@@ -1086,6 +1131,7 @@ def test_each_claim_and_release_is_one_transaction_with_one_event_row(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 def test_eight_threads_claiming_one_resource_at_once_get_exactly_one_claim(
     coord: Coordinator,
 ) -> None:
@@ -1099,6 +1145,7 @@ def test_eight_threads_claiming_one_resource_at_once_get_exactly_one_claim(
         assert all(r["held_by"] == winners[0] for r in replies if r["status"] == "busy")
 
 
+@pytest.mark.backends
 def test_four_processes_claiming_one_resource_at_once_get_exactly_one_claim(
     coord: Coordinator, spawn: Callable[..., Worker]
 ) -> None:
@@ -1118,6 +1165,7 @@ def test_four_processes_claiming_one_resource_at_once_get_exactly_one_claim(
         assert coord.status(resource)["held_by"] == winner
 
 
+@pytest.mark.backends
 def test_threads_holding_and_releasing_one_resource_never_overlap(coord: Coordinator) -> None:
     agents = [register(coord, f"t{i}") for i in range(4)]
 
@@ -1137,6 +1185,7 @@ def test_threads_holding_and_releasing_one_resource_never_overlap(coord: Coordin
     assert_no_overlap([interval for intervals in results for interval in intervals])
 
 
+@pytest.mark.backends
 def test_processes_holding_and_releasing_one_resource_never_overlap(
     coord: Coordinator, spawn: Callable[..., Worker]
 ) -> None:
@@ -1156,6 +1205,7 @@ def test_processes_holding_and_releasing_one_resource_never_overlap(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 def test_every_spelling_of_a_path_is_one_claim(coord: Coordinator, root: Path) -> None:
     holder, other = register(coord), register(coord)
     spellings = ["./src/a.py", "src\\a.py", "src//a.py", str(root / "src" / "a.py"), URI]
@@ -1169,6 +1219,7 @@ def test_every_spelling_of_a_path_is_one_claim(coord: Coordinator, root: Path) -
     assert coord.claim(spellings[1], other)["version"] == 3
 
 
+@pytest.mark.backends
 def test_custom_resource_names_are_case_sensitive(coord: Coordinator) -> None:
     a, b = register(coord), register(coord)
     assert coord.claim("custom://Lock", a)["status"] == "claimed"
@@ -1207,6 +1258,7 @@ def test_without_a_resolver_paths_resolve_against_the_current_directory(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 def test_list_claims_shows_held_claims_and_with_include_free_every_resource(
     open_coordinator: Callable[..., Coordinator],
 ) -> None:
@@ -1249,6 +1301,7 @@ def test_list_claims_shows_held_claims_and_with_include_free_every_resource(
     )
 
 
+@pytest.mark.backends
 def test_list_agents_shows_every_agent_oldest_first(
     open_coordinator: Callable[..., Coordinator],
 ) -> None:
@@ -1297,6 +1350,7 @@ def test_claims_benchmark_quick_run_prints_its_tables(tmp_path: Path) -> None:
     assert re.search(r"by another process: median <= 10 ms: [\d.]+ ms", run.stdout), run.stdout
 
 
+@pytest.mark.backends
 def test_a_wait_wakes_when_a_process_with_a_shorter_ttl_shortens_the_holders_lease(
     open_coordinator: Callable[..., Coordinator],
 ) -> None:
@@ -1366,6 +1420,7 @@ def test_one_workspace_name_over_two_roots_keeps_the_two_files_apart(
         assert (busy["status"], busy["held_by"]) == ("busy", a)
 
 
+@pytest.mark.backends
 def test_a_short_reap_age_never_reaps_an_agent_that_just_made_a_call(coord: Coordinator) -> None:
     agent = register(coord)
     time.sleep(0.3)  # last_seen_at is not rewritten by calls within RENEW_EVERY of it

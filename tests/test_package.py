@@ -54,7 +54,7 @@ def outside_stdlib(names: set[str]) -> set[str]:
 )
 def test_a_module_that_promises_the_standard_library_imports_nothing_else(module: str) -> None:
     allowed = {
-        "store": set(),
+        "store": set(),  # a postgresql:// URL loads agenthold.postgres by name
         "uris": {"agenthold.store"},
         "principals": set(),
         "auth": {"agenthold.principals"},
@@ -107,6 +107,8 @@ def test_only_the_serving_modules_import_mcp_and_the_library_knows_no_transport(
         other = {"stdio": "agenthold.http", "http": "agenthold.stdio"}[transport]
         assert other not in imported_modules(transport)
         assert "agenthold.cli" not in imported_modules(transport)
+    postgres_imports = outside_stdlib(imported_modules("postgres"))
+    assert postgres_imports <= {"agenthold.store", "psycopg", "psycopg_pool"}
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -245,6 +247,10 @@ def test_every_package_the_code_imports_is_declared_with_bounds() -> None:
         for line in block.splitlines()[1:]
         if line.strip().startswith('"')
     }
+    # the optional PostgreSQL backend's packages come with the extra agenthold[postgres]
+    extra = text[text.index("postgres = [") : text.index("\n", text.index("postgres = ["))]
+    for spec in re.findall(r'"([^"]+)"', extra):
+        declared[re.split(r"[<>=!~\[]", spec)[0]] = spec
     imported = set()
     for module in MODULES:
         imported |= {n.split(".")[0] for n in outside_stdlib(imported_modules(module))}

@@ -73,7 +73,9 @@ class Served:
 
     @property
     def feed_subscribers(self) -> int:
-        count: int = self.app.store.db._file.feed._count
+        db: Any = self.app.store.db
+        feed = db._feed if hasattr(db, "_feed") else db._file.feed  # PostgreSQL, SQLite
+        count: int = feed._count
         return count
 
 
@@ -87,8 +89,9 @@ async def serving(
     disconnect_grace: float | None = 300.0,
     busy_timeout: float = 5.0,
     workspaces: list[Workspace] | None = None,
+    db: str | None = None,
 ) -> AsyncIterator[Served]:
-    store = StateStore(root / "agenthold.db", busy_timeout=busy_timeout)
+    store = StateStore(db or root / "agenthold.db", busy_timeout=busy_timeout)
     try:
         resolver = Resolver(workspaces or [Workspace("default", str(root))])
         coordinator = Coordinator(store, resolver=resolver, claim_ttl=claim_ttl)
@@ -106,14 +109,21 @@ def mode(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def standard(tmp_path: Path, mode: str) -> AsyncIterator[Served]:
-    async with serving(tmp_path, mode=mode) as served:
+def server_db(backend: str, request: pytest.FixtureRequest) -> str | None:
+    """The database of a served test: a file in the test's directory, or (``backends`` tests
+    on PostgreSQL) a new schema."""
+    return str(request.getfixturevalue("pg_url")) if backend == "postgresql" else None
+
+
+@pytest.fixture
+async def standard(tmp_path: Path, mode: str, server_db: str | None) -> AsyncIterator[Served]:
+    async with serving(tmp_path, mode=mode, db=server_db) as served:
         yield served
 
 
 @pytest.fixture
-async def advanced(tmp_path: Path, mode: str) -> AsyncIterator[Served]:
-    async with serving(tmp_path, tools="advanced", mode=mode) as served:
+async def advanced(tmp_path: Path, mode: str, server_db: str | None) -> AsyncIterator[Served]:
+    async with serving(tmp_path, tools="advanced", mode=mode, db=server_db) as served:
         yield served
 
 
@@ -129,6 +139,7 @@ async def eventually(condition: Any, timeout: float = 5.0) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 async def test_server_info_carries_agentholds_own_version(standard: Served) -> None:
     info = standard.client.server_info
     assert info is not None
@@ -157,15 +168,18 @@ async def test_standard_mode_instructions_restate_the_protocol_and_list_the_work
     assert "file://<workspace>/<path>" in text and "custom://" in text
 
 
+@pytest.mark.backends
 async def test_advanced_mode_sends_no_instructions(advanced: Served) -> None:
     assert not advanced.client.instructions
 
 
+@pytest.mark.backends
 async def test_standard_mode_lists_exactly_the_five_claim_tools(standard: Served) -> None:
     listed = await standard.client.list_tools()
     assert [t.name for t in listed.tools] == STANDARD
 
 
+@pytest.mark.backends
 async def test_advanced_mode_lists_exactly_the_eight_store_tools(advanced: Served) -> None:
     listed = await advanced.client.list_tools()
     assert [t.name for t in listed.tools] == ADVANCED
@@ -245,6 +259,7 @@ async def test_every_input_schema_is_closed_and_lists_its_required_arguments(
         assert str(int(MAX_WAIT_SECONDS)) in timeout["description"]
 
 
+@pytest.mark.backends
 async def test_register_schema_states_the_length_limits_the_server_enforces(
     standard: Served,
 ) -> None:
@@ -258,6 +273,7 @@ async def test_register_schema_states_the_length_limits_the_server_enforces(
     assert "the limit is 128" in over.content[0].text  # type: ignore[union-attr]
 
 
+@pytest.mark.backends
 async def test_tool_descriptions_teach_the_claim_protocol(standard: Served) -> None:
     tools = {t.name: t.description or "" for t in (await standard.client.list_tools()).tools}
     assert "agent_id" in tools["agenthold_register"]
@@ -274,6 +290,7 @@ async def test_tool_descriptions_teach_the_claim_protocol(standard: Served) -> N
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 async def test_register_returns_an_agent_id_and_echoes_the_model_when_given(
     standard: Served,
 ) -> None:
@@ -289,6 +306,7 @@ async def test_register_returns_an_agent_id_and_echoes_the_model_when_given(
     assert full["agent_id"] != plain["agent_id"]
 
 
+@pytest.mark.backends
 async def test_a_claim_is_claimed_then_already_claimed_for_its_holder_and_busy_for_others(
     standard: Served,
 ) -> None:
@@ -307,6 +325,7 @@ async def test_a_claim_is_claimed_then_already_claimed_for_its_holder_and_busy_f
     assert "agenthold_wait" in busy["hint"]
 
 
+@pytest.mark.backends
 async def test_status_shows_the_holder_without_registering(standard: Served) -> None:
     never = await standard.call("agenthold_status", resource="README.md")
     assert never == {"status": "available", "resource": "file://default/README.md"}
@@ -320,6 +339,7 @@ async def test_status_shows_the_holder_without_registering(standard: Served) -> 
     assert (held["agent_name"], held["agent_model"], held["version"]) == ("editor", "m1", 1)
 
 
+@pytest.mark.backends
 async def test_the_outcome_of_a_release_reaches_the_next_claimant(standard: Served) -> None:
     a, b = await standard.register("editor"), await standard.register("reviewer")
     await standard.call("agenthold_claim", resource="intro.md", agent_id=a)
@@ -350,6 +370,7 @@ async def test_the_outcome_of_a_release_reaches_the_next_claimant(standard: Serv
     assert "read it again" in claimed["hint"]
 
 
+@pytest.mark.backends
 async def test_a_plain_release_leaves_no_previous_outcome_behind(standard: Served) -> None:
     a = await standard.register()
     await standard.call("agenthold_claim", resource="custom://deploy-lock", agent_id=a)
@@ -361,6 +382,7 @@ async def test_a_plain_release_leaves_no_previous_outcome_behind(standard: Serve
     }
 
 
+@pytest.mark.backends
 async def test_a_rename_points_the_next_claimant_of_the_old_path_to_the_new_one(
     standard: Served,
 ) -> None:
@@ -385,6 +407,7 @@ async def test_a_rename_points_the_next_claimant_of_the_old_path_to_the_new_one(
     assert new["previous_outcome"] == "created"
 
 
+@pytest.mark.backends
 async def test_releasing_what_nobody_claimed_is_not_found_and_a_free_resource_already_free(
     standard: Served,
 ) -> None:
@@ -398,6 +421,7 @@ async def test_releasing_what_nobody_claimed_is_not_found_and_a_free_resource_al
     assert (twice["status"], twice["version"]) == ("already_free", 2)
 
 
+@pytest.mark.backends
 async def test_null_optional_arguments_count_as_absent(standard: Served) -> None:
     a = await standard.register()
     await standard.call("agenthold_claim", resource="x.md", agent_id=a)
@@ -407,6 +431,7 @@ async def test_null_optional_arguments_count_as_absent(standard: Served) -> None
     assert (reply["status"], reply["outcome"]) == ("released", "released")
 
 
+@pytest.mark.backends
 async def test_waiting_for_a_free_resource_answers_available_at_once(standard: Served) -> None:
     reply = await standard.call(
         "agenthold_wait", resource="free.md", timeout_seconds=MAX_WAIT_SECONDS
@@ -415,6 +440,7 @@ async def test_waiting_for_a_free_resource_answers_available_at_once(standard: S
     assert reply["status"] == "available" and reply["elapsed_seconds"] < MAX_WAIT_SECONDS
 
 
+@pytest.mark.backends
 async def test_a_wait_times_out_naming_the_holder(standard: Served) -> None:
     a = await standard.register("editor")
     await standard.call("agenthold_claim", resource="busy.md", agent_id=a)
@@ -427,6 +453,7 @@ async def test_a_wait_times_out_naming_the_holder(standard: Served) -> None:
     assert time.monotonic() - started >= 0.2
 
 
+@pytest.mark.backends
 async def test_a_wait_wakes_when_the_holder_releases_and_reports_the_outcome(
     standard: Served,
 ) -> None:
@@ -471,6 +498,7 @@ async def test_a_wait_wakes_when_the_holders_claim_ttl_runs_out(tmp_path: Path) 
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 async def test_an_unknown_tool_is_an_error_listing_the_tools(standard: Served) -> None:
     reply = await standard.call("agenthold_teleport", resource="x")
     assert reply["error"] == "unknown_tool" and "agenthold_teleport" in reply["message"]
@@ -478,17 +506,20 @@ async def test_an_unknown_tool_is_an_error_listing_the_tools(standard: Served) -
         assert name in reply["hint"]
 
 
+@pytest.mark.backends
 async def test_an_advanced_tool_on_a_standard_server_names_the_flag(standard: Served) -> None:
     reply = await standard.call("agenthold_get", namespace="n", key="k")
     assert reply["error"] == "unknown_tool"
     assert "--tools standard" in reply["hint"] and "advanced" in reply["hint"]
 
 
+@pytest.mark.backends
 async def test_a_standard_tool_on_an_advanced_server_names_the_flag(advanced: Served) -> None:
     reply = await advanced.call("agenthold_claim", resource="x", agent_id="agent-00000000")
     assert reply["error"] == "unknown_tool" and "--tools advanced" in reply["hint"]
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize(
     ("tool", "arguments", "missing"),
     [
@@ -508,12 +539,14 @@ async def test_a_missing_argument_is_an_error_naming_it(
     assert repr(missing) in reply["message"] and missing in reply["hint"]
 
 
+@pytest.mark.backends
 async def test_an_extra_argument_is_an_error_listing_the_accepted_ones(standard: Served) -> None:
     reply = await standard.call("agenthold_status", resource="x", agent_id="agent-00000000")
     assert "'agent_id'" in reply["message"]
     assert reply["hint"] == "Call it with only these arguments: resource."
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize(
     ("tool", "arguments", "named"),
     [
@@ -532,6 +565,7 @@ async def test_a_wrongly_typed_argument_is_an_error_naming_it(
     assert reply["error"] == "invalid_arguments" and named in reply["message"]
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize(
     "timeout", [-0.001, MAX_WAIT_SECONDS + 0.5, pytest.param(HUGE, id="5000-digits")]
 )
@@ -567,6 +601,7 @@ async def test_a_non_finite_value_to_store_is_an_error(tmp_path: Path) -> None:
     assert reply["error"] == "invalid_input" and "NaN" in reply["message"]
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize(
     ("resource", "named"),
     [
@@ -584,6 +619,7 @@ async def test_a_bad_resource_is_an_error_with_a_hint(
     assert reply["error"] == "invalid_input" and named in reply["message"]
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize("agent_id", ["agent-0123456789abcdef", "editor", "agent-"])
 async def test_an_unregistered_agent_is_told_to_register(standard: Served, agent_id: str) -> None:
     reply = await standard.call("agenthold_claim", resource="x.md", agent_id=agent_id)
@@ -591,6 +627,7 @@ async def test_an_unregistered_agent_is_told_to_register(standard: Served, agent
     assert agent_id in reply["message"] and "agenthold_register" in reply["hint"]
 
 
+@pytest.mark.backends
 async def test_only_the_holder_can_release_a_claim(standard: Served) -> None:
     a, b = await standard.register("editor"), await standard.register("intruder")
     await standard.call("agenthold_claim", resource="x.md", agent_id=a)
@@ -601,6 +638,7 @@ async def test_only_the_holder_can_release_a_claim(standard: Served) -> None:
     assert still["held_by"] == a
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize(
     ("extra", "named"),
     [
@@ -621,6 +659,7 @@ async def test_a_release_with_an_inconsistent_outcome_is_an_error(
     assert (await standard.call("agenthold_status", resource="x.md"))["held_by"] == a
 
 
+@pytest.mark.backends
 async def test_a_blank_or_overlong_agent_name_is_an_error(standard: Served) -> None:
     blank = await standard.call("agenthold_register", name="  ")
     assert blank["error"] == "invalid_input" and "name" in blank["message"]
@@ -633,12 +672,14 @@ async def test_a_blank_or_overlong_agent_name_is_an_error(standard: Served) -> N
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 async def test_getting_a_missing_key_is_not_found_not_an_error(advanced: Served) -> None:
     reply = await advanced.call("agenthold_get", namespace="order-1", key="status")
     assert set(reply) == {"status", "namespace", "key", "hint"}
     assert reply["status"] == "not_found" and "expected_version 0" in reply["hint"]
 
 
+@pytest.mark.backends
 async def test_set_creates_with_version_0_and_get_returns_the_value_and_version(
     advanced: Served,
 ) -> None:
@@ -667,6 +708,7 @@ async def test_set_creates_with_version_0_and_get_returns_the_value_and_version(
     assert (got["value"], got["version"], got["updated_by"]) == (value, 1, "intake")
 
 
+@pytest.mark.backends
 async def test_null_is_a_value_that_can_be_stored(advanced: Served) -> None:
     await advanced.call_raw(
         "agenthold_set",
@@ -676,6 +718,7 @@ async def test_null_is_a_value_that_can_be_stored(advanced: Served) -> None:
     assert (got["status"], got["value"], got["version"]) == ("ok", None, 1)
 
 
+@pytest.mark.backends
 async def test_a_stale_set_is_a_conflict_carrying_the_live_value(advanced: Served) -> None:
     ns = {"namespace": "order-1", "key": "status"}
     await advanced.call("agenthold_set", **ns, value="received", updated_by="a", expected_version=0)
@@ -701,6 +744,7 @@ async def test_a_stale_set_is_a_conflict_carrying_the_live_value(advanced: Serve
     assert (got["value"], got["version"]) == ("paid", 2)
 
 
+@pytest.mark.backends
 async def test_a_set_against_a_deleted_key_says_it_has_no_live_value(advanced: Served) -> None:
     ns = {"namespace": "n", "key": "k"}
     await advanced.call("agenthold_set", **ns, value=1, updated_by="a", expected_version=0)
@@ -716,6 +760,7 @@ async def test_a_set_against_a_deleted_key_says_it_has_no_live_value(advanced: S
     assert (again["status"], again["version"]) == ("ok", 3)
 
 
+@pytest.mark.backends
 async def test_set_needs_expected_version_unless_forced(advanced: Served) -> None:
     ns = {"namespace": "n", "key": "k", "updated_by": "seeder"}
     missing = await advanced.call("agenthold_set", **ns, value=1)
@@ -726,6 +771,7 @@ async def test_set_needs_expected_version_unless_forced(advanced: Served) -> Non
     assert (ignored["status"], ignored["version"], ignored["previous_version"]) == ("ok", 2, 1)
 
 
+@pytest.mark.backends
 async def test_list_returns_the_live_records_sorted_by_key(advanced: Served) -> None:
     for key in ("total", "reserved", "status", "gone"):
         await advanced.call(
@@ -741,6 +787,7 @@ async def test_list_returns_the_live_records_sorted_by_key(advanced: Served) -> 
     assert (empty["count"], empty["records"]) == (0, [])
 
 
+@pytest.mark.backends
 async def test_history_is_newest_first_includes_deletes_and_honours_the_limit(
     advanced: Served,
 ) -> None:
@@ -764,12 +811,14 @@ async def test_history_is_newest_first_includes_deletes_and_honours_the_limit(
     assert never["history"] == []
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize("limit", [0, 1001, pytest.param(HUGE, id="5000-digits")])
 async def test_a_history_limit_out_of_range_is_an_error(advanced: Served, limit: int) -> None:
     reply = await advanced.call("agenthold_history", namespace="o", key="k", limit=limit)
     assert "limit must be from 1 to 1000" in reply["message"]
 
 
+@pytest.mark.backends
 async def test_delete_checks_the_version_and_reports_what_it_removed(advanced: Served) -> None:
     ns = {"namespace": "o", "key": "k"}
     await advanced.call("agenthold_set", **ns, value=1, updated_by="a", expected_version=0)
@@ -789,6 +838,7 @@ async def test_delete_checks_the_version_and_reports_what_it_removed(advanced: S
     assert (await advanced.call("agenthold_get", **ns))["status"] == "not_found"
 
 
+@pytest.mark.backends
 async def test_watch_answers_at_once_when_the_key_is_already_newer(advanced: Served) -> None:
     ns = {"namespace": "p", "key": "step"}
     await advanced.call("agenthold_set", **ns, value={"score": 0.9}, updated_by="a", force=True)
@@ -798,6 +848,7 @@ async def test_watch_answers_at_once_when_the_key_is_already_newer(advanced: Ser
     assert (reply["status"], reply["value"], reply["version"]) == ("ok", {"score": 0.9}, 1)
 
 
+@pytest.mark.backends
 async def test_watch_wakes_on_a_write_and_reports_a_delete(advanced: Served) -> None:
     ns = {"namespace": "p", "key": "step"}
     replies: list[dict[str, Any]] = []
@@ -829,6 +880,7 @@ async def test_watch_wakes_on_a_write_and_reports_a_delete(advanced: Served) -> 
     assert advanced.feed_subscribers == 0
 
 
+@pytest.mark.backends
 async def test_watch_times_out_when_nothing_changes(advanced: Served) -> None:
     reply = await advanced.call(
         "agenthold_watch", namespace="p", key="never", since_version=0, timeout_seconds=0.2
@@ -841,6 +893,7 @@ async def test_watch_times_out_when_nothing_changes(advanced: Served) -> None:
     assert zero["status"] == "timeout"
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize(
     ("arguments", "named"),
     [
@@ -859,6 +912,7 @@ async def test_a_watch_with_out_of_range_numbers_is_an_error(
     assert reply["error"] == "invalid_arguments" and named in reply["message"]
 
 
+@pytest.mark.backends
 async def test_a_huge_expected_version_is_an_error_not_a_hang(advanced: Served) -> None:
     with anyio.fail_after(5):
         reply = await advanced.call(
@@ -869,6 +923,7 @@ async def test_a_huge_expected_version_is_an_error_not_a_hang(advanced: Served) 
     assert "very large integer" in reply["message"]
 
 
+@pytest.mark.backends
 async def test_a_float_that_is_a_whole_number_counts_as_an_integer(advanced: Served) -> None:
     reply = await advanced.call(
         "agenthold_set", namespace="n", key="k", value=1, updated_by="u", expected_version=0.0
@@ -876,6 +931,7 @@ async def test_a_float_that_is_a_whole_number_counts_as_an_integer(advanced: Ser
     assert (reply["status"], reply["version"]) == ("ok", 1)
 
 
+@pytest.mark.backends
 async def test_clear_namespace_deletes_every_key_and_reports_them_sorted(
     advanced: Served,
 ) -> None:
@@ -897,6 +953,7 @@ async def test_clear_namespace_deletes_every_key_and_reports_them_sorted(
     assert (again["deleted_count"], again["deleted_keys"]) == (0, [])
 
 
+@pytest.mark.backends
 async def test_export_returns_live_records_with_their_whole_history(advanced: Served) -> None:
     for value in ("received", "shipped"):
         await advanced.call("agenthold_set", namespace="o", key="status", value=value,
@@ -913,6 +970,7 @@ async def test_export_returns_live_records_with_their_whole_history(advanced: Se
     assert [h["value"] for h in record["history"]] == ["shipped", "received"]
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize(
     ("namespace", "named"), [("", "namespace must not be empty"), ("n" * 300, "the limit is 256")]
 )
@@ -987,6 +1045,7 @@ async def test_a_hundred_waits_in_flight_hold_no_thread_and_other_calls_still_an
         assert served.feed_subscribers == 0 and not app._wakers
 
 
+@pytest.mark.backends
 async def test_a_cancelled_wait_leaves_no_subscription_and_no_busy_thread(
     standard: Served,
 ) -> None:
@@ -1010,6 +1069,7 @@ async def test_a_cancelled_wait_leaves_no_subscription_and_no_busy_thread(
     assert after["status"] == "timeout"  # the server goes on serving waits
 
 
+@pytest.mark.backends
 async def test_a_cancelled_watch_leaves_no_subscription(advanced: Served) -> None:
     app = advanced.app
 

@@ -63,7 +63,8 @@ from agenthold.store import (
 
 HELPER = Path(__file__).parent / "helpers" / "store_worker.py"
 APPLICATION_ID = 0x41474844  # "AGHD", how an agenthold database marks itself
-OUR_TABLES = {"state", "state_history", "agents", "claims", "claim_events"}
+# what a StateStore alone creates: its own tables and the table of component versions
+OUR_TABLES = {"state", "state_history", "agenthold_components"}
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals and fork()")
 
@@ -145,6 +146,7 @@ def raw_connect(path: Path) -> sqlite3.Connection:
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 def test_get_returns_the_written_value_with_version_writer_and_utc_time(store: StateStore) -> None:
     result = store.set("orders", "o-1", {"status": "received"}, updated_by="intake")
     record = store.get("orders", "o-1")
@@ -155,6 +157,7 @@ def test_get_returns_the_written_value_with_version_writer_and_utc_time(store: S
     assert len(record.updated_at) == len("2025-01-01T00:00:00.000000+00:00")
 
 
+@pytest.mark.backends
 def test_get_of_a_key_without_a_live_record_raises_not_found(store: StateStore) -> None:
     with pytest.raises(NotFoundError, match="'missing'") as info:
         store.get("ns", "missing")
@@ -165,6 +168,7 @@ def test_get_of_a_key_without_a_live_record_raises_not_found(store: StateStore) 
         store.get("ns", "gone")
 
 
+@pytest.mark.backends
 def test_every_write_and_delete_raises_the_version_by_one(store: StateStore) -> None:
     versions = [store.set("ns", "k", i, updated_by="w").version for i in range(3)]
     deleted = store.delete("ns", "k", deleted_by="w")
@@ -175,6 +179,7 @@ def test_every_write_and_delete_raises_the_version_by_one(store: StateStore) -> 
     assert store.get("ns", "k").version == 5
 
 
+@pytest.mark.backends
 def test_stale_version_after_delete_is_rejected(store: StateStore) -> None:
     """0.10.0 restarted a re-created key at version 1, so a writer holding version 1 from the
     key's first life silently overwrote the new value. Versions now continue across lives."""
@@ -188,6 +193,7 @@ def test_stale_version_after_delete_is_rejected(store: StateStore) -> None:
     assert store.get("ns", "k").value == "second life"
 
 
+@pytest.mark.backends
 def test_stale_delete_after_recreate_is_rejected(store: StateStore) -> None:
     stale = store.set("ns", "k", 1, updated_by="a").version
     store.delete("ns", "k", deleted_by="b")
@@ -207,6 +213,7 @@ def test_expected_version_zero_creates_only_when_there_is_no_live_record(
     assert store.set("ns", "k", "c", updated_by="w", expected_version=0).version == 3
 
 
+@pytest.mark.backends
 def test_expected_version_must_match_the_live_version(store: StateStore) -> None:
     store.set("ns", "k", "v1", updated_by="w")
     result = store.set("ns", "k", "v2", updated_by="w", expected_version=1)
@@ -217,6 +224,7 @@ def test_expected_version_must_match_the_live_version(store: StateStore) -> None
     assert store.get("ns", "k").value == "v2"
 
 
+@pytest.mark.backends
 def test_unconditional_write_replaces_any_version(store: StateStore) -> None:
     store.set("ns", "k", 1, updated_by="a")
     store.set("ns", "k", 2, updated_by="b")
@@ -224,6 +232,7 @@ def test_unconditional_write_replaces_any_version(store: StateStore) -> None:
     assert (result.version, result.previous_version) == (3, 2)
 
 
+@pytest.mark.backends
 def test_conflict_detail_carries_the_live_version_value_writer_and_time(store: StateStore) -> None:
     store.set("ns", "k", {"n": 1}, updated_by="alice")
     live = store.get("ns", "k")
@@ -242,6 +251,7 @@ def test_conflict_detail_carries_the_live_version_value_writer_and_time(store: S
     assert "expected version 7, the live version is 1" in str(info.value)
 
 
+@pytest.mark.backends
 def test_conflict_without_a_live_record_reports_version_zero(store: StateStore) -> None:
     with pytest.raises(ConflictError) as never_written:
         store.set("ns", "new", 1, updated_by="w", expected_version=1)
@@ -259,6 +269,7 @@ def test_conflict_without_a_live_record_reports_version_zero(store: StateStore) 
         assert "no live record" in str(info.value)
 
 
+@pytest.mark.backends
 def test_rejected_write_leaves_value_and_history_unchanged(store: StateStore) -> None:
     store.set("ns", "k", "kept", updated_by="w")
     before = store.history("ns", "k")
@@ -268,6 +279,7 @@ def test_rejected_write_leaves_value_and_history_unchanged(store: StateStore) ->
     assert store.history("ns", "k") == before
 
 
+@pytest.mark.backends
 def test_delete_leaves_a_tombstone_and_reports_both_versions(store: StateStore) -> None:
     store.set("ns", "k", "v", updated_by="w")
     store.set("ns", "k", "v2", updated_by="w")
@@ -285,6 +297,7 @@ def test_delete_leaves_a_tombstone_and_reports_both_versions(store: StateStore) 
     assert tombstone == HistoryEntry(3, None, "cleaner", result.deleted_at, "delete")
 
 
+@pytest.mark.backends
 def test_delete_of_a_key_without_a_live_record_raises_not_found(store: StateStore) -> None:
     with pytest.raises(NotFoundError):
         store.delete("ns", "never", deleted_by="w")
@@ -295,6 +308,7 @@ def test_delete_of_a_key_without_a_live_record_raises_not_found(store: StateStor
     assert len(store.history("ns", "once")) == 2
 
 
+@pytest.mark.backends
 def test_delete_with_a_stale_version_is_a_conflict_and_writes_nothing(store: StateStore) -> None:
     store.set("ns", "k", "a", updated_by="w")
     store.set("ns", "k", "b", updated_by="w")
@@ -306,6 +320,7 @@ def test_delete_with_a_stale_version_is_a_conflict_and_writes_nothing(store: Sta
     assert [h.version for h in store.history("ns", "k")] == [2, 1]
 
 
+@pytest.mark.backends
 def test_list_keys_returns_live_records_sorted_by_key(store: StateStore) -> None:
     for key in ["b", "a", "é", "B", "c", "a2"]:
         store.set("ns", key, key.upper(), updated_by="w")
@@ -332,6 +347,7 @@ def test_list_namespaces_counts_live_records_and_leaves_out_empty_namespaces(
     assert namespaces[0].to_dict() == {"namespace": "alpha", "record_count": 2}
 
 
+@pytest.mark.backends
 def test_history_lists_writes_and_deletes_newest_first(store: StateStore) -> None:
     store.set("ns", "k", "one", updated_by="a")
     store.set("ns", "k", "two", updated_by="b")
@@ -354,6 +370,7 @@ def test_history_lists_writes_and_deletes_newest_first(store: StateStore) -> Non
     }
 
 
+@pytest.mark.backends
 def test_history_limit_keeps_the_newest_entries(store: StateStore) -> None:
     for i in range(15):
         store.set("ns", "k", i, updated_by="w")
@@ -362,12 +379,14 @@ def test_history_limit_keeps_the_newest_entries(store: StateStore) -> None:
     assert len(store.history("ns", "k", limit=10**30)) == 15
 
 
+@pytest.mark.backends
 def test_history_of_a_never_written_key_is_empty(store: StateStore) -> None:
     store.set("ns", "other", 1, updated_by="w")
     assert store.history("ns", "never") == []
     assert store.history("no-such-namespace", "never") == []
 
 
+@pytest.mark.backends
 def test_export_holds_live_records_with_their_whole_history(store: StateStore) -> None:
     store.set("ns", "b", "b1", updated_by="w")
     store.set("ns", "a", "a1", updated_by="w")
@@ -402,6 +421,7 @@ def test_export_holds_live_records_with_their_whole_history(store: StateStore) -
     assert store.export("empty").to_dict()["records"] == []
 
 
+@pytest.mark.backends
 def test_export_is_one_snapshot_while_another_thread_writes(store: StateStore) -> None:
     """Each record's newest history entry is the record itself, and no history is longer than
     its version, although a writer keeps committing while the export reads."""
@@ -433,6 +453,7 @@ def test_export_is_one_snapshot_while_another_thread_writes(store: StateStore) -
     assert any(r.version > 1 for r in store.list_keys("ns"))  # the writer did write
 
 
+@pytest.mark.backends
 def test_clear_namespace_tombstones_every_live_key_in_one_step(store: StateStore) -> None:
     store.set("ns", "b", 1, updated_by="w")
     store.set("ns", "a", 1, updated_by="w")
@@ -1336,6 +1357,7 @@ def test_a_writer_thread_waiting_past_busy_timeout_raises_busy(db_path: Path) ->
         assert store.set("ns", "k", 1, updated_by="w").version == 1
 
 
+@pytest.mark.backends
 def test_an_error_inside_a_write_rolls_it_back(store: StateStore) -> None:
     store.set("ns", "k", "kept", updated_by="w")
     with pytest.raises(RuntimeError, match="changed my mind"), store.db.write() as (conn, _):
@@ -1434,6 +1456,7 @@ def test_watch_returns_at_once_when_the_key_is_already_past_since_version(
     assert record == store.get("ns", "k")
 
 
+@pytest.mark.backends
 def test_watch_returns_none_after_the_timeout(store: StateStore) -> None:
     store.set("ns", "k", 1, updated_by="w")
     started = time.monotonic()
@@ -1493,6 +1516,7 @@ def test_watch_is_woken_by_a_commit_of_another_process(
         assert elapsed < 5  # woken by the commit, long before the 20 s timeout
 
 
+@pytest.mark.backends
 def test_watch_is_woken_by_a_delete_with_a_deleted_record(store: StateStore) -> None:
     store.set("ns", "k", "doomed", updated_by="w")
     deleter = threading.Timer(0.05, lambda: store.delete("ns", "k", deleted_by="reaper"))
@@ -1511,6 +1535,7 @@ def test_watch_is_woken_by_a_delete_with_a_deleted_record(store: StateStore) -> 
     assert store.changed_since("ns", "k", 2) is None
 
 
+@pytest.mark.backends
 def test_watch_from_version_zero_returns_once_the_key_is_created(store: StateStore) -> None:
     creator = threading.Timer(0.05, lambda: store.set("ns", "new", "born", updated_by="w"))
     creator.start()
@@ -1584,6 +1609,7 @@ def test_closing_one_of_two_stores_on_a_file_keeps_the_others_cross_process_wake
         staying.close()
 
 
+@pytest.mark.backends
 def test_watch_ignores_other_keys_until_its_own_changes(store: StateStore) -> None:
     store.set("ns", "k", 0, updated_by="w")
 
@@ -1601,6 +1627,7 @@ def test_watch_ignores_other_keys_until_its_own_changes(store: StateStore) -> No
     assert record is not None and record.value == "mine"
 
 
+@pytest.mark.backends
 def test_a_waiting_watch_uses_little_cpu(store: StateStore) -> None:
     store.set("ns", "k", 1, updated_by="w")
     started = time.process_time()
@@ -1646,6 +1673,7 @@ def test_the_change_feed_thread_ends_soon_after_the_last_watch(
     assert record is not None and record.value == "late"
 
 
+@pytest.mark.backends
 def test_many_watchers_on_one_key_all_wake(store: StateStore) -> None:
     results: list[Record | None] = [None] * 6
     store.set("ns", "k", 0, updated_by="w")
@@ -1928,13 +1956,16 @@ def test_an_agenthold_0_10_database_is_refused_read_only_and_left_untouched(
 
 
 def test_a_schema_version_1_database_gains_the_claims_file_id_column(tmp_path: Path) -> None:
-    """Version 2 added claims.file_id (hard links share a claim); a version-1 file migrates in
-    place, keeping its rows."""
-    from agenthold.store import MIGRATIONS
+    """Version 2 of the claims tables added claims.file_id (hard links share a claim); a file
+    of layout 1 (store and claims at version 1) migrates in place once claims open it, keeping
+    its rows, and a store alone leaves it unchanged."""
+    from agenthold.claims import CLAIMS_SCHEMA, Coordinator
+    from agenthold.store import STORE_SCHEMA
 
     path = tmp_path / "v1.db"
     conn = sqlite3.connect(path)
-    conn.executescript(MIGRATIONS[0])
+    conn.executescript(STORE_SCHEMA.migrations["sqlite"][0])
+    conn.executescript(CLAIMS_SCHEMA.migrations["sqlite"][0])
     conn.execute(
         "INSERT INTO claims (resource, uri, holder, claimed_at, version) "
         "VALUES ('file:///r/a', 'file://default/a', NULL, NULL, 4)"
@@ -1943,12 +1974,25 @@ def test_a_schema_version_1_database_gains_the_claims_file_id_column(tmp_path: P
     conn.execute("PRAGMA user_version = 1")
     conn.commit()
     conn.close()
-    StateStore(path).close()
+
+    def schema() -> list[Any]:
+        with sqlite3.connect(path) as conn:
+            rows = conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+            return [conn.execute("PRAGMA user_version").fetchone()[0], rows]
+
+    with StateStore(path) as store:
+        assert store.list_namespaces() == []
+    with StateStore(path) as store:
+        Coordinator(store)
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     assert conn.execute("SELECT resource, version, file_id FROM claims").fetchall() == [
         ("file:///r/a", 4, None)
     ]
+    assert dict(conn.execute("SELECT component, version FROM agenthold_components")) == {
+        "store": 2,
+        "claims": 3,
+    }
     conn.close()
 
 

@@ -1,0 +1,589 @@
+"""PostgreSQL behind agenthold's Database seam, for agents on several hosts sharing one database.
+
+``StateStore("postgresql://user@host/dbname")`` (or ``--db`` with such a URL) opens it. It needs
+the optional extra ``agenthold[postgres]`` (psycopg 3 with its binary and pool packages) and
+imports nothing of agenthold but ``store``. Decisions behind it:
+- Many writers, READ COMMITTED. Correctness does not rest on one writer at a time: a write that
+  reads before it changes first takes transaction-scoped advisory locks on the names it reads
+  (``serialize``: shared locks, then exclusive ones, each in a fixed order), so writers of one
+  key take turns and the second reads what the first committed. A race that still fails (a lock
+  held past ``busy_timeout``, a deadlock, a unique violation) is a BusyError: nothing written,
+  retry. Versions are therefore never reused and never lost.
+- One clock. ``serialize`` and ``now`` return ``clock_timestamp()`` of the server, so leases are
+  judged alike by hosts whose clocks disagree.
+- Connections come from a psycopg pool in autocommit mode; transactions are explicit BEGIN and
+  COMMIT, and a pooled connection found dead at BEGIN is replaced once, so a restarted server
+  costs no call an error. A server that is down gives UnavailableError with a hint.
+- Change feed: commits NOTIFY channel ``agenthold`` with their topics (JSON, or ``*`` "look
+  again, everyone" when it would pass the 8,000-byte limit) in the same round trip as COMMIT.
+  Each process keeps one listening connection per database, outside the pool, while anyone
+  waits. The tables are the truth and a notification only a hint: a listener that lost its
+  connection reconnects and wakes every waiter to look again, and every BACKSTOP seconds all
+  waiters look again anyway.
+- Event tables (``state_history``, ``claim_events``) carry the writing transaction's id (xid8).
+  Identity ids do not commit in order, so readers of new events (``log --follow``) take the rows
+  of transactions older than their snapshot's xmin, window by window: every such transaction has
+  ended, so no row can still appear below the window, and none is read twice.
+- A password given in the URL is never shown: ``path`` (what errors and logs print) drops it.
+  libpq's environment variables (PGHOST, PGUSER, PGPASSWORD...) and ~/.pgpass work as usual.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg import errors, sql
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from agenthold.store import (
+    FEED_LINGER,
+    AgentholdError,
+    BusyError,
+    ChangeSource,
+    Component,
+    IncompatibleDatabaseError,
+    InvalidInputError,
+    Topic,
+    UnavailableError,
+    _ChangeFeed,
+    _Subscription,
+    check_seconds,
+)
+
+__all__ = ["PostgresDatabase", "redact"]
+
+log = logging.getLogger("agenthold.postgres")
+
+CHANNEL = "agenthold"
+MAX_PAYLOAD = 7900  # bytes; PostgreSQL refuses NOTIFY payloads of 8,000 bytes or more
+BACKSTOP = 2.0  # seconds: waiters look again this often even if no notification came
+LISTEN_TICK = 0.25  # seconds the listener waits for notifications before its housekeeping
+POOL_SIZE = 10
+SCHEMA_LOCK = "agenthold\x1fschema"
+UNREACHABLE_HINT = (
+    "Check that the PostgreSQL server is running and reachable; agenthold reconnects by itself "
+    "once it is back. Retry in a moment."
+)
+
+
+def redact(url: str) -> str:
+    """``url`` without its password (if it has one), for messages and logs."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        host = parts.netloc.rpartition("@")[2]
+        user = parts.username or ""
+        return urlunsplit(parts._replace(netloc=f"{user}@{host}" if user else host))
+    except ValueError:
+        return "postgresql://…"
+
+
+def lock_key(name: str) -> int:
+    """The advisory-lock key (a signed 64-bit integer) of a name: the same in every process."""
+    digest = hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+_translated: dict[str, str] = {}
+
+
+def _pg(text: str) -> str:
+    """The components' SQL (``?`` placeholders) in psycopg's style (``%s``)."""
+    try:
+        return _translated[text]
+    except KeyError:
+        converted = _translated[text] = text.replace("%", "%%").replace("?", "%s")
+        return converted
+
+
+class _Connection:
+    """What ``snapshot`` and ``write`` yield: ``execute`` and ``executemany`` with ``?``."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+        self.raw = raw
+
+    def execute(self, text: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        return self.raw.execute(_pg(text), params)
+
+    def executemany(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
+        rows = list(rows)
+        if rows:
+            with self.raw.cursor() as cursor:
+                cursor.executemany(_pg(text), rows)
+
+
+def _lost(conn: psycopg.Connection[Any], exc: psycopg.Error) -> bool:
+    """Whether ``exc`` says the connection is gone (the server restarted, or the session was
+    ended): then a statement that changed nothing yet can run again on another connection."""
+    if conn.broken or isinstance(exc, (errors.AdminShutdown, errors.CrashShutdown)):
+        return True
+    return isinstance(exc, psycopg.OperationalError) and not isinstance(
+        exc, (errors.LockNotAvailable, errors.QueryCanceled)
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return "; ".join(lines) or type(exc).__name__
+
+
+class _Feed(_ChangeFeed):
+    """The change feed of one database in this process: local commits notify directly, and a
+    listener thread on its own connection hears the commits of every other process."""
+
+    def __init__(self, url: str, shown: str) -> None:
+        super().__init__(shown)  # a uri, so that the first subscriber starts the listener
+        self._url = url
+        self._listen: psycopg.Connection[Any] | None = None
+        self.users = 0  # open PostgresDatabases of this process on the database
+
+    def _start_poller(self) -> None:
+        """Connect and LISTEN before the first subscriber's first look (called with the lock
+        held), so no commit after that look goes unheard; then start the listener thread."""
+        self._listen = self._connect_listener()
+        self._poller = threading.Thread(target=self._run, name="agenthold-pg-listener", daemon=True)
+        self._poller.start()
+
+    def _connect_listener(self) -> psycopg.Connection[Any] | None:
+        try:
+            conn = psycopg.connect(self._url, autocommit=True, connect_timeout=5)
+            conn.execute(f"LISTEN {CHANNEL}")
+            return conn
+        except psycopg.Error as exc:
+            log.warning("change feed cannot listen (%s); waiters look again every %gs",
+                        _first_line(exc), BACKSTOP)  # fmt: skip
+            return None
+
+    def _run(self) -> None:
+        me = threading.current_thread()
+        conn = self._listen
+        last_sweep = time.monotonic()
+        idle_since: float | None = None
+        failures = 0
+        try:
+            while True:
+                with self._lock:
+                    if self._poller is not me:
+                        return
+                    if not self._count:
+                        now = time.monotonic()
+                        idle_since = idle_since or now
+                        if now - idle_since > FEED_LINGER:
+                            self._poller = None
+                            return
+                    else:
+                        idle_since = None
+                if conn is None:
+                    time.sleep(min(2.0, 0.05 * 2**failures))
+                    conn = self._connect_listener()
+                    with self._lock:
+                        self._listen = conn
+                    if conn is None:
+                        failures = min(failures + 1, 6)
+                    else:
+                        failures = 0
+                        self.wake_all()  # anything may have committed while we were deaf
+                    continue
+                try:
+                    for note in conn.notifies(timeout=LISTEN_TICK):
+                        self._heard(note.payload)
+                except psycopg.Error as exc:
+                    log.warning("change feed lost its connection (%s); reconnecting",
+                                _first_line(exc))  # fmt: skip
+                    with suppress(psycopg.Error):
+                        conn.close()
+                    conn = None
+                    self.wake_all()
+                    continue
+                if time.monotonic() - last_sweep >= BACKSTOP:
+                    last_sweep = time.monotonic()
+                    self.wake_all()
+        finally:
+            if conn is not None:
+                with suppress(psycopg.Error):
+                    conn.close()
+
+    def _heard(self, payload: str) -> None:
+        if payload == "*":
+            self.wake_all()
+            return
+        try:
+            topics = [tuple(t) for t in json.loads(payload)]
+        except (ValueError, TypeError):
+            self.wake_all()
+            return
+        self.notify(topics)
+
+    def wake_all(self) -> None:
+        """Wake every subscriber to look again."""
+        with self._lock:
+            woken = set(self._everything)
+            for subs in self._by_topic.values():
+                woken.update(subs)
+        for sub in woken:
+            try:
+                sub.callback()
+            except Exception:  # a subscriber's bug must not stop the listener
+                log.exception("change callback failed")
+
+    def _stop(self) -> None:
+        self._poller = None  # the thread closes its connection as it ends
+
+
+_feeds: dict[str, _Feed] = {}
+_feeds_lock = threading.Lock()
+
+
+class PostgresDatabase:
+    """Connections, transactions and change notification for one PostgreSQL database (the
+    same methods as ``SQLiteDatabase``; see ``agenthold.store.Database``)."""
+
+    dialect = "postgresql"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        read_only: bool = False,
+        durability: str = "normal",
+        busy_timeout: float = 5.0,
+        pool_size: int = POOL_SIZE,
+    ) -> None:
+        if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+            raise InvalidInputError("a PostgreSQL database is named by a postgresql:// URL")
+        if not isinstance(durability, str) or durability not in ("normal", "full"):
+            raise InvalidInputError(f"durability must be 'normal' or 'full', got {durability!r}")
+        if not isinstance(read_only, bool):
+            raise InvalidInputError(f"read_only must be True or False, got {read_only!r}")
+        self.busy_timeout = check_seconds("busy_timeout", busy_timeout, maximum=3600)
+        self.url = url
+        self.path = redact(url)
+        self.read_only = read_only
+        self.durability = durability  # commits are as durable as the server is set up to make them
+        self._closed = False
+        self._check_server()
+        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max(1, pool_size),
+            kwargs={"autocommit": True, "connect_timeout": 5},
+            configure=self._configure,
+            open=True,
+            name="agenthold",
+        )
+        with _feeds_lock:
+            feed = _feeds.get(url)
+            if feed is None:
+                feed = _feeds[url] = _Feed(url, self.path)
+            feed.users += 1
+        self._feed = feed
+
+    # -- opening -----------------------------------------------------------------------------
+
+    def _check_server(self) -> None:
+        """Connect once now, so that a server that is down, a wrong password or a missing
+        database is one clear error at start."""
+        try:
+            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise UnavailableError(
+                f"cannot connect to PostgreSQL at {self.path}: {self._scrub(exc)}"
+            ) from None
+        conn.close()
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        conn.execute(f"SET lock_timeout = {max(1, int(self.busy_timeout * 1000))}")
+        if self.read_only:
+            conn.execute("SET default_transaction_read_only = on")
+
+    def ensure(self, component: Component, *, required: bool = True) -> int:
+        """Create or migrate ``component``'s tables (under an advisory lock, so processes that
+        open a new database together make them once). A database that holds tables of
+        another program, or a newer version of ours, is refused and left untouched."""
+        with self._transaction("BEGIN") as conn:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(SCHEMA_LOCK),))
+            versions = self._versions(conn)
+            have = versions.get(component.name, 0)
+            if have > component.version:
+                raise IncompatibleDatabaseError(
+                    f"{self.path} has the {component.name} tables at version {have}, newer "
+                    f"than this agenthold supports ({component.version}); upgrade agenthold"
+                )
+            if have == component.version or (self.read_only and have == 0 and not required):
+                return have
+            if self.read_only:
+                raise IncompatibleDatabaseError(
+                    f"{self.path} has the {component.name} tables at version {have}, older than "
+                    f"this agenthold's {component.version}; open it once without read-only to "
+                    "migrate it"
+                )
+            if not versions:
+                conn.execute(
+                    "CREATE TABLE IF NOT EXISTS agenthold_components "
+                    "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
+                )
+            for step in range(have, component.version):
+                conn.execute(component.migrations["postgresql"][step])
+            conn.execute(
+                "INSERT INTO agenthold_components (component, version) VALUES (%s, %s) "
+                "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
+                (component.name, component.version),
+            )
+            return component.version
+
+    def _versions(self, conn: psycopg.Connection[Any]) -> dict[str, int]:
+        if conn.execute("SELECT to_regclass('agenthold_components')").fetchone()[0] is None:  # type: ignore[index]
+            tables = [
+                r[0]
+                for r in conn.execute(
+                    "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+                    "ORDER BY tablename"
+                )
+            ]
+            if tables or self.read_only:
+                held = f"it holds tables {', '.join(tables[:5])}" if tables else "it is empty"
+                raise IncompatibleDatabaseError(
+                    f"{self.path} is not an agenthold database ({held}); give another --db"
+                )
+            return {}
+        rows = conn.execute("SELECT component, version FROM agenthold_components").fetchall()
+        return {name: version for name, version in rows}
+
+    # -- connections ---------------------------------------------------------------------------
+
+    def _scrub(self, exc: BaseException) -> str:
+        text = _first_line(exc)
+        password = None
+        with suppress(ValueError):
+            password = urlsplit(self.url).password
+        return text.replace(password, "***") if password else text
+
+    def _error(self, exc: BaseException) -> AgentholdError:
+        """The error a caller can act on, with a hint, for a driver or pool error."""
+        error: AgentholdError
+        if isinstance(exc, AgentholdError):
+            return exc
+        if isinstance(exc, errors.LockNotAvailable):
+            error = BusyError(
+                f"another writer held a lock for more than {self.busy_timeout:g} s "
+                "(busy_timeout); nothing was written; retry in a moment"
+            )
+            error.hint = "Another writer holds the data; nothing was changed. Retry in a moment."
+        elif isinstance(
+            exc, (errors.DeadlockDetected, errors.SerializationFailure, errors.UniqueViolation)
+        ):
+            error = BusyError(
+                "a concurrent writer got in the way; nothing was written; retry in a moment"
+            )
+            error.hint = "Nothing was changed. Retry in a moment."
+        elif isinstance(exc, errors.ReadOnlySqlTransaction):
+            error = UnavailableError("the database is read-only here; nothing was written")
+            error.hint = "Connect to the primary server, or as a role that may write."
+        elif isinstance(exc, errors.InsufficientPrivilege):
+            error = UnavailableError(f"the database refused the call: {self._scrub(exc)}")
+            error.hint = "Grant the role agenthold connects as the rights on its tables."
+        elif isinstance(exc, (psycopg.OperationalError, PoolTimeout, psycopg.InterfaceError)):
+            error = UnavailableError(
+                f"PostgreSQL at {self.path} is unreachable: {self._scrub(exc)}"
+            )
+            error.hint = UNREACHABLE_HINT
+        else:
+            error = UnavailableError(f"the database failed: {self._scrub(exc)}")
+            error.hint = "Retry in a moment; if it keeps failing, check the PostgreSQL server."
+        return error
+
+    def _getconn(self) -> psycopg.Connection[Any]:
+        if self._closed:
+            raise AgentholdError("the store is closed")
+        try:
+            return self._pool.getconn(timeout=max(0.5, min(self.busy_timeout, 5.0)))
+        except (PoolTimeout, psycopg.Error) as exc:
+            raise self._error(exc) from None
+
+    def _begin(self, statement: str | None) -> psycopg.Connection[Any]:
+        """A pooled connection, with ``statement`` (BEGIN...) run on it. A connection the
+        server dropped since its last use (a restart) is replaced once: nothing was sent."""
+        for attempt in (1, 2):
+            conn = self._getconn()
+            if statement is None:
+                return conn
+            try:
+                conn.execute(statement)
+                return conn
+            except psycopg.Error as exc:
+                self._pool.putconn(conn)  # a broken connection is discarded by the pool
+                if attempt == 2 or not _lost(conn, exc):
+                    raise self._error(exc) from None
+                self._drop_dead()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _drop_dead(self) -> None:
+        """One pooled connection was found dead (a restart, or sessions ended by an
+        administrator): check the idle others now, so the retry gets a live one."""
+        with suppress(psycopg.Error, PoolTimeout):
+            self._pool.check()
+
+    @contextmanager
+    def _transaction(self, begin: str) -> Iterator[psycopg.Connection[Any]]:
+        conn = self._begin(begin)
+        try:
+            try:
+                yield conn
+            except BaseException:
+                with suppress(psycopg.Error):
+                    if not conn.broken:
+                        conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            raise self._error(exc) from None
+        finally:
+            self._pool.putconn(conn)
+
+    def _read(self, run: Callable[[psycopg.Connection[Any]], Any]) -> Any:
+        for attempt in (1, 2):
+            conn = self._begin(None)
+            try:
+                result = run(conn)
+            except psycopg.Error as exc:
+                lost = _lost(conn, exc)
+                self._pool.putconn(conn)
+                if attempt == 2 or not lost:
+                    raise self._error(exc) from None
+                self._drop_dead()
+                continue
+            self._pool.putconn(conn)
+            return result
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- the interface -------------------------------------------------------------------------
+
+    def fetchone(self, text: str, params: Sequence[Any] = ()) -> Any:
+        query = _pg(text)
+        return self._read(lambda conn: conn.execute(query, params).fetchone())
+
+    def fetchall(self, text: str, params: Sequence[Any] = ()) -> list[Any]:
+        query = _pg(text)
+        rows: list[Any] = self._read(lambda conn: conn.execute(query, params).fetchall())
+        return rows
+
+    @contextmanager
+    def snapshot(self) -> Iterator[_Connection]:
+        """A read transaction (REPEATABLE READ): every statement sees the same snapshot."""
+        with self._transaction("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") as conn:
+            try:
+                yield _Connection(conn)
+            except psycopg.Error as exc:
+                raise self._error(exc) from None
+
+    @contextmanager
+    def write(self) -> Iterator[tuple[_Connection, list[Topic]]]:
+        """A write transaction, committed when the block ends normally (with the NOTIFY of the
+        topics appended to the yielded list, in the same round trip) and rolled back if it
+        raises."""
+        if self.read_only:
+            raise UnavailableError("the store was opened read-only; it cannot write")
+        conn = self._begin("BEGIN")
+        changed: list[Topic] = []
+        try:
+            try:
+                yield _Connection(conn), changed
+            except BaseException as exc:
+                with suppress(psycopg.Error):
+                    if not conn.broken:
+                        conn.execute("ROLLBACK")
+                if isinstance(exc, psycopg.Error):
+                    raise self._error(exc) from None
+                raise
+            try:
+                if changed:
+                    conn.execute(self._notify_sql(changed, conn) + "; COMMIT")
+                else:
+                    conn.execute("COMMIT")
+            except psycopg.Error as exc:
+                if not conn.broken:
+                    with suppress(psycopg.Error):
+                        conn.execute("ROLLBACK")
+                    raise self._error(exc) from None
+                error = UnavailableError(
+                    f"the connection to PostgreSQL at {self.path} was lost while committing: "
+                    "the write may or may not have been made"
+                )
+                error.hint = "Read the data again to see whether the write was made, then retry."
+                raise error from None
+        finally:
+            self._pool.putconn(conn)
+        self._feed.notify(changed)
+
+    @staticmethod
+    def _notify_sql(changed: list[Topic], conn: psycopg.Connection[Any]) -> str:
+        payload = json.dumps(list(dict.fromkeys(changed)), ensure_ascii=False)
+        if len(payload.encode("utf-8")) > MAX_PAYLOAD:
+            payload = "*"  # too long for NOTIFY: every waiter looks again
+        return f"NOTIFY {CHANNEL}, " + sql.Literal(payload).as_string(conn)
+
+    def serialize(self, conn: Any, exclusive: Sequence[str], shared: Sequence[str] = ()) -> float:
+        """Take transaction-scoped advisory locks on ``shared`` then ``exclusive`` names (each
+        sorted, so every writer takes them in the same order) and return the server's clock,
+        read once they are held."""
+        keys_shared = sorted(lock_key(n) for n in shared)
+        keys_excl = sorted(lock_key(n) for n in exclusive)
+        locks = ["pg_advisory_xact_lock_shared(%s::int8)" for _ in keys_shared] + [
+            "pg_advisory_xact_lock(%s::int8)" for _ in keys_excl
+        ]
+        query = (
+            "SELECT extract(epoch FROM clock_timestamp())::float8 FROM (SELECT "
+            + ", ".join(locks)
+            + ") AS l"
+        )
+        row = conn.raw.execute(query, (*keys_shared, *keys_excl)).fetchone()
+        return float(row[0])
+
+    def now(self) -> float:
+        return float(self.fetchone("SELECT extract(epoch FROM clock_timestamp())::float8")[0])
+
+    def feed_window(self, conn: Any, table: str, after: Any) -> tuple[str, tuple[Any, ...], Any]:
+        """Rows of transactions that ended before this snapshot's xmin, and (given ``after``,
+        the xmin of the last read) not before that: no row can still commit below the window,
+        and no row is in two windows."""
+        xmin = int(
+            conn.raw.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").fetchone()[0]
+        )
+        if after is None:
+            return "xid < ?::xid8", (str(xmin),), xmin
+        return "xid >= ?::xid8 AND xid < ?::xid8", (str(after), str(xmin)), xmin
+
+    def subscribe(
+        self, topics: Iterable[Topic] | None, callback: Callable[[], None]
+    ) -> _Subscription:
+        return self._feed.subscribe(topics, callback)
+
+    def notify(self, topics: Iterable[Topic]) -> None:
+        self._feed.notify(topics)
+
+    def add_change_source(self, source: ChangeSource) -> None:
+        """Nothing to do: commits say what changed in their NOTIFY."""
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with _feeds_lock:
+            self._feed.users -= 1
+            if self._feed.users == 0:
+                self._feed.stop()
+                if _feeds.get(self.url) is self._feed:
+                    del _feeds[self.url]
+        self._pool.close()

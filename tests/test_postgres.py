@@ -1,0 +1,504 @@
+"""What only PostgreSQL needs proving: many writers on many connections and processes, the
+server's clock, the event feed under transactions that commit late, LISTEN/NOTIFY wake-ups
+across processes, connection failures, and secrets kept out of messages.
+
+The contract tests of test_store.py, test_claims.py and test_server.py run on PostgreSQL too
+(marked ``backends``); everything here runs on the throwaway server of tests/pgserver.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import psycopg
+import pytest
+from pgserver import Cluster
+from support import run_threads
+
+from agenthold.claims import Coordinator
+from agenthold.postgres import MAX_PAYLOAD, PostgresDatabase, lock_key, redact
+from agenthold.store import (
+    AgentholdError,
+    BusyError,
+    ConflictError,
+    IncompatibleDatabaseError,
+    InvalidInputError,
+    StateStore,
+    UnavailableError,
+    key_topic,
+)
+from agenthold.uris import Resolver, Workspace
+
+STORE_WORKER = Path(__file__).parent / "helpers" / "store_worker.py"
+
+
+@pytest.fixture
+def pg(pg_url: str) -> Iterator[StateStore]:
+    with StateStore(pg_url) as s:
+        yield s
+
+
+def coordinator(store: StateStore, root: Path, claim_ttl: float | None = None) -> Coordinator:
+    return Coordinator(
+        store, resolver=Resolver([Workspace("default", str(root))]), claim_ttl=claim_ttl
+    )
+
+
+def raw(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(url, autocommit=True)
+
+
+# -- many writers ---------------------------------------------------------------------------
+
+
+def test_no_update_is_lost_between_threads_on_separate_pools(pg_url: str) -> None:
+    """Threads on two stores (two pools, as two hosts would be) increment one counter with the
+    read-check-retry loop: every increment lands once and versions run 1, 2, 3... unbroken."""
+    stores = [StateStore(pg_url), StateStore(pg_url)]
+    try:
+        stores[0].set("counters", "n", 0, updated_by="init")
+
+        def add(i: int) -> int:
+            store = stores[i % 2]
+            conflicts = 0
+            for _ in range(15):
+                while True:
+                    record = store.get("counters", "n")
+                    try:
+                        store.set(
+                            "counters", "n", record.value + 1, updated_by=f"t{i}",
+                            expected_version=record.version,
+                        )  # fmt: skip
+                        break
+                    except ConflictError:
+                        conflicts += 1
+            return conflicts
+
+        run_threads(8, add)
+        record = stores[0].get("counters", "n")
+        assert record.value == 8 * 15
+        versions = [h.version for h in stores[1].history("counters", "n", limit=1000)]
+        assert versions == list(range(8 * 15 + 1, 0, -1))
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_no_update_is_lost_between_processes(pg: StateStore, pg_url: str) -> None:
+    pg.set("counters", "n", 0, updated_by="init")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(STORE_WORKER), "increment", pg_url, "20"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    for p in procs:
+        p.communicate(timeout=120)
+        assert p.returncode == 0
+    assert pg.get("counters", "n").value == 60
+    assert len(pg.history("counters", "n", limit=1000)) == 61
+
+
+def test_concurrent_first_writes_of_one_key_get_distinct_versions(pg: StateStore) -> None:
+    """Unconditional writes of a key that does not exist yet race on the insert: none fails,
+    none reuses a version."""
+    versions = run_threads(10, lambda i: pg.set("ns", "new", i, updated_by=f"w{i}").version)
+    assert sorted(versions) == list(range(1, 11))
+
+
+def test_only_one_of_many_creators_wins_expected_version_zero(pg: StateStore) -> None:
+    def create(i: int) -> str:
+        try:
+            pg.set("ns", "once", i, updated_by=f"w{i}", expected_version=0)
+            return "won"
+        except ConflictError as exc:
+            assert exc.detail["actual_version"] == 1
+            return "conflict"
+
+    assert sorted(run_threads(8, create)) == ["conflict"] * 7 + ["won"]
+
+
+def test_clear_namespace_and_writes_in_parallel_never_reuse_a_version(pg: StateStore) -> None:
+    def work(i: int) -> None:
+        for n in range(10):
+            if i == 0:
+                pg.clear_namespace("ns", deleted_by="clearer")
+            else:
+                pg.set("ns", f"k{n % 3}", n, updated_by=f"w{i}")
+
+    run_threads(4, work)
+    for key in ("k0", "k1", "k2"):
+        versions = [h.version for h in pg.history("ns", key, limit=1000)]
+        assert versions == list(range(len(versions), 0, -1))
+
+
+def test_one_of_many_claimants_gets_the_resource(
+    pg: StateStore, pg_url: str, tmp_path: Path
+) -> None:
+    coords = [coordinator(pg, tmp_path), coordinator(StateStore(pg_url), tmp_path)]
+    try:
+        agents = [coords[i % 2].register(f"a{i}")["agent_id"] for i in range(6)]
+        replies = run_threads(6, lambda i: coords[i % 2].claim("x.py", agents[i])["status"])
+        assert sorted(replies) == ["busy"] * 5 + ["claimed"]
+        assert coords[1].status("x.py")["version"] == 1
+    finally:
+        coords[1].store.close()
+
+
+def test_a_lock_held_past_busy_timeout_is_busy_and_writes_nothing(pg_url: str) -> None:
+    with StateStore(pg_url, busy_timeout=0.2) as store, raw(pg_url) as other:
+        store.set("ns", "k", 1, updated_by="w")
+        other.execute("BEGIN")
+        other.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("state\x1fns\x1fk"),))
+        started = time.monotonic()
+        with pytest.raises(BusyError, match="busy_timeout"):
+            store.set("ns", "k", 2, updated_by="w", expected_version=1)
+        assert time.monotonic() - started < 5
+        other.execute("ROLLBACK")
+        assert store.get("ns", "k").version == 1
+        assert store.set("ns", "k", 2, updated_by="w", expected_version=1).version == 2
+
+
+# -- the database's clock ------------------------------------------------------------------
+
+
+def test_leases_are_judged_by_the_servers_clock(
+    pg: StateStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A host whose clock runs an hour ahead still sees a 60 s claim as held."""
+    coord = coordinator(pg, tmp_path, claim_ttl=60)
+    agent = coord.register("a")["agent_id"]
+    coord.claim("x.py", agent)
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)
+    assert coord.status("x.py")["status"] == "claimed"
+    other = coord.register("b")["agent_id"]
+    assert coord.claim("x.py", other)["status"] == "busy"
+
+
+# -- the event feed ------------------------------------------------------------------------
+
+
+def test_the_event_feed_never_skips_a_row_that_commits_late(pg: StateStore, pg_url: str) -> None:
+    """A transaction takes an early history id and commits after a later one: the reader does
+    not move past it before it commits, and then reads it once."""
+    with pg.db.snapshot() as conn:
+        _, position = pg.read_log(conn, None)
+    late = raw(pg_url)
+    late.execute("BEGIN")
+    late.execute(
+        "INSERT INTO state_history (namespace, key, version, value, updated_by, updated_at, "
+        "event_type) VALUES ('ns', 'late', 1, '1', 'late', 'now', 'write')"
+    )
+    pg.set("ns", "early", 1, updated_by="early")  # a later id, committed first
+    seen: list[str] = []
+    with pg.db.snapshot() as conn:
+        rows, position = pg.read_log(conn, None, after=position)
+    seen += [r[2] for r in rows]
+    late.execute("COMMIT")
+    late.close()
+    for _ in range(50):
+        with pg.db.snapshot() as conn:
+            rows, position = pg.read_log(conn, None, after=position)
+        seen += [r[2] for r in rows]
+        if len(seen) >= 2:
+            break
+        time.sleep(0.02)
+    assert sorted(seen) == ["early", "late"]
+    with pg.db.snapshot() as conn:
+        rows, _ = pg.read_log(conn, None, after=position)
+    assert rows == []  # nothing twice
+
+
+# -- wake-ups across processes -------------------------------------------------------------
+
+
+def set_from_another_process(url: str, key: str, delay: float = 0.2) -> subprocess.Popen[str]:
+    script = (
+        "import sys, time\n"
+        "from agenthold.store import StateStore\n"
+        f"time.sleep({delay})\n"
+        f"s = StateStore({url!r})\n"
+        f"s.set('ns', {key!r}, 'there', updated_by='other')\n"
+        "s.close()\n"
+    )
+    return subprocess.Popen([sys.executable, "-c", script], text=True)
+
+
+def test_a_watch_is_woken_by_a_commit_of_another_process(pg: StateStore, pg_url: str) -> None:
+    proc = set_from_another_process(pg_url, "w")
+    started = time.monotonic()
+    record = pg.watch("ns", "w", since_version=0, timeout=30)
+    assert record is not None and record.value == "there"
+    proc.wait(30)
+    assert time.monotonic() - started < 20
+
+
+def test_a_dropped_listener_reconnects_and_waiters_still_wake(pg: StateStore, pg_url: str) -> None:
+    woken = threading.Event()
+    with pg.db.subscribe([key_topic("ns", "d")], woken.set), raw(pg_url) as admin:
+        for _ in range(100):
+            killed = admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE query LIKE 'LISTEN%%' AND pid <> pg_backend_pid()"
+            ).fetchall()
+            if killed:
+                break
+            time.sleep(0.02)
+        assert killed, "no listening connection found"
+        assert woken.wait(10), "a listener that reconnects wakes everyone to look again"
+        woken.clear()
+        proc = set_from_another_process(pg_url, "d", delay=0.5)
+        assert woken.wait(20)
+        proc.wait(30)
+    assert pg.get("ns", "d").value == "there"
+
+
+def test_a_commit_of_many_topics_notifies_within_the_payload_limit(
+    pg: StateStore, pg_url: str
+) -> None:
+    """A clear of hundreds of long keys would pass NOTIFY's 8,000 bytes: it wakes everyone."""
+    for i in range(300):
+        pg.set("big", f"{'x' * 40}{i}", i, updated_by="w")
+    woken = threading.Event()
+    with pg.db.subscribe([key_topic("unrelated", "k")], woken.set):
+        script = (
+            "from agenthold.store import StateStore\n"
+            f"s = StateStore({pg_url!r})\n"
+            "print(len(s.clear_namespace('big', deleted_by='c')))\n"
+        )
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+        assert done.stdout.strip() == "300", done.stderr
+        assert woken.wait(10)
+    assert MAX_PAYLOAD < 8000
+
+
+# -- connections ---------------------------------------------------------------------------
+
+
+def test_killed_pool_connections_are_replaced_without_an_error(pg: StateStore, pg_url: str) -> None:
+    pg.set("ns", "k", 1, updated_by="w")
+    with raw(pg_url) as admin:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = '' AND pid <> pg_backend_pid() AND datname = 'postgres'"
+        )
+    time.sleep(0.1)
+    assert pg.get("ns", "k").value == 1
+    assert pg.set("ns", "k", 2, updated_by="w", expected_version=1).version == 2
+
+
+def test_a_server_restart_mid_run_loses_nothing_acknowledged(
+    pg: StateStore, pg_cluster: Cluster
+) -> None:
+    acknowledged: list[int] = []
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def writer() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            try:
+                pg.set("restart", f"k{n}", n, updated_by="w")
+                acknowledged.append(n)
+            except UnavailableError as exc:
+                assert exc.hint
+                failures.append(str(exc))
+                time.sleep(0.05)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        pg_cluster.restart()
+        deadline = time.monotonic() + 20
+        before = len(acknowledged)
+        while len(acknowledged) < before + 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert len(acknowledged) > before, "writes never worked again after the restart"
+    live = {r.key for r in pg.list_keys("restart")}
+    assert {f"k{n}" for n in acknowledged} <= live
+
+
+def test_a_server_that_is_down_at_start_is_one_clear_error(tmp_path: Path) -> None:
+    url = f"postgresql://postgres@/postgres?host={quote(str(tmp_path), safe='')}"
+    with pytest.raises(UnavailableError, match="cannot connect to PostgreSQL") as caught:
+        StateStore(url)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_password_in_the_url_is_never_shown(pg_cluster: Cluster, tmp_path: Path) -> None:
+    url = (
+        pg_cluster.url()
+        .replace("postgres@", "postgres:s3cret-pw@")
+        .replace("/postgres?", "/no_such_db?")
+    )
+    assert "s3cret-pw" not in redact(url)
+    with pytest.raises(UnavailableError) as caught:
+        StateStore(url)
+    assert "s3cret-pw" not in str(caught.value) and "no_such_db" in str(caught.value)
+    done = subprocess.run(
+        [sys.executable, "-m", "agenthold", "claims", "--db", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "s3cret-pw" not in done.stderr + done.stdout
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_libpq_environment_variables_name_the_server(
+    pg_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    schema = pg_cluster.fresh_url().rpartition("%3D")[2]
+    monkeypatch.setenv("PGHOST", pg_cluster.socket_dir)
+    monkeypatch.setenv("PGUSER", "postgres")
+    url = f"postgresql:///postgres?options=-csearch_path%3D{schema}"
+    with StateStore(url) as store:
+        assert store.set("ns", "k", 1, updated_by="w").version == 1
+        assert store.path == url
+
+
+# -- opening -------------------------------------------------------------------------------
+
+
+def test_a_database_of_another_program_is_refused_and_left_untouched(pg_url: str) -> None:
+    with raw(pg_url) as conn:
+        conn.execute("CREATE TABLE invoices (id int)")
+    with pytest.raises(IncompatibleDatabaseError, match="not an agenthold database"):
+        StateStore(pg_url)
+    with raw(pg_url) as conn:
+        tables = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+        ).fetchall()
+    assert tables == [("invoices",)]
+
+
+def test_newer_tables_are_refused(pg: StateStore, pg_url: str) -> None:
+    with raw(pg_url) as conn:
+        conn.execute("UPDATE agenthold_components SET version = 99 WHERE component = 'store'")
+    with pytest.raises(IncompatibleDatabaseError, match="newer"):
+        StateStore(pg_url)
+
+
+def test_read_only_opening_writes_nothing_and_refuses_writes(pg: StateStore, pg_url: str) -> None:
+    pg.set("ns", "k", 1, updated_by="w")
+    with StateStore(pg_url, read_only=True) as reader:
+        assert reader.get("ns", "k").value == 1
+        with pytest.raises(UnavailableError, match="read-only"):
+            reader.set("ns", "k", 2, updated_by="w")
+
+
+def test_a_store_creates_only_its_tables_and_claims_add_theirs(pg_url: str, tmp_path: Path) -> None:
+    def tables() -> list[str]:
+        with raw(pg_url) as conn:
+            rows = conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY 1"
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    with StateStore(pg_url) as store:
+        assert tables() == ["agenthold_components", "state", "state_history"]
+        coordinator(store, tmp_path)
+        assert tables() == [
+            "agenthold_components", "agents", "claim_events", "claims", "state", "state_history",
+        ]  # fmt: skip
+
+
+def test_bad_arguments_are_invalid_input() -> None:
+    with pytest.raises(InvalidInputError):
+        PostgresDatabase("mysql://x")
+    with pytest.raises(InvalidInputError, match="durability"):
+        PostgresDatabase("postgresql://x", durability="fast")
+    with pytest.raises(InvalidInputError, match="read_only"):
+        PostgresDatabase("postgresql://x", read_only=1)  # type: ignore[arg-type]
+
+
+def test_without_psycopg_a_postgresql_url_names_the_extra(tmp_path: Path) -> None:
+    """Where psycopg is missing (and where store.py was copied alone), one clear error."""
+    shutil.copy(Path(__file__).parents[1] / "agenthold" / "store.py", tmp_path / "store.py")
+    script = (
+        "import sys\n"
+        "sys.modules['psycopg'] = None\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import store, agenthold.store as packaged\n"
+        "for module in (store, packaged):\n"
+        "    try:\n"
+        "        module.StateStore('postgresql://u@h/db')\n"
+        "    except module.InvalidInputError as e:\n"
+        "        print(e)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2
+    assert all('pip install "agenthold[postgres]"' in line for line in lines)
+
+
+# -- the inspector -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["agents", "claims", "namespaces", "keys", "history", "log"])
+def test_every_inspector_subcommand_reads_postgresql(
+    pg: StateStore, pg_url: str, tmp_path: Path, command: str
+) -> None:
+    pg.set("ns", "k", {"v": 1}, updated_by="w")
+    coord = coordinator(pg, tmp_path)
+    agent = coord.register("inspected")["agent_id"]
+    coord.claim("a.py", agent)
+    args = {"keys": ["ns"], "history": ["ns", "k"]}.get(command, [])
+    done = subprocess.run(
+        [sys.executable, "-m", "agenthold", command, *args, "--json", "--db", pg_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
+    assert done.returncode == 0, done.stderr
+    expected = {"agents": "inspected", "claims": "a.py", "log": '"actor": "inspected"'}.get(
+        command, '"updated_by": "w"'
+    )
+    assert json.loads(done.stdout) and expected in done.stdout
+
+
+def test_log_follow_on_postgresql_prints_new_events(pg: StateStore, pg_url: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agenthold", "log", "--follow", "--json", "--db", pg_url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1.0)
+        pg.set("ns", "followed", 1, updated_by="w")
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert json.loads(line)["key"] == "followed"
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    assert proc.returncode == 0
+
+
+def test_errors_of_the_database_are_agenthold_errors(pg: StateStore) -> None:
+    with pytest.raises(AgentholdError, match="does not exist"):
+        pg.db.fetchone("SELECT * FROM no_such_table")
+    with pytest.raises(AgentholdError), pg.db.snapshot() as conn:
+        conn.execute("SELECT * FROM no_such_table")
