@@ -27,6 +27,8 @@ import math
 import os
 import re
 import sqlite3
+import struct
+import sys
 import threading
 import time
 import uuid
@@ -35,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 __all__ = [
     "DEFAULT_MAX_VALUE_BYTES",
@@ -786,17 +788,294 @@ def wait_until(
             woken.wait(pause)
 
 
+# --------------------------------------------------------------------------------------------
+# File-system events: the hint that another process may have committed
+# --------------------------------------------------------------------------------------------
+
+# The change feed learns of another process's commit from an event on the database's files
+# (inotify on Linux, kqueue on macOS and the BSDs), then checks ``PRAGMA data_version`` as a
+# poll would: the tables are the truth, an event only says when to look. Events come when the
+# WAL is written, which is a moment before the commit is visible to readers (SQLite updates the
+# shared-memory index after the write), so after an event the feed looks again a few times over
+# the next quarter second (FOLLOW_UPS), and every FEED_SAFETY_NET seconds in any case. Without
+# events (another platform, a failure to set them up, or FILE_EVENTS_VARIABLE set to "off") the
+# feed polls every POLL_INTERVAL as before.
+FEED_SAFETY_NET = 0.5  # seconds: with file events, the feed still looks this often
+FOLLOW_UPS = (0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128)  # looks after an event
+FILE_EVENTS_VARIABLE = "AGENTHOLD_FILE_EVENTS"  # "off": no file events, poll (tests use it)
+
+
+def _file_names(path: str) -> tuple[str, str, frozenset[str]]:
+    """The directory of the database at ``path`` and the names there whose changes matter:
+    the file itself (checkpoints, rollback-journal commits, a replacement), its WAL and its
+    rollback journal (not the -shm file, which SQLite changes through shared memory)."""
+    directory, name = os.path.split(path)
+    return directory or ".", name, frozenset((name, f"{name}-wal", f"{name}-journal"))
+
+
+class _InotifyWatch(NamedTuple):
+    wd: int
+    names: frozenset[str]
+    nudge: Callable[[], None]
+
+
+class _Inotify:
+    """One inotify instance for the whole process (the kernel allows a user only a few, 128 by
+    default), read by one daemon thread. Each database's directory is watched, not its files:
+    that also sees a WAL created after the watch began, a WAL removed and a file replaced by a
+    rename. Reads make no events, so waiting readers do not wake each other."""
+
+    kind = "inotify"
+    IN_MODIFY, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x2, 0x40, 0x80, 0x100, 0x200
+    IN_DELETE_SELF, IN_MOVE_SELF, IN_UNMOUNT, IN_Q_OVERFLOW, IN_IGNORED = (
+        0x400, 0x800, 0x2000, 0x4000, 0x8000)  # fmt: skip
+    IN_ONLYDIR, IN_CLOEXEC = 0x1000000, 0o2000000
+    MASK = (IN_MODIFY | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF
+            | IN_MOVE_SELF | IN_ONLYDIR)  # fmt: skip
+    EVERYONE = IN_Q_OVERFLOW | IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT
+
+    def __init__(self) -> None:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._init = libc.inotify_init1
+        self._add = libc.inotify_add_watch
+        self._rm = libc.inotify_rm_watch
+        self._init.argtypes = [ctypes.c_int]
+        self._add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        self._rm.argtypes = [ctypes.c_int, ctypes.c_int]
+        self._errno = ctypes.get_errno
+        fd = self._init(self.IN_CLOEXEC)
+        if fd < 0:
+            raise self._error("inotify_init1")
+        self._fd = fd
+        self._lock = threading.Lock()
+        self._dirs: dict[int, dict[str, set[Callable[[], None]]]] = {}  # wd: name: nudges
+        threading.Thread(target=self._run, name="agenthold-file-events", daemon=True).start()
+
+    def _error(self, call: str) -> OSError:
+        number = self._errno()
+        return OSError(number, f"{call}: {os.strerror(number)}")
+
+    def add(self, path: str, nudge: Callable[[], None]) -> object:
+        """Call ``nudge`` (from the reader thread) whenever the database at ``path`` may have
+        changed; returns what ``remove`` takes."""
+        directory, _, names = _file_names(path)
+        with self._lock:
+            wd = self._add(self._fd, os.fsencode(directory), self.MASK)
+            if wd < 0:
+                raise self._error(f"inotify_add_watch {directory!r}")
+            by_name = self._dirs.setdefault(wd, {})
+            for name in names:
+                by_name.setdefault(name, set()).add(nudge)
+        return _InotifyWatch(wd, names, nudge)
+
+    def remove(self, handle: object) -> None:
+        assert isinstance(handle, _InotifyWatch)
+        wd, names, nudge = handle
+        with self._lock:
+            by_name = self._dirs.get(wd)
+            if by_name is None:
+                return
+            for name in names:
+                nudges = by_name.get(name)
+                if nudges is not None:
+                    nudges.discard(nudge)
+                    if not nudges:
+                        del by_name[name]
+            if not by_name:
+                del self._dirs[wd]
+                self._rm(self._fd, wd)  # may fail if the directory is gone: nothing to undo
+
+    def _run(self) -> None:
+        while True:
+            try:
+                data = os.read(self._fd, 65536)
+            except OSError:  # closed (in a child after fork, which has no such thread anyway)
+                return
+            woken: set[Callable[[], None]] = set()
+            with self._lock:
+                offset = 0
+                while offset + 16 <= len(data):
+                    wd, mask, _, size = struct.unpack_from("iIII", data, offset)
+                    name = os.fsdecode(data[offset + 16 : offset + 16 + size].rstrip(b"\0"))
+                    offset += 16 + size
+                    if wd == -1:  # the queue overflowed: events were lost
+                        for by_name in self._dirs.values():
+                            woken.update(*by_name.values())
+                    elif mask & self.EVERYONE:  # the directory itself went
+                        woken.update(*self._dirs.get(wd, {}).values())
+                        if mask & self.IN_IGNORED:  # the watch is gone with it
+                            self._dirs.pop(wd, None)
+                    else:
+                        woken.update(self._dirs.get(wd, {}).get(name, ()))
+            for nudge in woken:
+                nudge()
+
+    def close_in_child(self) -> None:
+        with suppress(OSError):
+            os.close(self._fd)
+
+
+class _KqueueWatch:
+    __slots__ = ("dir_fd", "directory", "nudge", "wal", "wal_fd", "wal_id")
+
+    def __init__(self, directory: str, wal: str, dir_fd: int, nudge: Callable[[], None]):
+        self.directory = directory
+        self.wal = wal
+        self.dir_fd = dir_fd
+        self.wal_fd = -1
+        self.wal_id: tuple[int, int] | None = None
+        self.nudge = nudge
+
+
+class _Kqueue:
+    """One kqueue for the whole process (macOS and the BSDs), read by one daemon thread. kqueue
+    watches open files, so each database gets two: its directory (a WAL created or removed, a
+    file replaced) and its WAL (every commit writes it), reopened whenever the directory changes.
+    The database file itself is never opened: closing a descriptor of a file drops every POSIX
+    lock this process holds on it, SQLite's among them. Nothing locks the WAL."""
+
+    kind = "kqueue"
+
+    def __init__(self) -> None:
+        import select
+
+        self._select: Any = select  # typed loosely: mypy on Linux does not know kqueue
+        self._kq = self._select.kqueue()
+        self._lock = threading.Lock()
+        self._by_fd: dict[int, _KqueueWatch] = {}
+        self._evtonly = getattr(os, "O_EVTONLY", os.O_RDONLY)  # does not keep a volume busy
+        threading.Thread(target=self._run, name="agenthold-file-events", daemon=True).start()
+
+    def _register(self, fd: int, watch: _KqueueWatch) -> None:
+        s = self._select
+        flags = s.KQ_NOTE_WRITE | s.KQ_NOTE_EXTEND | s.KQ_NOTE_ATTRIB | s.KQ_NOTE_DELETE
+        flags |= s.KQ_NOTE_RENAME | s.KQ_NOTE_REVOKE
+        event = s.kevent(fd, s.KQ_FILTER_VNODE, s.KQ_EV_ADD | s.KQ_EV_CLEAR, flags)
+        self._kq.control([event], 0, 0)
+        self._by_fd[fd] = watch
+
+    def add(self, path: str, nudge: Callable[[], None]) -> object:
+        directory, name, _ = _file_names(path)
+        dir_fd = os.open(directory, self._evtonly)
+        watch = _KqueueWatch(directory, os.path.join(directory, f"{name}-wal"), dir_fd, nudge)
+        with self._lock:
+            try:
+                self._register(dir_fd, watch)
+            except OSError:
+                os.close(dir_fd)
+                raise
+            self._follow_wal(watch)
+        return watch
+
+    def _follow_wal(self, watch: _KqueueWatch) -> None:
+        """Watch the WAL now at the path (a new one after a removal); called with the lock."""
+        try:
+            st = os.stat(watch.wal)
+            wal_id: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except OSError:
+            wal_id = None
+        if wal_id == watch.wal_id and (wal_id is None or watch.wal_fd >= 0):
+            return
+        self._drop_wal(watch)
+        if wal_id is None:
+            return
+        try:
+            fd = os.open(watch.wal, self._evtonly)
+        except OSError:  # removed meanwhile: the directory's event comes
+            return
+        try:
+            self._register(fd, watch)
+        except OSError:
+            os.close(fd)
+            return
+        watch.wal_fd, watch.wal_id = fd, wal_id
+
+    def _drop_wal(self, watch: _KqueueWatch) -> None:
+        if watch.wal_fd >= 0:
+            self._by_fd.pop(watch.wal_fd, None)
+            with suppress(OSError):
+                os.close(watch.wal_fd)  # closing a descriptor ends its kqueue watch
+        watch.wal_fd, watch.wal_id = -1, None
+
+    def remove(self, handle: object) -> None:
+        assert isinstance(handle, _KqueueWatch)
+        with self._lock:
+            self._drop_wal(handle)
+            if self._by_fd.pop(handle.dir_fd, None) is not None:
+                with suppress(OSError):
+                    os.close(handle.dir_fd)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                events = self._kq.control(None, 64, None)
+            except OSError:  # closed
+                return
+            woken: set[Callable[[], None]] = set()
+            with self._lock:
+                for event in events:
+                    watch = self._by_fd.get(event.ident)
+                    if watch is None:  # removed since the event came
+                        continue
+                    if event.ident == watch.dir_fd or event.fflags & (
+                        self._select.KQ_NOTE_DELETE | self._select.KQ_NOTE_RENAME
+                    ):
+                        self._follow_wal(watch)
+                    woken.add(watch.nudge)
+            for nudge in woken:
+                nudge()
+
+    def close_in_child(self) -> None:
+        # The descriptors of files are inherited by a child of fork(), a kqueue is not: its
+        # number may be reused there, so the object is kept, never closed (see _inherited).
+        for fd in list(self._by_fd):
+            with suppress(OSError):
+                os.close(fd)
+        _inherited.append(self._kq)
+
+
+_watcher: _Inotify | _Kqueue | None = None
+_watcher_tried = False
+_watcher_lock = threading.Lock()
+
+
+def _file_events() -> _Inotify | _Kqueue | None:
+    """This process's file-event watcher, started on first use; None where there are none."""
+    global _watcher, _watcher_tried
+    if os.environ.get(FILE_EVENTS_VARIABLE, "").strip().lower() in ("off", "0", "no", "false"):
+        return None
+    with _watcher_lock:
+        if not _watcher_tried:
+            _watcher_tried = True
+            try:
+                if sys.platform.startswith("linux"):
+                    _watcher = _Inotify()
+                elif sys.platform == "darwin" or "bsd" in sys.platform:
+                    _watcher = _Kqueue()
+            except Exception as exc:  # no inotify in this libc, a kernel without it, ...
+                log.warning("no file events (%s); the change feed polls every %g s",
+                            exc, POLL_INTERVAL)  # fmt: skip
+        return _watcher
+
+
 class _ChangeFeed:
     """Wakes subscribers when a topic they listen to changes.
 
     Commits made through this process call ``notify`` directly. For a file database, a poller
-    thread also runs while anyone listens: it checks ``PRAGMA data_version`` every POLL_INTERVAL
-    and, when another connection committed, reads the new rows of each change source to learn the
-    topics. One feed serves every store of the process on the same file.
+    thread also runs while anyone listens: it checks ``PRAGMA data_version`` when a file event
+    says the database may have changed (and every FEED_SAFETY_NET seconds), or every
+    POLL_INTERVAL where there are no file events, and when another connection committed, reads
+    the new rows of each change source to learn the topics. One feed serves every store of the
+    process on the same file.
     """
 
-    def __init__(self, uri: str | None) -> None:
+    def __init__(self, uri: str | None, path: str | None = None) -> None:
         self._uri = uri  # None: a private in-memory database, so there is nothing to poll
+        self._path = path  # the file whose events wake the poller; None: poll (or no poller)
+        self._nudge = threading.Event()  # set by a file event: look now
+        self._watch: object | None = None  # the poller's file watch, if it has one
         self._lock = threading.Lock()
         self._by_topic: dict[Topic, set[_Subscription]] = {}
         self._everything: set[_Subscription] = set()
@@ -883,6 +1162,9 @@ class _ChangeFeed:
         """Open the poller's connection and set its cursors. Called with the lock held, before
         the subscriber's first check, so no commit after that check can be missed."""
         assert self._uri is not None
+        # The watch begins before the first look, so every later write makes an event.
+        self._nudge = nudge = threading.Event()
+        self._watch = self._watch_file(nudge.set)
         try:
             if self._poll_conn is None:
                 conn = sqlite3.connect(
@@ -898,17 +1180,48 @@ class _ChangeFeed:
             log.warning(
                 "change feed cannot read the database (%s); waiters rely on local commits", exc
             )
+            self._unwatch()
             return
         self._poller = threading.Thread(
-            target=self._poll, name="agenthold-change-feed", daemon=True
-        )
+            target=self._poll, args=(nudge, self._watch is not None),
+            name="agenthold-change-feed", daemon=True,
+        )  # fmt: skip
         self._poller.start()
 
-    def _poll(self) -> None:
+    def _watch_file(self, nudge: Callable[[], None]) -> object | None:
+        """Ask for file events on the database; None where there are none (then poll)."""
+        path = self._path
+        watcher = _file_events() if path is not None else None
+        if path is None or watcher is None:
+            return None
+        try:
+            return watcher.add(path, nudge)
+        except OSError as exc:  # too many watches, a file system without events, ...
+            log.warning("no file events for %s (%s); the change feed polls every %g s",
+                        self._path, exc, POLL_INTERVAL)  # fmt: skip
+            return None
+
+    def _unwatch(self) -> None:
+        watch, self._watch = self._watch, None
+        if watch is not None and _watcher is not None:
+            _watcher.remove(watch)
+
+    def _poll(self, nudge: threading.Event, events: bool) -> None:
         idle_since: float | None = None
         failures = 0
+        # After an event, look again a few times: the commit that wrote the WAL may not be
+        # visible yet. The watch's own start counts as one (a commit may be half written).
+        follow_ups = iter(FOLLOW_UPS if events else ())
         while True:
-            time.sleep(POLL_INTERVAL if not failures else min(1.0, POLL_INTERVAL * 2**failures))
+            if failures:
+                delay = min(1.0, POLL_INTERVAL * 2**failures)
+            elif events:
+                delay = next(follow_ups, FEED_SAFETY_NET)
+            else:
+                delay = POLL_INTERVAL
+            if nudge.wait(delay):
+                nudge.clear()  # before the look: an event during it means look again
+                follow_ups = iter(FOLLOW_UPS)
             with self._lock:
                 if self._poller is not threading.current_thread():  # stopped by stop()
                     return
@@ -949,6 +1262,8 @@ class _ChangeFeed:
 
     def _stop(self) -> None:
         self._poller = None
+        self._unwatch()
+        self._nudge.set()  # the poller ends now rather than at its next look
         if self._poll_conn is not None:
             with suppress(sqlite3.Error):
                 self._poll_conn.close()
@@ -957,6 +1272,8 @@ class _ChangeFeed:
     def reset_after_fork(self) -> None:
         if self._poll_conn is not None:
             _inherited.append(self._poll_conn)
+        self._watch = None  # the child has a watcher of its own, started when needed
+        self._nudge = threading.Event()
         self._lock = threading.Lock()
         self._by_topic.clear()
         self._everything.clear()
@@ -968,9 +1285,11 @@ class _ChangeFeed:
 class _FileState:
     """What every store of this process shares about one database file."""
 
-    def __init__(self, uri: str | None, identity: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self, uri: str | None, identity: tuple[int, int] | None = None, path: str | None = None
+    ) -> None:
         self.write_lock = threading.Lock()
-        self.feed = _ChangeFeed(uri)
+        self.feed = _ChangeFeed(uri, path)
         self.identity = identity  # the file's (device, inode), once it exists
         self.stores = 0  # open SQLiteDatabases of this process on the file
 
@@ -980,7 +1299,7 @@ _files_lock = threading.Lock()
 _open_databases: weakref.WeakSet[SQLiteDatabase] = weakref.WeakSet()
 # A connection must not be used or closed in a child process after fork(); a child keeps the
 # ones it inherited here, unused, so that garbage collection never closes them.
-_inherited: list[sqlite3.Connection] = []
+_inherited: list[Any] = []
 
 
 def _file_state(real_path: str, uri: str) -> _FileState:
@@ -991,14 +1310,17 @@ def _file_state(real_path: str, uri: str) -> _FileState:
     with _files_lock:
         state = _files.get(real_path)
         if state is None or (state.identity is not None and state.identity != identity):
-            state = _files[real_path] = _FileState(uri, identity)
+            state = _files[real_path] = _FileState(uri, identity, real_path)
         return state
 
 
 def _after_fork_in_child() -> None:
     # Connections, locks and threads do not survive fork(): start afresh in the child.
-    global _files_lock
+    global _files_lock, _watcher, _watcher_lock, _watcher_tried
     _files_lock = threading.Lock()
+    if _watcher is not None:
+        _watcher.close_in_child()
+    _watcher, _watcher_tried, _watcher_lock = None, False, threading.Lock()
     for state in _files.values():
         state.write_lock = threading.Lock()
         state.feed.reset_after_fork()
