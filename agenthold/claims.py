@@ -447,7 +447,8 @@ class Coordinator:
         self.claim_ttl = claim_ttl
         # read-only, a database that only a store ever used has no claims tables: nothing to read
         self._tables = self.db.ensure(CLAIMS_SCHEMA, required=False) > 0
-        self.db.add_change_source(CLAIM_CHANGES)
+        if self._tables:  # a source the change feed cannot read would stop it for every table
+            self.db.add_change_source(CLAIM_CHANGES)
 
     # -- agents --------------------------------------------------------------------------------
 
