@@ -35,6 +35,16 @@ measurement runs in both protocol eras: mode "auto" (which settles on 2026-07-28
    pays the fork of the warm server. Last, the warm server's memory (VmRSS) and the CPU time it
    uses in IDLE_PROBE seconds without a client (which should be none: it does not poll).
 
+5. Waiting when nothing happens, and the feed's raw baseline: the same measurements with the
+   change feed on file events (the default) and with AGENTHOLD_FILE_EVENTS=off (the 2 ms
+   `PRAGMA data_version` poll every wait used before, and still uses where there are no file
+   events), in the same run. For each: the wake-up of section 2 (mode auto) and the CPU time
+   (/proc/PID/stat) over IDLE_WINDOW seconds of three processes side by side: a server with
+   IN_FLIGHT agenthold_wait calls in flight on a resource that stays claimed, an idle server on
+   a database of its own with no wait (the floor: what a server costs doing nothing), and an
+   idle `agenthold log --follow` on the waits' database. Then the resource is released and
+   every wait must answer.
+
 With --baseline-venv, this script also runs with that venv's python (--baseline-client, which
 uses only the stdlib, the stdlib-only bench/_common.py and that venv's mcp 1.x client, nothing
 of this agenthold) and measures the agenthold installed there the same way, minus the no-op it
@@ -76,12 +86,16 @@ NS, KEY = "bench", "counter"
 PAIR_RESOURCE = "custom://bench-pair"
 WAKE_RESOURCE = "custom://bench-wake"
 STATUS_RESOURCE = "custom://bench-status"
+IDLE_RESOURCE = "custom://bench-idle"
 WAIT_TIMEOUT = 10.0  # seconds; a wake-up never takes this long unless something is broken
 BLOCKED = 0.010  # seconds: a wait that answered sooner did not block, so its trial is void
 
 # The issue's targets: a tool's median over the no-op's (ms), and the wake-up median and p99.
 OVER_NOOP_MS = {"get": 0.3, "set": 0.5, "pair": 1.0}
-WAKE_MEDIAN_MS, WAKE_P99_MS = 10.0, 30.0
+WAKE_MEDIAN_MS, WAKE_P99_MS = 5.0, 15.0
+IN_FLIGHT = 100  # agenthold_wait calls in flight in one server while its CPU time is measured
+IDLE_CPU_PERCENT = 0.2  # of one core: the ceiling for those waits and for an idle log --follow
+FEEDS = {"file events": {}, "2 ms poll": {"AGENTHOLD_FILE_EVENTS": "off"}}  # name: server env
 LABELS = {
     "get": ("agenthold_get", "bench_noop"),
     "set": ("agenthold_set", "bench_noop"),
@@ -97,10 +111,11 @@ class Sizes:
     trials: int  # wake-ups per era
     spawns: int  # measured spawns of each server per era
     percall: int  # per-call clients through the warm server, per era
+    idle_window: float  # seconds over which idle processes' CPU time is measured
 
 
-FULL = Sizes("full", 50, 1000, 200, 10, 50)
-QUICK = Sizes("quick", 5, 20, 5, 1, 3)
+FULL = Sizes("full", 50, 1000, 200, 10, 50, 10.0)
+QUICK = Sizes("quick", 5, 20, 5, 1, 3, 2.0)
 
 
 class BenchError(Exception):
@@ -139,12 +154,12 @@ def summary(seconds: list[float]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def server_env(runtime: Path | None = None) -> dict[str, str]:
+def server_env(runtime: Path | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The servers import agenthold from this checkout, installed or not. Without a runtime
     directory for warm servers, they use none (each serves its calls, as before warm servers);
-    with one, they leave and use warm servers there."""
+    with one, they leave and use warm servers there. ``extra``: more variables (FEEDS)."""
     path = os.environ.get("PYTHONPATH")
-    env = {"PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
+    env = {"PYTHONPATH": str(ROOT) + (os.pathsep + path if path else ""), **(extra or {})}
     if runtime is None:
         env["AGENTHOLD_NO_WARM"] = "1"
     else:
@@ -152,21 +167,23 @@ def server_env(runtime: Path | None = None) -> dict[str, str]:
     return env
 
 
-def bench_server(db: Path, tools: str) -> Any:
+def bench_server(db: Path, tools: str, extra: dict[str, str] | None = None) -> Any:
     from mcp import StdioServerParameters
 
     args = [str(LAUNCHER), "--db", str(db), "--tools", tools]
     return StdioServerParameters(
-        command=sys.executable, args=args, env=server_env(), cwd=str(db.parent)
+        command=sys.executable, args=args, env=server_env(None, extra), cwd=str(db.parent)
     )
 
 
-def agenthold_server(db: Path, runtime: Path | None = None) -> Any:
+def agenthold_server(
+    db: Path, runtime: Path | None = None, extra: dict[str, str] | None = None
+) -> Any:
     from mcp import StdioServerParameters
 
     args = ["-m", "agenthold", "--db", str(db)]
     return StdioServerParameters(
-        command=sys.executable, args=args, env=server_env(runtime), cwd=str(db.parent)
+        command=sys.executable, args=args, env=server_env(runtime, extra), cwd=str(db.parent)
     )
 
 
@@ -487,6 +504,104 @@ async def measure_era(tmp: Path, mode: str, sizes: Sizes, rng: random.Random) ->
 
 
 # --------------------------------------------------------------------------------------------
+# Waiting when nothing happens: the change feed on file events against the 2 ms poll
+# --------------------------------------------------------------------------------------------
+
+ROLE = "AGENTHOLD_BENCH_ROLE"  # marks a server's environment, since the SDK hides its pid
+
+
+def child_pid(role: str) -> int:
+    """The pid of this process's child whose environment has ROLE=role."""
+    me, wanted = os.getpid(), f"{ROLE}={role}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) != me:
+                continue
+            if wanted in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except (OSError, ValueError):  # ended meanwhile, or not ours to read
+            continue
+    if len(found) != 1:
+        raise BenchError(f"expected one server with {ROLE}={role}, found {found}")
+    return found[0]
+
+
+async def wait_idle(waiter: Any, timeout: float, answers: list[dict[str, Any]]) -> None:
+    args = {"resource": IDLE_RESOURCE, "timeout_seconds": timeout}
+    answers.append(await call(waiter, "agenthold_wait", args, "available"))
+
+
+async def measure_feed(
+    tmp: Path, tag: str, env: dict[str, str], sizes: Sizes, rng: random.Random
+) -> dict[str, Any]:
+    """Wake-up, and the CPU time of IN_FLIGHT waits, an idle server and an idle log --follow,
+    with the servers' change feed configured by ``env``."""
+    import anyio
+
+    db = tmp / f"feed-{tag}.db"
+
+    def role(name: str) -> dict[str, str]:
+        return {**env, ROLE: f"{tag}-{name}"}
+
+    servers = [
+        bench_server(db, "standard", role("holder")),
+        bench_server(db, "standard", role("waiter")),
+        agenthold_server(tmp / f"feed-{tag}-floor.db", None, role("floor")),
+    ]
+    out: dict[str, Any] = {}
+    async with open_clients(servers, "auto") as (holder, waiter, floor):
+        registered = await call(holder, "agenthold_register", {"name": "bench"}, "registered")
+        agent_id = registered["agent_id"]
+        out["wake"] = await measure_wake(holder, waiter, agent_id, sizes.trials, rng)
+        await call(floor, "agenthold_status", {"resource": STATUS_RESOURCE}, "available")
+        held = {"resource": IDLE_RESOURCE, "agent_id": agent_id}
+        await call(holder, "agenthold_claim", held, "claimed")
+        follow = subprocess.Popen(
+            [sys.executable, "-m", "agenthold", "log", "--follow", "--db", str(db)],
+            env={**os.environ, **server_env(None, env)},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        answers: list[dict[str, Any]] = []
+        try:
+            async with anyio.create_task_group() as tg:
+                for _ in range(IN_FLIGHT):
+                    tg.start_soon(wait_idle, waiter, sizes.idle_window + 60, answers)
+                await anyio.sleep(2.0)  # every wait has looked and sleeps; log --follow started
+                if follow.poll() is not None:
+                    raise BenchError(f"log --follow ended: {follow.communicate()[1]}")
+                pids = {
+                    "waits": child_pid(f"{tag}-waiter"),
+                    "floor": child_pid(f"{tag}-floor"),
+                    "follow": follow.pid,
+                }
+                before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+                await anyio.sleep(sizes.idle_window)
+                out["cpu_s"] = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+                if answers:
+                    raise BenchError(f"a wait answered while the resource was held: {answers[0]}")
+                await call(holder, "agenthold_release", {**held, "outcome": "modified"}, "released")
+        finally:
+            follow.terminate()
+            follow.communicate(timeout=30)
+    if len(answers) != IN_FLIGHT or any(a.get("previous_outcome") != "modified" for a in answers):
+        raise BenchError(f"{IN_FLIGHT - len(answers)} waits did not see their release")
+    out["cpu_percent"] = {k: 100 * v / sizes.idle_window for k, v in out["cpu_s"].items()}
+    return out
+
+
+async def measure_feeds(tmp: Path, sizes: Sizes, rng: random.Random) -> dict[str, Any]:
+    return {
+        name: await measure_feed(tmp, f"feed{i}", env, sizes, rng)
+        for i, (name, env) in enumerate(FEEDS.items())
+    }
+
+
+# --------------------------------------------------------------------------------------------
 # Another agenthold (0.10.0) through that venv's mcp 1.x client: --baseline-client
 # --------------------------------------------------------------------------------------------
 
@@ -702,6 +817,16 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 "passed": w["passed_p99"],
             }
         )
+    events = results["feeds"]["file events"]["cpu_percent"]
+    for kind, label in (("waits", f"{IN_FLIGHT} waits in flight in one server"),
+                        ("follow", "an idle log --follow")):  # fmt: skip
+        rows.append(
+            {
+                "target": f"{label}: CPU < {IDLE_CPU_PERCENT:g}% of a core",
+                "measured": f"{events[kind]:.3f}%",
+                "passed": events[kind] < IDLE_CPU_PERCENT,
+            }
+        )
     return rows
 
 
@@ -791,6 +916,21 @@ def report(results: dict[str, Any]) -> str:
                 ]
             )
     out += [table(rows), ""]
+    window = sizes["idle_window"]
+    rows = [["change feed", "wake-up median", "p99", f"CPU in {window:g} s:"]]
+    rows[0] += [f"{IN_FLIGHT} waits", "idle server", "log --follow"]
+    for name, feed in results["feeds"].items():
+        w, cpu, pct = feed["wake"], feed["cpu_s"], feed["cpu_percent"]
+        rows.append([name, ms(w["median_ms"]), ms(w["p99_ms"]), ""])
+        rows[-1] += [
+            f"{cpu[k] * 1000:.0f} ms ({pct[k]:.2f}%)" for k in ("waits", "floor", "follow")
+        ]
+    out += [
+        table(rows),
+        f'(mode auto, {sizes["trials"]} wake-ups each; "2 ms poll" is AGENTHOLD_FILE_EVENTS=off, '
+        "what every wait did before file events; idle server: no wait, the floor)",
+        "",
+    ]
     base = results.get("baseline")
     rows = [["per-call client: start, initialize, 1 call, exit", "median", "p99", "max", "runs"]]
     for era in results["eras"]:
@@ -875,9 +1015,10 @@ def report(results: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-async def run_all(tmp: Path, sizes: Sizes) -> list[dict[str, Any]]:
+async def run_all(tmp: Path, sizes: Sizes) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     rng = random.Random(7)
-    return [await measure_era(tmp, mode, sizes, rng) for mode in MODES]
+    eras = [await measure_era(tmp, mode, sizes, rng) for mode in MODES]
+    return eras, await measure_feeds(tmp, sizes, rng)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -917,7 +1058,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {"machine": facts, "sizes": asdict(sizes)}
     with tempfile.TemporaryDirectory(prefix="agenthold-mcp-bench-") as tmp:
         try:
-            results["eras"] = anyio.run(run_all, Path(tmp), sizes)
+            results["eras"], results["feeds"] = anyio.run(run_all, Path(tmp), sizes)
             if args.baseline_venv is not None:
                 results["baseline"] = run_baseline(args.baseline_venv, Path(tmp), args.quick)
         except Exception as exc:

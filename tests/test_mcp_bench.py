@@ -45,9 +45,14 @@ def test_quick_run_prints_every_table_and_exits_zero() -> None:
         assert re.search(rf"mode {mode} +{MS} +{MS} +{MS} +\d+ +\d+ +\d+", out)
         assert re.search(rf"mode {mode}: python -m agenthold +{MS} +{MS} +{MS} +1\n", out)
         assert re.search(rf"mode {mode}: bare mcp Server +{MS} +{MS} +{MS} +1\n", out)
-        assert re.search(rf"{mode}: wake-up by another process: p99 <= 30 ms +{MS} +", out)
+        assert re.search(rf"{mode}: wake-up by another process: p99 <= 15 ms +{MS} +", out)
         assert re.search(rf"mode {mode}: python -m agenthold, warm +{MS} +{MS} +{MS} +3\n", out)
         assert re.search(rf"mode {mode}: python -m agenthold --no-warm +{MS} +{MS} +{MS} +1\n", out)
         assert re.search(rf"{mode}: per-call client, warm: median <= 150 ms +{MS} +", out)
         assert re.search(rf"mode {mode}: warm server \d+\.\d MiB resident, \d+ ms of CPU", out)
-    assert len(re.findall(r"  (pass|MISS)$", out, re.MULTILINE)) == 20  # 6 rows + 14 targets
+    cpu = r"\d+ ms \(\d+\.\d\d%\)"
+    for feed in ("file events", "2 ms poll"):
+        assert re.search(rf"\n{feed} +{MS} +{MS} +{cpu} +{cpu} +{cpu}\n", out), feed
+    for target in ("100 waits in flight in one server", "an idle log --follow"):
+        assert re.search(rf"{target}: CPU < 0.2% of a core +\d+\.\d\d\d% +", out), target
+    assert len(re.findall(r"  (pass|MISS)$", out, re.MULTILINE)) == 22  # 6 rows + 16 targets
