@@ -14,8 +14,9 @@ who changed it, without an MCP client. Decisions behind it:
 - One set of records per command: each command builds the list of dicts that ``--json`` prints
   (documented in docs/inspector.md), and the table for people is drawn from the same dicts.
 - ``log --follow`` is woken by the store's change feed (``SQLiteDatabase.subscribe``), which
-  notices commits by any process within milliseconds; it also looks once a second on its own as
-  a safety net. New rows are found by id (the event tables and message ids are append-only).
+  notices commits by any process within milliseconds (through file events where the platform
+  has them, so following costs no CPU while nothing happens); it also looks once a second on
+  its own as a safety net. New rows are found by id (the event tables and message ids are append-only).
 - The message bus (``threads``, ``messages`` and appends in ``log``) is read through a read-only
   ``MessageBus``; a database whose bus tables were never created simply has no threads.
 """

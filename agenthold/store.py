@@ -12,8 +12,10 @@ Decisions behind it:
 - One connection per thread; WAL lets readers run beside the one writer, and threads of one process
   queue for writing on a lock instead of in SQLite's sleeping busy handler.
 - Waiting is pushed: a commit in this process wakes waiters at once; commits from other processes
-  are seen by one poller thread per file that checks ``PRAGMA data_version`` every 2 ms while
-  anyone waits.
+  are seen by one feed thread per file, running while anyone waits, that checks ``PRAGMA
+  data_version`` when a file event (inotify on Linux, kqueue on macOS and the BSDs, one watcher
+  thread per process) says the file changed, and every 0.5 s as a safety net; where there are no
+  events it checks every 2 ms. An event is only a hint: the tables say what changed.
 - Everything SQLite-specific (pragmas, schema, connections, locking, error translation, change
   notification) lives in ``SQLiteDatabase``: the seam that another backend would replace.
 """
