@@ -16,7 +16,8 @@ who changed it, without an MCP client. Decisions behind it:
 - ``log --follow`` is woken by the store's change feed (``SQLiteDatabase.subscribe``), which
   notices commits by any process within milliseconds (through file events where the platform
   has them, so following costs no CPU while nothing happens); it also looks once a second on
-  its own as a safety net. New rows are found by id (the event tables and message ids are append-only).
+  its own as a safety net. New rows are found by id (the event tables and message ids are
+  append-only).
 - The message bus (``threads``, ``messages`` and appends in ``log``) is read through a read-only
   ``MessageBus``; a database whose bus tables were never created simply has no threads.
 """

@@ -828,6 +828,7 @@ class _Inotify:
     rename. Reads make no events, so waiting readers do not wake each other."""
 
     kind = "inotify"
+    alive = True  # False once its thread failed
     IN_MODIFY, IN_MOVED_FROM, IN_MOVED_TO, IN_CREATE, IN_DELETE = 0x2, 0x40, 0x80, 0x100, 0x200
     IN_DELETE_SELF, IN_MOVE_SELF, IN_UNMOUNT, IN_Q_OVERFLOW, IN_IGNORED = (
         0x400, 0x800, 0x2000, 0x4000, 0x8000)  # fmt: skip
@@ -890,36 +891,39 @@ class _Inotify:
                 self._rm(self._fd, wd)  # may fail if the directory is gone: nothing to undo
 
     def _run(self) -> None:
-        while True:
-            try:
-                data = os.read(self._fd, 65536)
-            except OSError:  # closed (in a child after fork, which has no such thread anyway)
-                return
-            woken: set[Callable[[], None]] = set()
-            with self._lock:
-                offset = 0
-                while offset + 16 <= len(data):
-                    wd, mask, _, size = struct.unpack_from("iIII", data, offset)
-                    name = os.fsdecode(data[offset + 16 : offset + 16 + size].rstrip(b"\0"))
-                    offset += 16 + size
-                    if wd == -1:  # the queue overflowed: events were lost
-                        for by_name in self._dirs.values():
-                            woken.update(*by_name.values())
-                    elif mask & self.EVERYONE:  # the directory itself went
-                        woken.update(*self._dirs.get(wd, {}).values())
-                        if mask & self.IN_IGNORED:  # the watch is gone with it
-                            self._dirs.pop(wd, None)
-                    else:
-                        woken.update(self._dirs.get(wd, {}).get(name, ()))
-            for nudge in woken:
-                nudge()
+        _read_events(self, self._read)
+
+    def _read(self) -> set[Callable[[], None]]:
+        """Block for the next events; the nudges they call for."""
+        data = os.read(self._fd, 65536)
+        woken: set[Callable[[], None]] = set()
+        with self._lock:
+            offset = 0
+            while offset + 16 <= len(data):
+                wd, mask, _, size = struct.unpack_from("iIII", data, offset)
+                name = os.fsdecode(data[offset + 16 : offset + 16 + size].rstrip(b"\0"))
+                offset += 16 + size
+                if wd == -1:  # the queue overflowed: events were lost
+                    for by_name in self._dirs.values():
+                        woken.update(*by_name.values())
+                elif mask & self.EVERYONE:  # the directory itself went
+                    woken.update(*self._dirs.get(wd, {}).values())
+                    if mask & self.IN_IGNORED:  # the watch is gone with it
+                        self._dirs.pop(wd, None)
+                else:
+                    woken.update(self._dirs.get(wd, {}).get(name, ()))
+        return woken
+
+    def nudges(self) -> set[Callable[[], None]]:
+        with self._lock:
+            return {n for by_name in self._dirs.values() for ns in by_name.values() for n in ns}
 
     def close_in_child(self) -> None:
         with suppress(OSError):
             os.close(self._fd)
 
 
-class _KqueueWatch:
+class _KqueueWatch:  # pragma: no cover - macOS and the BSDs only; CI runs Linux
     __slots__ = ("dir_fd", "directory", "nudge", "wal", "wal_fd", "wal_id")
 
     def __init__(self, directory: str, wal: str, dir_fd: int, nudge: Callable[[], None]):
@@ -931,7 +935,7 @@ class _KqueueWatch:
         self.nudge = nudge
 
 
-class _Kqueue:
+class _Kqueue:  # pragma: no cover - macOS and the BSDs only; CI runs Linux
     """One kqueue for the whole process (macOS and the BSDs), read by one daemon thread. kqueue
     watches open files, so each database gets two: its directory (a WAL created or removed, a
     file replaced) and its WAL (every commit writes it), reopened whenever the directory changes.
@@ -939,6 +943,7 @@ class _Kqueue:
     lock this process holds on it, SQLite's among them. Nothing locks the WAL."""
 
     kind = "kqueue"
+    alive = True  # False once its thread failed
 
     def __init__(self) -> None:
         import select
@@ -1010,24 +1015,26 @@ class _Kqueue:
                     os.close(handle.dir_fd)
 
     def _run(self) -> None:
-        while True:
-            try:
-                events = self._kq.control(None, 64, None)
-            except OSError:  # closed
-                return
-            woken: set[Callable[[], None]] = set()
-            with self._lock:
-                for event in events:
-                    watch = self._by_fd.get(event.ident)
-                    if watch is None:  # removed since the event came
-                        continue
-                    if event.ident == watch.dir_fd or event.fflags & (
-                        self._select.KQ_NOTE_DELETE | self._select.KQ_NOTE_RENAME
-                    ):
-                        self._follow_wal(watch)
-                    woken.add(watch.nudge)
-            for nudge in woken:
-                nudge()
+        _read_events(self, self._read)
+
+    def _read(self) -> set[Callable[[], None]]:
+        events = self._kq.control(None, 64, None)
+        woken: set[Callable[[], None]] = set()
+        with self._lock:
+            for event in events:
+                watch = self._by_fd.get(event.ident)
+                if watch is None:  # removed since the event came
+                    continue
+                if event.ident == watch.dir_fd or event.fflags & (
+                    self._select.KQ_NOTE_DELETE | self._select.KQ_NOTE_RENAME
+                ):
+                    self._follow_wal(watch)
+                woken.add(watch.nudge)
+        return woken
+
+    def nudges(self) -> set[Callable[[], None]]:
+        with self._lock:
+            return {watch.nudge for watch in self._by_fd.values()}
 
     def close_in_child(self) -> None:
         # The descriptors of files are inherited by a child of fork(), a kqueue is not: its
@@ -1038,9 +1045,28 @@ class _Kqueue:
         _inherited.append(self._kq)
 
 
+def _read_events(watcher: _Inotify | _Kqueue, read: Callable[[], set[Callable[[], None]]]) -> None:
+    """The watcher thread: call the nudges of each batch of events. If reading ever fails, the
+    watcher is dead: every feed is nudged and polls every POLL_INTERVAL from then on."""
+    try:
+        while True:
+            for nudge in read():
+                nudge()
+    except Exception as exc:  # a closed descriptor, a bug: never a silent loss of wake-ups
+        watcher.alive = False
+        log.warning("file events stopped (%s); the change feed polls every %g s",
+                    exc, POLL_INTERVAL)  # fmt: skip
+        for nudge in watcher.nudges():
+            nudge()
+
+
 _watcher: _Inotify | _Kqueue | None = None
 _watcher_tried = False
 _watcher_lock = threading.Lock()
+
+
+def _events_alive() -> bool:
+    return _watcher is not None and _watcher.alive
 
 
 def _file_events() -> _Inotify | _Kqueue | None:
@@ -1198,7 +1224,7 @@ class _ChangeFeed:
             return None
         try:
             return watcher.add(path, nudge)
-        except OSError as exc:  # too many watches, a file system without events, ...
+        except Exception as exc:  # too many watches, a file system without events, ...
             log.warning("no file events for %s (%s); the change feed polls every %g s",
                         self._path, exc, POLL_INTERVAL)  # fmt: skip
             return None
@@ -1217,7 +1243,7 @@ class _ChangeFeed:
         while True:
             if failures:
                 delay = min(1.0, POLL_INTERVAL * 2**failures)
-            elif events:
+            elif events and _events_alive():
                 delay = next(follow_ups, FEED_SAFETY_NET)
             else:
                 delay = POLL_INTERVAL
