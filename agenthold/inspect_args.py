@@ -126,25 +126,21 @@ class UsageError(Exception):
 
 def parse_limit(text: str | None) -> int:
     """The value of ``--limit``: a whole number, 1 or more."""
-    if text is None:
-        return DEFAULT_LIMIT
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"--limit: {text!r} is not a whole number; give 1 or more") from None
-    if value < 1:
-        raise UsageError(f"--limit: {text!r} must be 1 or more")
-    return min(value, MAX_LIMIT)
+    return DEFAULT_LIMIT if text is None else _whole_number("--limit", text, 1)
 
 
 def parse_after(text: str | None) -> int:
     """The value of ``--after``: a whole number, 0 or more."""
-    if text is None:
-        return 0
+    return 0 if text is None else _whole_number("--after", text, 0)
+
+
+def _whole_number(flag: str, text: str, least: int) -> int:
+    """``text`` as a whole number of at least ``least`` (numbers past MAX_LIMIT are
+    "everything"), or a UsageError naming ``flag``."""
     try:
         value = int(text)
     except ValueError:
-        raise UsageError(f"--after: {text!r} is not a whole number; give 0 or more") from None
-    if value < 0:
-        raise UsageError(f"--after: {text!r} must be 0 or more")
+        raise UsageError(f"{flag}: {text!r} is not a whole number; give {least} or more") from None
+    if value < least:
+        raise UsageError(f"{flag}: {text!r} must be {least} or more")
     return min(value, MAX_LIMIT)
