@@ -12,11 +12,59 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Any
 
-from agenthold.claims import MAX_AGENT_NAME, MAX_MODEL, MAX_PURPOSE, Coordinator, timeout_reply
+from agenthold.claim_types import (
+    MAX_AGENT_NAME,
+    MAX_MODEL,
+    MAX_PURPOSE,
+    ClaimResult,
+    Holder,
+    Previous,
+    Registration,
+    ReleaseResult,
+    StatusResult,
+    WaitResult,
+)
+from agenthold.claims import Coordinator, waited
 from agenthold.principals import require_claim
+from agenthold.store import utc_iso
 from agenthold.toolkit import WAIT_TIMEOUT, App, Param, Reply, ToolCall, ToolSpec
 from agenthold.uris import Resource
+
+HINTS: dict[str, str] = {
+    "modified": "The previous holder modified this resource: read it again before you change it.",
+    "created": "The previous holder created this resource: read it before you change it.",
+    "deleted": (
+        "The previous holder deleted this resource: check whether it exists before you act on it."
+    ),
+    "moved": (
+        "The previous holder moved this resource to {moved_to}: work on the new location "
+        "(claim it) instead."
+    ),
+    "abandoned": (
+        "The previous holder disconnected while holding this resource and did not come back: "
+        "its work may be unfinished, so check the resource before you rely on it."
+    ),
+    "expired": (
+        "The previous holder's claim expired (it made no call within the claim TTL): its work "
+        "may be unfinished, so check the resource before you rely on it."
+    ),
+}
+BUSY_HINT = (
+    "Another agent holds this resource. Work on a different resource, or call agenthold_wait "
+    "to be told when it is released, then claim it again."
+)
+TIMEOUT_HINT = (
+    "The resource was not released within the timeout. Work on something else, or call "
+    "agenthold_wait again with a longer timeout."
+)
+NOT_FOUND_HINT = "No agent ever claimed this resource, so there is nothing to release."
+NOT_CLAIMED_HINT = "The resource is not claimed; there is nothing to release."
+LAPSED_HINT = (
+    "Your claim ended ({outcome}) at {at} before this release; claim the resource again before "
+    "you change it."
+)
 
 RESOURCE = Param(
     "resource",
@@ -33,6 +81,92 @@ STANDARD_NAMES = frozenset(
 )  # fmt: skip
 
 
+# --------------------------------------------------------------------------------------------
+# Replies: what an agent reads of a Coordinator's result
+# --------------------------------------------------------------------------------------------
+
+
+def previous_fields(previous: Previous | None) -> Reply:
+    """The fields that tell a new holder (or a waiter) what the last holder left."""
+    if previous is None:
+        return {}
+    fields: Reply = {
+        "previous_outcome": previous.outcome,
+        "previous_holder": previous.holder,
+        "previous_outcome_at": previous.at,
+    }
+    if previous.outcome == "moved":
+        fields["moved_to"] = previous.moved_to
+    fields["hint"] = HINTS[previous.outcome].format(moved_to=previous.moved_to)
+    return fields
+
+
+def _held_as(reply: Reply, holder: Holder) -> Reply:
+    if holder.held_as is not None:
+        reply["held_as"] = holder.held_as
+    return reply
+
+
+def reply(result: Any) -> Reply:
+    """The tool reply of a Coordinator result (register, claim, release, status or wait)."""
+    if isinstance(result, ClaimResult):
+        if result.status == "busy":
+            h = result.holder
+            assert h is not None
+            busy = {"status": "busy", "resource": result.resource, "held_by": h.agent_id,
+                    "agent_name": h.name, "claimed_at": h.claimed_at,
+                    "hint": BUSY_HINT}  # fmt: skip
+            return _held_as(busy, h)
+        return {"status": result.status, "resource": result.resource, "version": result.version,
+                **previous_fields(result.previous)}  # fmt: skip
+    if isinstance(result, ReleaseResult):
+        out: Reply = {"status": result.status, "resource": result.resource}
+        if result.status == "not_found":
+            out["hint"] = NOT_FOUND_HINT
+        elif result.status == "already_free":
+            out["version"] = result.version
+            ended = result.ended
+            out["hint"] = (
+                NOT_CLAIMED_HINT
+                if ended is None
+                else LAPSED_HINT.format(outcome=ended.outcome, at=ended.at)
+            )
+        else:
+            out.update(version=result.version, outcome=result.outcome)
+            if result.moved_to:
+                out["moved_to"] = result.moved_to
+        return out
+    if isinstance(result, StatusResult):
+        if result.holder is None:
+            return {"status": "available", "resource": result.resource,
+                    **previous_fields(result.previous)}  # fmt: skip
+        h = result.holder
+        held = {"status": "claimed", "resource": result.resource, "held_by": h.agent_id,
+                "agent_name": h.name, "agent_model": h.model, "claimed_at": h.claimed_at,
+                "version": result.version}  # fmt: skip
+        _held_as(held, h)
+        if h.lease_ends_at is not None:
+            held["lease_ends_at"] = utc_iso(h.lease_ends_at)
+        return held
+    if isinstance(result, WaitResult):
+        if result.holder is None:
+            return {"status": "available", "resource": result.resource,
+                    **previous_fields(result.previous),
+                    "elapsed_seconds": result.elapsed_seconds}  # fmt: skip
+        h = result.holder
+        return {"status": "timeout", "resource": result.resource, "held_by": h.agent_id,
+                "agent_name": h.name, "elapsed_seconds": result.elapsed_seconds,
+                "hint": TIMEOUT_HINT}  # fmt: skip
+    if isinstance(result, Registration):
+        registered: Reply = {"status": "registered", "agent_id": result.agent_id,
+                             "name": result.name,
+                             "registered_at": result.registered_at}  # fmt: skip
+        if result.model:
+            registered["model"] = result.model
+        return registered
+    raise TypeError(f"not a Coordinator result: {type(result).__name__}")
+
+
 class ClaimHandlers:
     """The handlers of the standard tools, over one application."""
 
@@ -42,13 +176,13 @@ class ClaimHandlers:
 
     async def register(self, call: ToolCall) -> Reply:
         a = call.args
-        reply: Reply = await self.app.write(
+        done: Registration = await self.app.write(
             lambda: self.coordinator.register(
                 a["name"], a["model"], a["purpose"], principal=call.by
             )
         )
-        self.app.note_agent(call.connection, reply["agent_id"], registered=True)
-        return reply
+        self.app.note_agent(call.connection, done.agent_id, registered=True)
+        return reply(done)
 
     async def claim(self, call: ToolCall) -> Reply:
         a = call.args
@@ -56,25 +190,24 @@ class ClaimHandlers:
         if call.principal is not None:  # resolved once here, for the scope check and the claim
             resource = self.coordinator.resolver.resolve(resource)
             require_claim(call.principal, resource.uri, resource.workspace)
-        reply: Reply = await self.app.write(
+        done = await self.app.write(
             lambda: self.coordinator.claim(resource, a["agent_id"], principal=call.by)
         )
         self.app.note_agent(call.connection, a["agent_id"])
-        return reply
+        return reply(done)
 
     async def release(self, call: ToolCall) -> Reply:
         a = call.args
-        reply: Reply = await self.app.write(
+        done = await self.app.write(
             lambda: self.coordinator.release(
                 a["resource"], a["agent_id"], a["outcome"], a["moved_to"], principal=call.by
             )
         )
         self.app.note_agent(call.connection, a["agent_id"])
-        return reply
+        return reply(done)
 
     async def status(self, call: ToolCall) -> Reply:
-        reply: Reply = await self.app.read(self.coordinator.status, call.args["resource"])
-        return reply
+        return reply(await self.app.read(self.coordinator.status, call.args["resource"]))
 
     async def wait(self, call: ToolCall) -> Reply:
         resource: Resource = self.coordinator.resolver.resolve(call.args["resource"])
@@ -84,17 +217,13 @@ class ClaimHandlers:
 
         async def look() -> tuple[Reply | None, Iterable[tuple[str, ...]], float | None]:
             probe = await self.app.read(coordinator.probe, resource)
-            elapsed = round(time.monotonic() - start, 3)
-            if probe.available is not None:
-                return {**probe.available, "elapsed_seconds": elapsed}, probe.topics, None
+            if probe.available:
+                return reply(waited(resource, probe, time.monotonic() - start)), probe.topics, None
             return None, probe.topics, probe.lease_ends_at
 
         async def give_up() -> Reply:
             probe = await self.app.read(coordinator.probe, resource)
-            elapsed = round(time.monotonic() - start, 3)
-            if probe.available is not None:
-                return {**probe.available, "elapsed_seconds": elapsed}
-            return timeout_reply(resource, probe, elapsed)
+            return reply(waited(resource, probe, time.monotonic() - start))
 
         progress = call.progress(timeout, f"{resource.uri} to be released")
         return await self.app.wait_for(look, give_up, timeout, progress)

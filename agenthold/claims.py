@@ -20,18 +20,48 @@ next claimant is told. Decisions behind it:
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any
 
+from agenthold.claim_schema import (
+    _AGENT_ROW,
+    _ALIASES,
+    _CLAIM_ROW,
+    _EVENT,
+    _EVENT_BY,
+    _FREE,
+    CLAIM_CHANGES,
+    CLAIMS_LOCK,
+    CLAIMS_SCHEMA,
+    agent_topic,
+    resource_topic,
+)
+from agenthold.claim_types import (
+    AGENT_ID_RE,
+    LAPSE_OUTCOMES,
+    MAX_AGENT_NAME,
+    MAX_MODEL,
+    MAX_PURPOSE,
+    OUTCOMES,
+    Agent,
+    ClaimInfo,
+    ClaimResult,
+    ForeignAgentError,
+    Holder,
+    NotHolderError,
+    Previous,
+    Registration,
+    ReleaseResult,
+    StatusResult,
+    UnknownAgentError,
+    WaitProbe,
+    WaitResult,
+)
 from agenthold.store import (
     MAX_WAIT_SECONDS,
     AgentholdError,
-    ChangeSource,
-    Component,
     InvalidInputError,
     StateStore,
     Topic,
@@ -43,326 +73,33 @@ from agenthold.store import (
 )
 from agenthold.uris import Resolver, Resource
 
-__all__ = [
+__all__ = [  # the records and schema are re-exported: agenthold.claims names them all
+    "AGENT_ID_RE",
+    "CLAIMS_SCHEMA",
+    "LAPSE_OUTCOMES",
+    "MAX_AGENT_NAME",
+    "MAX_MODEL",
+    "MAX_PURPOSE",
     "OUTCOMES",
     "Agent",
     "ClaimInfo",
+    "ClaimResult",
     "Coordinator",
     "ForeignAgentError",
+    "Holder",
     "NotHolderError",
+    "Previous",
+    "Registration",
+    "ReleaseResult",
+    "StatusResult",
     "UnknownAgentError",
     "WaitProbe",
+    "WaitResult",
 ]
 
-Outcome = Literal["released", "modified", "created", "deleted", "moved"]
-OUTCOMES: tuple[str, ...] = ("released", "modified", "created", "deleted", "moved")
-LAPSE_OUTCOMES = ("expired", "abandoned")  # what a lease that ended means for its claims
-
-MAX_AGENT_NAME = 128
-MAX_MODEL = 128
-MAX_PURPOSE = 1024
-AGENT_ID_RE = re.compile(r"agent-[0-9a-f]{8,64}")
 # Seconds: a last-seen time or lease end that would move by less than this (a lease end: by
 # less than a quarter of the TTL, if that is shorter) is not rewritten, to spare writes.
 RENEW_EVERY = 1.0
-
-HINTS: dict[str, str] = {
-    "modified": "The previous holder modified this resource: read it again before you change it.",
-    "created": "The previous holder created this resource: read it before you change it.",
-    "deleted": (
-        "The previous holder deleted this resource: check whether it exists before you act on it."
-    ),
-    "moved": (
-        "The previous holder moved this resource to {moved_to}: work on the new location "
-        "(claim it) instead."
-    ),
-    "abandoned": (
-        "The previous holder disconnected while holding this resource and did not come back: "
-        "its work may be unfinished, so check the resource before you rely on it."
-    ),
-    "expired": (
-        "The previous holder's claim expired (it made no call within the claim TTL): its work "
-        "may be unfinished, so check the resource before you rely on it."
-    ),
-}
-BUSY_HINT = (
-    "Another agent holds this resource. Work on a different resource, or call agenthold_wait "
-    "to be told when it is released, then claim it again."
-)
-TIMEOUT_HINT = (
-    "The resource was not released within the timeout. Work on something else, or call "
-    "agenthold_wait again with a longer timeout."
-)
-
-
-class UnknownAgentError(InvalidInputError):
-    """The agent id was never registered here, or its agent was removed after a long idle time."""
-
-    hint = "Call agenthold_register to get an agent_id, then use it in every call."
-
-
-class ForeignAgentError(AgentholdError):
-    """A caller named an agent that another principal registered. The message names neither
-    the other principal nor anything about the agent."""
-
-    hint = (
-        "Use an agent_id that agenthold_register gave you, with the same token; register to "
-        "get one."
-    )
-
-    def __init__(self, agent_id: str) -> None:
-        super().__init__(
-            f"agent_id {agent_id} belongs to another caller: only the caller that registered an "
-            "agent may act as it; nothing was changed"
-        )
-
-
-class NotHolderError(InvalidInputError):
-    """An agent tried to release a claim that another agent holds."""
-
-    hint = "Only the holder can release a claim. Call agenthold_status to see who holds it."
-
-
-@dataclass(frozen=True, slots=True)
-class Agent:
-    """A registered agent. ``lease_ends_at`` is unix time, or None for a lease without end."""
-
-    agent_id: str
-    name: str
-    model: str
-    purpose: str
-    registered_at: str
-    last_seen_at: str
-    lease_ends_at: float | None
-    lease_end_outcome: str | None
-    principal: str | None = None  # the caller it was registered through, if a token said
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "agent_id": self.agent_id,
-            "name": self.name,
-            "model": self.model,
-            "purpose": self.purpose,
-            "registered_at": self.registered_at,
-            "last_seen_at": self.last_seen_at,
-            "lease_ends_at": None if self.lease_ends_at is None else utc_iso(self.lease_ends_at),
-            "lease_end_outcome": self.lease_end_outcome,
-        }
-        if self.principal is not None:
-            d["principal"] = self.principal
-        return d
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimInfo:
-    """A resource's claim state as of now. ``state`` is "claimed" or "free"; a claim whose
-    holder's lease has ended is "free" with last_outcome "expired" or "abandoned"."""
-
-    resource: str
-    uri: str
-    state: Literal["claimed", "free"]
-    version: int
-    holder: str | None
-    holder_name: str | None
-    holder_model: str | None
-    claimed_at: str | None
-    lease_ends_at: float | None
-    last_outcome: str | None
-    last_holder: str | None
-    last_outcome_at: str | None
-    moved_to: str | None
-
-    def previous(self) -> dict[str, Any]:
-        """The previous-outcome fields of a reply: empty unless the last holder left an outcome
-        worth knowing (anything but a plain "released")."""
-        if self.state != "free" or self.last_outcome in (None, "released"):
-            return {}
-        outcome = self.last_outcome
-        assert outcome is not None
-        fields: dict[str, Any] = {
-            "previous_outcome": outcome,
-            "previous_holder": self.last_holder,
-            "previous_outcome_at": self.last_outcome_at,
-        }
-        if outcome == "moved":
-            fields["moved_to"] = self.moved_to
-        fields["hint"] = HINTS[outcome].format(moved_to=self.moved_to)
-        return fields
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "resource": self.uri,
-            "state": self.state,
-            "version": self.version,
-            "held_by": self.holder,
-            "agent_name": self.holder_name,
-            "agent_model": self.holder_model,
-            "claimed_at": self.claimed_at,
-            "lease_ends_at": None if self.lease_ends_at is None else utc_iso(self.lease_ends_at),
-            "last_outcome": self.last_outcome,
-            "last_holder": self.last_holder,
-            "last_outcome_at": self.last_outcome_at,
-            "moved_to": self.moved_to,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class WaitProbe:
-    """One look at a resource for a waiter: the ``available`` reply (without elapsed time) if
-    it is free, else who holds it, when that holder's lease ends, and the topics to listen to."""
-
-    available: dict[str, Any] | None
-    holder: str | None
-    holder_name: str | None
-    lease_ends_at: float | None
-    topics: frozenset[Topic]
-
-
-def resource_topic(key: str) -> Topic:
-    return ("r", key)
-
-
-def agent_topic(agent_id: str) -> Topic:
-    return ("a", agent_id)
-
-
-def _event_topics(row: tuple[Any, ...]) -> Iterable[Topic]:
-    _, resource, agent_id = row
-    return (resource_topic(resource),) if resource else (agent_topic(agent_id),)
-
-
-CLAIMS_LOCK = ("claims",)  # every claim write holds it: claims take turns, on any engine
-
-_SQLITE_V1 = """
-    -- An agent's lease ends at lease_ends_at (unix seconds; NULL = no end);
-    -- lease_end_outcome says what its end means.
-    CREATE TABLE agents (
-        agent_id           TEXT PRIMARY KEY,
-        name               TEXT NOT NULL,
-        model              TEXT NOT NULL,
-        purpose            TEXT NOT NULL,
-        registered_at      TEXT NOT NULL,
-        last_seen_at       TEXT NOT NULL,
-        lease_ends_at      REAL,
-        lease_end_outcome  TEXT
-    );
-
-    -- One row per resource ever claimed. version is the fencing token: it grows by one with
-    -- every claim and release and is never reused.
-    CREATE TABLE claims (
-        resource         TEXT PRIMARY KEY,
-        uri              TEXT    NOT NULL,
-        holder           TEXT,
-        claimed_at       TEXT,
-        version          INTEGER NOT NULL,
-        last_outcome     TEXT,
-        last_holder      TEXT,
-        last_outcome_at  TEXT,
-        moved_to         TEXT
-    );
-    CREATE INDEX claims_by_holder ON claims (holder) WHERE holder IS NOT NULL;
-
-    -- Registrations, claims, releases and lease ends, append-only, for audit and the inspector.
-    CREATE TABLE claim_events (
-        id        INTEGER PRIMARY KEY,
-        at        TEXT    NOT NULL,
-        agent_id  TEXT    NOT NULL,
-        event     TEXT    NOT NULL,
-        resource  TEXT,
-        uri       TEXT,
-        outcome   TEXT,
-        moved_to  TEXT,
-        version   INTEGER
-    );
-"""
-
-_POSTGRES_V1 = """
-    CREATE TABLE agents (
-        agent_id           TEXT COLLATE "C" PRIMARY KEY,
-        name               TEXT NOT NULL,
-        model              TEXT NOT NULL,
-        purpose            TEXT NOT NULL,
-        registered_at      TEXT COLLATE "C" NOT NULL,
-        last_seen_at       TEXT COLLATE "C" NOT NULL,
-        lease_ends_at      DOUBLE PRECISION,
-        lease_end_outcome  TEXT
-    );
-    CREATE TABLE claims (
-        resource         TEXT COLLATE "C" PRIMARY KEY,
-        uri              TEXT COLLATE "C" NOT NULL,
-        holder           TEXT COLLATE "C",
-        claimed_at       TEXT,
-        version          BIGINT NOT NULL,
-        last_outcome     TEXT,
-        last_holder      TEXT,
-        last_outcome_at  TEXT,
-        moved_to         TEXT
-    );
-    CREATE INDEX claims_by_holder ON claims (holder) WHERE holder IS NOT NULL;
-    -- xid: see the store's state_history (the feed reads by writing transaction).
-    CREATE TABLE claim_events (
-        id        BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-        at        TEXT    NOT NULL,
-        agent_id  TEXT    NOT NULL,
-        event     TEXT    NOT NULL,
-        resource  TEXT,
-        uri       TEXT,
-        outcome   TEXT,
-        moved_to  TEXT,
-        version   BIGINT,
-        xid       XID8    NOT NULL DEFAULT pg_current_xact_id()
-    );
-    CREATE INDEX claim_events_by_xid ON claim_events (xid);
-"""
-
-# The device and inode ("dev:ino") of a claimed file that existed when it was claimed, so that a
-# claim through one hard link is seen through the others (agenthold.uris).
-_V2 = """
-    ALTER TABLE claims ADD COLUMN file_id TEXT;
-    CREATE INDEX claims_by_file ON claims (file_id) WHERE file_id IS NOT NULL;
-"""
-
-# The principal (the caller a token names, agenthold.principals) an agent belongs to and that
-# made each claim event; NULL where no token said who called.
-_V3 = """
-    ALTER TABLE agents ADD COLUMN principal TEXT;
-    ALTER TABLE claim_events ADD COLUMN principal TEXT;
-"""
-
-CLAIMS_SCHEMA = Component(
-    "claims", {"sqlite": (_SQLITE_V1, _V2, _V3), "postgresql": (_POSTGRES_V1, _V2, _V3)}
-)
-
-CLAIM_CHANGES = ChangeSource(
-    name="claims",
-    max_sql="SELECT max(id) FROM claim_events",
-    since_sql="SELECT id, resource, agent_id FROM claim_events WHERE id > ? ORDER BY id",
-    topics=_event_topics,
-)
-
-_CLAIM_ROW = (
-    "SELECT c.resource, c.uri, c.holder, c.claimed_at, c.version, c.last_outcome, "
-    "c.last_holder, c.last_outcome_at, c.moved_to, a.name, a.model, a.lease_ends_at, "
-    "a.lease_end_outcome FROM claims AS c LEFT JOIN agents AS a ON a.agent_id = c.holder "
-)
-# Held claims on other names of one file (hard links): see _alias.
-_ALIASES = _CLAIM_ROW + "WHERE c.file_id = ? AND c.resource != ? AND c.holder IS NOT NULL"
-_AGENT_ROW = (
-    "SELECT agent_id, name, model, purpose, registered_at, last_seen_at, lease_ends_at, "
-    "lease_end_outcome, principal FROM agents "
-)
-_EVENT = (
-    "INSERT INTO claim_events (at, agent_id, event, resource, uri, outcome, moved_to, version) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_EVENT_BY = (
-    "INSERT INTO claim_events (at, agent_id, event, resource, uri, outcome, moved_to, version, "
-    "principal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-_FREE = (
-    "UPDATE claims SET holder = NULL, claimed_at = NULL, version = ?, last_outcome = ?, "
-    "last_holder = ?, last_outcome_at = ?, moved_to = ? WHERE resource = ?"
-)
 
 
 def _alias(
@@ -406,20 +143,10 @@ def _claim_info(row: Any, now: float) -> ClaimInfo:
     )  # fmt: skip
 
 
-def _busy(uri: str, holder: ClaimInfo) -> dict[str, Any]:
-    """The reply to a claim of ``uri`` while ``holder`` holds it (under another name, a hard
-    link of the same file, when ``held_as`` is in the reply)."""
-    reply = {
-        "status": "busy",
-        "resource": uri,
-        "held_by": holder.holder,
-        "agent_name": holder.holder_name,
-        "claimed_at": holder.claimed_at,
-        "hint": BUSY_HINT,
-    }
-    if holder.uri != uri:
-        reply["held_as"] = holder.uri
-    return reply
+def _busy(uri: str, holder: ClaimInfo) -> ClaimResult:
+    """A claim of ``uri`` while ``holder`` holds it (under another name, a hard link of the
+    same file, when the holder's ``held_as`` is set)."""
+    return ClaimResult("busy", uri, holder=holder.held(holder.uri if holder.uri != uri else None))
 
 
 class Coordinator:
@@ -453,8 +180,8 @@ class Coordinator:
 
     def register(
         self, name: str, model: str = "", purpose: str = "", *, principal: str | None = None
-    ) -> dict[str, Any]:
-        """Register an agent; returns the reply with its new ``agent_id``. ``principal`` (the
+    ) -> Registration:
+        """Register an agent and return its new ``agent_id``. ``principal`` (the
         caller, as a token names it) is who the agent belongs to from then on."""
         check_text("name", name, MAX_AGENT_NAME)
         if model:
@@ -491,15 +218,7 @@ class Coordinator:
                 (at, agent_id, "registered", None, None, None, None, None, principal),
             )
             changed.append(agent_topic(agent_id))
-        reply: dict[str, Any] = {
-            "status": "registered",
-            "agent_id": agent_id,
-            "name": name,
-            "registered_at": at,
-        }
-        if model:
-            reply["model"] = model
-        return reply
+        return Registration(agent_id, name, model, at)
 
     def agent(self, agent_id: str) -> Agent:
         """Return a registered agent; UnknownAgentError if there is none with this id."""
@@ -545,7 +264,7 @@ class Coordinator:
 
     def claim(
         self, resource: str | Resource, agent_id: str, *, principal: str | None = None
-    ) -> dict[str, Any]:
+    ) -> ClaimResult:
         """Claim ``resource`` for ``agent_id``: "claimed", "already_claimed" or "busy".
 
         With ``principal`` (the caller, as a token names it), ForeignAgentError unless the agent
@@ -578,10 +297,10 @@ class Coordinator:
                     (at, agent_id, "claimed", res.key, res.uri, None, None, 1, principal),
                 )
                 changed.append(resource_topic(res.key))
-                return {"status": "claimed", "resource": res.uri, "version": 1}
+                return ClaimResult("claimed", res.uri, 1)
             assert info is not None
             if info.holder == agent_id:
-                return {"status": "already_claimed", "resource": info.uri, "version": info.version}
+                return ClaimResult("already_claimed", info.uri, info.version)
             if info.state == "claimed":
                 return _busy(info.uri, info)
             version = info.version
@@ -599,7 +318,7 @@ class Coordinator:
                 (at, agent_id, "claimed", res.key, res.uri, None, None, version, principal),
             )
             changed.append(resource_topic(res.key))
-        return {"status": "claimed", "resource": res.uri, "version": version, **info.previous()}
+        return ClaimResult("claimed", res.uri, version, info.previous())
 
     def release(
         self,
@@ -609,7 +328,7 @@ class Coordinator:
         moved_to: str | None = None,
         *,
         principal: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> ReleaseResult:
         """Release ``agent_id``'s claim on ``resource`` with ``outcome``: "released",
         "already_free" or "not_found". NotHolderError if another agent holds it;
         ForeignAgentError if ``principal`` is given and the agent is not its own."""
@@ -654,11 +373,7 @@ class Coordinator:
             if refused is not None and (row is None or row[2] != agent_id):
                 raise refused
             if row is None:
-                return {
-                    "status": "not_found",
-                    "resource": res.uri,
-                    "hint": "No agent ever claimed this resource, so there is nothing to release.",
-                }
+                return ReleaseResult("not_found", res.uri)
             info = _claim_info(row, now)
             if info.holder != agent_id:
                 if info.state == "claimed":
@@ -666,15 +381,11 @@ class Coordinator:
                         f"{info.uri} is held by {info.holder} ({info.holder_name}), not by "
                         f"{agent_id}; only the holder can release it"
                     )
-                reply = {"status": "already_free", "resource": info.uri, "version": info.version}
+                ended = None
                 if info.last_holder == agent_id and info.last_outcome in LAPSE_OUTCOMES:
-                    reply["hint"] = (
-                        f"Your claim ended ({info.last_outcome}) at {info.last_outcome_at} "
-                        "before this release; claim the resource again before you change it."
-                    )
-                else:
-                    reply["hint"] = "The resource is not claimed; there is nothing to release."
-                return reply
+                    assert info.last_outcome is not None
+                    ended = Previous(info.last_outcome, agent_id, info.last_outcome_at)
+                return ReleaseResult("already_free", info.uri, info.version, ended=ended)
             version = info.version + 1
             target_uri = target.uri if target else None
             conn.execute(_FREE, (version, outcome, agent_id, at, target_uri, res.key))
@@ -686,38 +397,26 @@ class Coordinator:
                 ),
             )  # fmt: skip
             changed.append(resource_topic(res.key))
-        reply = {"status": "released", "resource": info.uri, "version": version, "outcome": outcome}
-        if target_uri:
-            reply["moved_to"] = target_uri
-        return reply
+        return ReleaseResult("released", info.uri, version, outcome, target_uri or None)
 
-    def status(self, resource: str) -> dict[str, Any]:
-        """Whether ``resource`` is "available" (with the previous outcome) or "claimed"."""
-        res = self.resolver.resolve(resource)
+    def status(self, resource: str | Resource) -> StatusResult:
+        """Whether ``resource`` is "available" (with what the last holder left) or "claimed"."""
+        res = resource if isinstance(resource, Resource) else self.resolver.resolve(resource)
+        return self._look(res)[0]
+
+    def _look(self, res: Resource) -> tuple[StatusResult, ClaimInfo | None]:
+        """The status of ``res`` and the live claim that holds it (None if it is free)."""
         info = self.info(res)
         if info is None or info.state == "free":
             alias = _alias(self.db.fetchall, res, time.time())
             if alias is None:
-                return {
-                    "status": "available",
-                    "resource": res.uri,
-                    **(info.previous() if info else {}),
-                }
+                previous = None if info is None else info.previous()
+                return StatusResult("available", res.uri, previous=previous), None
             info = alias
-        reply = {
-            "status": "claimed",
-            "resource": res.uri if info.resource != res.key else info.uri,
-            "held_by": info.holder,
-            "agent_name": info.holder_name,
-            "agent_model": info.holder_model,
-            "claimed_at": info.claimed_at,
-            "version": info.version,
-        }
         if info.resource != res.key:
-            reply["held_as"] = info.uri
-        if info.lease_ends_at is not None:
-            reply["lease_ends_at"] = utc_iso(info.lease_ends_at)
-        return reply
+            held_as = StatusResult("claimed", res.uri, info.version, holder=info.held(info.uri))
+            return held_as, info
+        return StatusResult("claimed", info.uri, info.version, holder=info.held()), info
 
     def info(self, resource: Resource) -> ClaimInfo | None:
         """The claim state of a resolved resource, or None if it was never claimed."""
@@ -740,43 +439,36 @@ class Coordinator:
     # -- waiting -------------------------------------------------------------------------------
 
     def probe(self, resource: Resource) -> WaitProbe:
-        """Look at ``resource`` once on behalf of a waiter (see ``wait``)."""
-        info = self.info(resource)
+        """Look at ``resource`` once on behalf of a waiter (see ``wait``): its status, and the
+        topics to listen to (the resource, the claim it is held under and its holder's lease)."""
+        status, held = self._look(resource)
         topics = {resource_topic(resource.key)}
-        if info is None or info.state == "free":
-            alias = _alias(self.db.fetchall, resource, time.time())
-            if alias is None:
-                reply = {"status": "available", "resource": resource.uri}
-                reply.update(info.previous() if info else {})
-                return WaitProbe(reply, None, None, None, frozenset(topics))
-            info = alias
-            topics.add(resource_topic(alias.resource))
-        assert info.holder is not None
-        topics.add(agent_topic(info.holder))
-        return WaitProbe(None, info.holder, info.holder_name, info.lease_ends_at, frozenset(topics))
+        if held is not None:
+            assert held.holder is not None
+            topics.update((resource_topic(held.resource), agent_topic(held.holder)))
+        return WaitProbe(status, frozenset(topics))
 
-    def wait(self, resource: str, timeout: float) -> dict[str, Any]:
-        """Block until ``resource`` is free ("available", with ``elapsed_seconds`` and the
-        previous outcome) or ``timeout`` seconds pass ("timeout", naming the holder)."""
-        res = self.resolver.resolve(resource)
+    def wait(self, resource: str | Resource, timeout: float) -> WaitResult:
+        """Block until ``resource`` is free ("available", with what the last holder left) or
+        ``timeout`` seconds pass ("timeout", naming the holder)."""
+        res = resource if isinstance(resource, Resource) else self.resolver.resolve(resource)
         seconds = check_seconds("timeout", timeout, maximum=MAX_WAIT_SECONDS)
         start = time.monotonic()
         last: list[WaitProbe] = []
 
-        def look() -> tuple[dict[str, Any] | None, frozenset[Topic], float | None]:
+        def look() -> tuple[WaitResult | None, frozenset[Topic], float | None]:
             probe = self.probe(res)
             last[:] = [probe]
-            if probe.available is not None:
-                elapsed = round(time.monotonic() - start, 3)
-                return {**probe.available, "elapsed_seconds": elapsed}, probe.topics, None
+            if probe.available:
+                return waited(res, probe, time.monotonic() - start), probe.topics, None
             # a new holder: its lease is listened to as well, and the waiter looks again,
             # since the lease may have been cut between the look and the subscription
             return None, probe.topics, probe.lease_ends_at
 
-        found: dict[str, Any] | None = wait_until(self.db, look, seconds, {resource_topic(res.key)})
+        found: WaitResult | None = wait_until(self.db, look, seconds, {resource_topic(res.key)})
         if found is not None:
             return found
-        return timeout_reply(res, last[0], round(time.monotonic() - start, 3))
+        return waited(res, last[0], time.monotonic() - start)
 
     # -- leases --------------------------------------------------------------------------------
 
@@ -938,16 +630,12 @@ def _close(old_end: float | None, new_end: float | None, ttl: float | None) -> b
     )
 
 
-def timeout_reply(resource: Resource, probe: WaitProbe, elapsed: float) -> dict[str, Any]:
-    """The reply of a wait that timed out while ``probe.holder`` held the resource."""
-    return {
-        "status": "timeout",
-        "resource": resource.uri,
-        "held_by": probe.holder,
-        "agent_name": probe.holder_name,
-        "elapsed_seconds": elapsed,
-        "hint": TIMEOUT_HINT,
-    }
+def waited(resource: Resource, probe: WaitProbe, elapsed: float) -> WaitResult:
+    """The result of a wait for ``resource`` that ends with ``probe``, its last look."""
+    status, elapsed = probe.status, round(elapsed, 3)
+    if status.status == "available":
+        return WaitResult("available", status.resource, elapsed, status.previous)
+    return WaitResult("timeout", resource.uri, elapsed, holder=status.holder)
 
 
 def _check_agent_id(agent_id: object) -> str:

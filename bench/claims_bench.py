@@ -131,7 +131,7 @@ def library_loop(coord: Coordinator, agent_id: str) -> Loop:
     def run(n: int) -> None:
         claim, release = coord.claim, coord.release
         for _ in range(n):
-            if claim(RESOURCE, agent_id)["status"] != "claimed":
+            if claim(RESOURCE, agent_id).status != "claimed":
                 raise RuntimeError("the benchmark's own claim was refused")
             release(RESOURCE, agent_id)
 
@@ -155,8 +155,8 @@ def measure_pairs(tmp: Path, sizes: Sizes) -> dict[str, float]:
     raw_db = coordinator(tmp / "pairs-raw.db", root)
     loops: dict[str, Loop] = {}
     for name, coord in (("library", plain), ("library_ttl", timed)):
-        loops[name] = library_loop(coord, coord.register(name)["agent_id"])
-    raw_agent = raw_db.register("raw")["agent_id"]
+        loops[name] = library_loop(coord, coord.register(name).agent_id)
+    raw_agent = raw_db.register("raw").agent_id
     resource = raw_db.resolver.resolve(RESOURCE)
     raw_db.claim(RESOURCE, raw_agent)  # create the claim row; the raw loop then reuses it
     raw_db.release(RESOURCE, raw_agent)
@@ -182,12 +182,12 @@ def releaser(path: str, root: str, conn: Any) -> None:
     """Another process: holds the resource when told to, and releases it after a delay,
     answering with its time.time() right after the release committed."""
     coord = coordinator(Path(path), Path(root))
-    agent = coord.register("releaser")["agent_id"]
+    agent = coord.register("releaser").agent_id
     conn.send("ready")
     while True:
         command = conn.recv()
         if command[0] == "claim":
-            conn.send(coord.claim(RESOURCE, agent)["status"])
+            conn.send(coord.claim(RESOURCE, agent).status)
         elif command[0] == "release":
             time.sleep(command[1])
             coord.release(RESOURCE, agent, "modified")
@@ -225,9 +225,13 @@ def one_wake(coord: Coordinator, release_at: Callable[[], float]) -> tuple[float
     released = release_at()
     thread.join()
     returned, reply = result[0]
-    if reply["status"] != "available" or reply.get("previous_outcome") != "modified":
+    if (
+        reply.status != "available"
+        or reply.previous is None
+        or reply.previous.outcome != "modified"
+    ):
         raise RuntimeError(f"the wait did not see its release: {reply}")
-    return returned - released, reply["elapsed_seconds"] > 0.002
+    return returned - released, reply.elapsed_seconds > 0.002
 
 
 def measure_wake(tmp: Path, sizes: Sizes) -> dict[str, Any]:
@@ -263,7 +267,7 @@ def measure_wake(tmp: Path, sizes: Sizes) -> dict[str, Any]:
                 early += 1
         out["process"] = summary(latencies, early)
 
-        agent = coord.register("thread")["agent_id"]
+        agent = coord.register("thread").agent_id
 
         def by_thread() -> float:
             time.sleep(rng.uniform(0.005, 0.015))

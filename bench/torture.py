@@ -261,7 +261,7 @@ def run_crash(work: Path, *, kills: int, seed: int, seconds: float | None = None
     report = Report("crash", f"crash consistency: a writer killed with SIGKILL (seed {seed})")
     with StateStore(db) as store:
         coord = Coordinator(store)
-        agents = ",".join(coord.register(f"crash-writer-{i}")["agent_id"] for i in range(2))
+        agents = ",".join(coord.register(f"crash-writer-{i}").agent_id for i in range(2))
     tally = Tally()
     acks = Acks()
     started = time.monotonic()

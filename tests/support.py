@@ -36,6 +36,7 @@ from mcp.types import CallToolResult
 from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp
 
+from agenthold.claim_tools import reply
 from agenthold.claims import Coordinator
 from agenthold.cli import listen
 from agenthold.http import _Uvicorn, web_config
@@ -57,11 +58,34 @@ ERROR_KEYS = {"status", "error", "message", "hint"}
 # --------------------------------------------------------------------------------------------
 
 
-def coordinator_at(store: StateStore, root: Path, *, claim_ttl: float | None = None) -> Coordinator:
-    """A Coordinator on ``store`` whose one workspace, "default", is ``root``."""
-    return Coordinator(
-        store, resolver=Resolver([Workspace("default", str(root))]), claim_ttl=claim_ttl
-    )
+class WireCoordinator(Coordinator):
+    """A Coordinator whose register, claim, release, status and wait answer with the reply an
+    agent reads (``claim_tools.reply`` of the typed result), for the tests written against
+    those replies: they check the library and the tools' wording of its results together."""
+
+    def register(self, *args: Any, **kwargs: Any) -> Any:
+        return reply(super().register(*args, **kwargs))
+
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        return reply(super().claim(*args, **kwargs))
+
+    def release(self, *args: Any, **kwargs: Any) -> Any:
+        return reply(super().release(*args, **kwargs))
+
+    def status(self, *args: Any, **kwargs: Any) -> Any:
+        return reply(super().status(*args, **kwargs))
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        return reply(super().wait(*args, **kwargs))
+
+
+def coordinator_at(
+    store: StateStore, root: Path, *, claim_ttl: float | None = None, replies: bool = False
+) -> Coordinator:
+    """A Coordinator on ``store`` whose one workspace, "default", is ``root`` (a
+    WireCoordinator, answering with tool replies, if ``replies``)."""
+    kind = WireCoordinator if replies else Coordinator
+    return kind(store, resolver=Resolver([Workspace("default", str(root))]), claim_ttl=claim_ttl)
 
 
 @contextlib.asynccontextmanager

@@ -219,7 +219,7 @@ async def test_agents_registered_through_a_trusted_transport_are_refused_to_prin
     """An agent without a principal (stdio, or HTTP without tokens) is not any principal's."""
     async with serving(tmp_path) as server:
         with StateStore(server.db) as store:
-            agent = Coordinator(store).register("local")["agent_id"]
+            agent = Coordinator(store).register("local").agent_id
         async with server.client("alice", "auto") as alice:
             assert_foreign(
                 await call(alice, "agenthold_claim", resource="file://repo/a", agent_id=agent)

@@ -149,10 +149,10 @@ def test_one_of_many_claimants_gets_the_resource(
 ) -> None:
     coords = [coordinator(pg, tmp_path), coordinator(StateStore(pg_url), tmp_path)]
     try:
-        agents = [coords[i % 2].register(f"a{i}")["agent_id"] for i in range(6)]
-        replies = run_threads(6, lambda i: coords[i % 2].claim("x.py", agents[i])["status"])
+        agents = [coords[i % 2].register(f"a{i}").agent_id for i in range(6)]
+        replies = run_threads(6, lambda i: coords[i % 2].claim("x.py", agents[i]).status)
         assert sorted(replies) == ["busy"] * 5 + ["claimed"]
-        assert coords[1].status("x.py")["version"] == 1
+        assert coords[1].status("x.py").version == 1
     finally:
         coords[1].store.close()
 
@@ -179,13 +179,13 @@ def test_leases_are_judged_by_the_servers_clock(
 ) -> None:
     """A host whose clock runs an hour ahead still sees a 60 s claim as held."""
     coord = coordinator(pg, tmp_path, claim_ttl=60)
-    agent = coord.register("a")["agent_id"]
+    agent = coord.register("a").agent_id
     coord.claim("x.py", agent)
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + 3600)
-    assert coord.status("x.py")["status"] == "claimed"
-    other = coord.register("b")["agent_id"]
-    assert coord.claim("x.py", other)["status"] == "busy"
+    assert coord.status("x.py").status == "claimed"
+    other = coord.register("b").agent_id
+    assert coord.claim("x.py", other).status == "busy"
 
 
 # -- the event feed ------------------------------------------------------------------------
@@ -461,7 +461,7 @@ def test_every_inspector_subcommand_reads_postgresql(
 ) -> None:
     pg.set("ns", "k", {"v": 1}, updated_by="w")
     coord = coordinator(pg, tmp_path)
-    agent = coord.register("inspected")["agent_id"]
+    agent = coord.register("inspected").agent_id
     coord.claim("a.py", agent)
     args = {"keys": ["ns"], "history": ["ns", "k"]}.get(command, [])
     done = subprocess.run(

@@ -1238,7 +1238,7 @@ async def test_releasing_everyone_frees_the_claims_of_agents_registered_here_as_
 ) -> None:
     async with serving(tmp_path) as served:
         a, b = await served.register("a"), await served.register("b")
-        elsewhere = served.app.coordinator.register("registered elsewhere")["agent_id"]
+        elsewhere = served.app.coordinator.register("registered elsewhere").agent_id
         await served.call("agenthold_claim", resource="1.md", agent_id=a)
         await served.call("agenthold_claim", resource="2.md", agent_id=b)
         await served.call("agenthold_claim", resource="3.md", agent_id=elsewhere)

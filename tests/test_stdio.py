@@ -514,7 +514,7 @@ def test_with_the_disconnect_grace_off_claims_outlive_the_server_and_http_flags_
     assert "auth tokens apply to --transport http only" in warnings[1]
     with coordinator_on(tmp_path / "off.db", tmp_path) as coordinator:
         assert coordinator.agent(agent).lease_ends_at is None
-        assert coordinator.status("kept.md")["held_by"] == agent
+        assert coordinator.status("kept.md").holder.agent_id == agent
 
 
 def test_a_server_whose_stdin_is_a_file_reads_it_and_ends_at_its_end(tmp_path: Path) -> None:
@@ -541,7 +541,7 @@ def test_requests_sent_just_before_the_end_of_stdin_are_answered_and_waits_end_a
 ) -> None:
     db = tmp_path / "eof.db"
     with coordinator_on(db, tmp_path) as coordinator:
-        holder = coordinator.register("holder")["agent_id"]
+        holder = coordinator.register("holder").agent_id
         coordinator.claim("held.md", holder)
     messages = [
         {"id": 0, "method": "initialize",

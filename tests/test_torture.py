@@ -108,7 +108,7 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     db, log = tmp / "crash.db", tmp / "acks.jsonl"
     with StateStore(db) as store:
         coord = Coordinator(store)
-        agents = [coord.register(f"w{i}")["agent_id"] for i in range(2)]
+        agents = [coord.register(f"w{i}").agent_id for i in range(2)]
     writer = workers.CrashWriter(str(db), str(log), 7, agents)
     writer.carry_on()
     for n in range(300):
