@@ -38,6 +38,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from support import STARTUP, agenthold_args, coordinator_at, reply_of
 
+from agenthold.claim_tools import reply as tool_reply
 from agenthold.claims import Coordinator
 from agenthold.store import StateStore
 from agenthold.uris import Resolver
@@ -166,7 +167,7 @@ async def test_a_client_that_starts_a_server_for_every_call_keeps_its_agent_and_
     )
     assert (released["status"], released["version"]) == ("released", 2)
     with coordinator_on(db, tmp_path) as coordinator:
-        history = coordinator.status("plan.md")
+        history = tool_reply(coordinator.status("plan.md"))
         assert (history["status"], history.get("previous_outcome")) == ("available", "modified"), (
             history
         )
@@ -187,7 +188,7 @@ async def test_a_client_that_leaves_for_good_has_its_claims_freed_as_abandoned_a
         assert lease.lease_ends_at - time.time() <= 0.3
         await anyio.sleep(max(0.0, lease.lease_ends_at - time.time()) + 0.05)
         for resource in ("a.md", "custom://lock"):
-            status = coordinator.status(resource)
+            status = tool_reply(coordinator.status(resource))
             assert (status["status"], status["previous_outcome"], status["previous_holder"]) == (
                 "available",
                 "abandoned",
@@ -603,7 +604,7 @@ def test_a_signal_or_eof_ends_the_server_cleanly_and_then_its_agents_claims(
         lease = coordinator.agent(agent)
         assert lease.lease_end_outcome == "abandoned" and lease.lease_ends_at is not None
         time.sleep(max(0.0, lease.lease_ends_at - time.time()) + 0.05)
-        freed = coordinator.status("job.md")
+        freed = tool_reply(coordinator.status("job.md"))
         assert (freed["status"], freed["previous_outcome"]) == ("available", "abandoned")
 
 
