@@ -59,6 +59,7 @@ def outside_stdlib(names: set[str]) -> set[str]:
         "claim_schema",
         "claims",
         "message_types",
+        "message_schema",
         "messages",
         "inspect",
         "cli",
@@ -80,7 +81,13 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold.claim_schema",
         },
         "message_types": {"agenthold.store", "agenthold.claims"},
-        "messages": {"agenthold.store", "agenthold.claims", "agenthold.message_types"},
+        "message_schema": {"agenthold.store"},
+        "messages": {
+            "agenthold.store",
+            "agenthold.claims",
+            "agenthold.message_types",
+            "agenthold.message_schema",
+        },
         "inspect": {
             "agenthold",
             "agenthold.store",
@@ -192,6 +199,23 @@ MAX_LINES = 750  # "about 700": a hard stop a little above
 LONG_ON_PURPOSE = {"store", "inspect"}
 
 
+def test_only_the_command_line_decides_which_signals_stop_a_server() -> None:
+    """Signals are process-wide, so the commands own them (cli.py for serving; the front and
+    ``log --follow`` for their own processes): the transports and the warm server react to a
+    signal source they are given (server.SignalSource) and never install one."""
+    listeners = {
+        m
+        for m in MODULES
+        if re.search(r"open_signal_receiver|signal\.signal\(|add_signal_handler", _source(m))
+    }
+    assert listeners == {"cli", "front", "inspect"}, listeners
+    assert not listeners & SERVING
+
+
+def _source(module: str) -> str:
+    return (PACKAGE / f"{module}.py").read_text()
+
+
 def test_no_module_is_over_about_700_lines_but_the_copyable_store() -> None:
     lengths = {m: len((PACKAGE / f"{m}.py").read_text().splitlines()) for m in MODULES}
     too_long = {m: n for m, n in lengths.items() if n > MAX_LINES and m not in LONG_ON_PURPOSE}
@@ -259,7 +283,7 @@ def test_the_command_line_knows_every_tool_set_of_the_catalogue_and_takes_a_comm
     assert args.tools == "advanced,standard"
     assert tools.parse_tool_sets(args.tools) == ("advanced", "standard")
     assert cli.build_parser().parse_args([]).tools == tools.DEFAULT_TOOLS
-    for bad in ("standard,standard", "standard,", "messages"):
+    for bad in ("standard,standard", "standard,", "bus"):
         with pytest.raises(SystemExit):
             cli.build_parser().parse_args(["--tools", bad])
 
