@@ -20,6 +20,7 @@ Decisions behind it:
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import logging
@@ -1220,6 +1221,17 @@ class SQLiteDatabase:
 
     def _check_file(self) -> None:
         path = self.path
+        for name in (path, path + "-wal"):  # SQLite also opens the write-ahead log by name
+            try:
+                os.stat(name)
+            except OSError as exc:
+                if exc.errno == errno.ENAMETOOLONG:  # SQLite would say only "unable to open"
+                    shown = path if len(path) <= 120 else path[:60] + "..." + path[-40:]
+                    raise IncompatibleDatabaseError(
+                        f"cannot open database {shown!r}: the path, or one of its names with the"
+                        " '-wal' suffix SQLite adds, is longer than this system allows; use a"
+                        " shorter path"
+                    ) from None
         # The directory named in the path, and the one a symbolic link at the path points into.
         for parent in dict.fromkeys(
             os.path.dirname(p) for p in (os.path.abspath(path), os.path.realpath(path))
@@ -1292,7 +1304,7 @@ class SQLiteDatabase:
     def _prepare_schema(self) -> None:
         """Check that the file is ours (or empty) and set it up (page size, WAL); the tables
         come with ``ensure``. On any error every connection is closed before it is raised."""
-        try:
+        with self._closed_on_failure():
             conn = self._shared or self._thread_conn()
             app_id, layout, _, tables = _describe(conn)
             self._check_identity(app_id, layout, tables)
@@ -1302,6 +1314,13 @@ class SQLiteDatabase:
                 if layout == 0 and not tables:  # a new file: its page size can still change
                     conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
                 self._enable_wal(conn)
+
+    @contextmanager
+    def _closed_on_failure(self) -> Iterator[None]:
+        """While opening: a failure closes this store again, and a SQLite error becomes the
+        error that says what is wrong with the file."""
+        try:
+            yield
         except sqlite3.Error as exc:
             self.close()
             raise self._opening_error(exc) from None
@@ -1314,7 +1333,7 @@ class SQLiteDatabase:
         also imports an agenthold 0.10 file the first time the store's tables are made).
         Returns the version the tables are at: read-only and not ``required``, 0 when they
         were never made."""
-        try:
+        with self._closed_on_failure():
             conn = self._shared_or_thread()
             with self._exclusive_if_memory():
                 have = self._component_version(conn, component)
@@ -1338,12 +1357,6 @@ class SQLiteDatabase:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                     raise
-        except sqlite3.Error as exc:
-            self.close()
-            raise self._opening_error(exc) from None
-        except AgentholdError:
-            self.close()
-            raise
 
     def _component_version(self, conn: sqlite3.Connection, component: Component) -> int:
         app_id, layout, versions, tables = _describe(conn)
