@@ -127,8 +127,24 @@ _V3 = """
     ALTER TABLE claim_events ADD COLUMN principal TEXT;
 """
 
+# Directory and glob claims (agenthold.claim_match): ``scope`` is the key of the directory a
+# pattern lies under (NULL for a file or custom claim), so the patterns that may cover a file
+# are found by its ancestor directories, through an index of the held ones.
+_SQLITE_V4 = """
+    ALTER TABLE claims ADD COLUMN scope TEXT;
+    CREATE INDEX claims_by_scope ON claims (scope) WHERE scope IS NOT NULL;
+"""
+_POSTGRES_V4 = """
+    ALTER TABLE claims ADD COLUMN scope TEXT COLLATE "C";
+    CREATE INDEX claims_by_scope ON claims (scope) WHERE scope IS NOT NULL;
+"""
+
 CLAIMS_SCHEMA = Component(
-    "claims", {"sqlite": (_SQLITE_V1, _V2, _V3), "postgresql": (_POSTGRES_V1, _V2, _V3)}
+    "claims",
+    {
+        "sqlite": (_SQLITE_V1, _V2, _V3, _SQLITE_V4),
+        "postgresql": (_POSTGRES_V1, _V2, _V3, _POSTGRES_V4),
+    },
 )
 
 CLAIM_CHANGES = ChangeSource(
@@ -141,8 +157,13 @@ CLAIM_CHANGES = ChangeSource(
 _CLAIM_ROW = (
     "SELECT c.resource, c.uri, c.holder, c.claimed_at, c.version, c.last_outcome, "
     "c.last_holder, c.last_outcome_at, c.moved_to, a.name, a.model, a.lease_ends_at, "
-    "a.lease_end_outcome FROM claims AS c LEFT JOIN agents AS a ON a.agent_id = c.holder "
+    "a.lease_end_outcome, c.scope FROM claims AS c LEFT JOIN agents AS a ON a.agent_id = c.holder "
 )
+# Held pattern claims lying under the directories given (a file's ancestors; the caller adds
+# the placeholders), and held claims whose keys lie in a range (all that a pattern may cover,
+# patterns included: a pattern's key starts with its scope).
+_PATTERNS_AT = _CLAIM_ROW + "WHERE c.holder IS NOT NULL AND c.scope IN ({marks})"
+_HELD_UNDER = _CLAIM_ROW + "WHERE c.holder IS NOT NULL AND c.resource >= ? AND c.resource < ?"
 # Held claims on other names of one file (hard links): see _alias.
 _ALIASES = _CLAIM_ROW + "WHERE c.file_id = ? AND c.resource != ? AND c.holder IS NOT NULL"
 _AGENT_ROW = (

@@ -23,16 +23,20 @@ __all__ = [
     "Agent",
     "ClaimInfo",
     "ClaimResult",
+    "ClaimSetResult",
     "ForeignAgentError",
     "Holder",
     "NotHolderError",
     "Previous",
     "Registration",
     "ReleaseResult",
+    "ReleaseSetResult",
     "StatusResult",
     "UnknownAgentError",
     "WaitProbe",
     "WaitResult",
+    "check_agent_id",
+    "unknown_agent",
 ]
 
 Outcome = Literal["released", "modified", "created", "deleted", "moved"]
@@ -157,6 +161,7 @@ class ClaimInfo:
     last_holder: str | None
     last_outcome_at: str | None
     moved_to: str | None
+    scope: str | None = None  # a directory or glob claim's directory key (claim_match)
 
     def previous(self) -> Previous | None:
         """What the last holder left, if the resource is free and it is worth knowing."""
@@ -201,11 +206,30 @@ class ClaimResult:
     what the last holder left), "already_claimed" (the agent held it already) or "busy"
     (``holder`` holds it; nothing was granted)."""
 
-    status: Literal["claimed", "already_claimed", "busy"]
+    status: Literal["claimed", "already_claimed", "busy", "available"]
     resource: str  # the canonical URI
     version: int | None = None
     previous: Previous | None = None
     holder: Holder | None = None
+    conflicts: tuple[Holder, ...] = ()  # every claim that makes it busy (holder is the first)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimSetResult:
+    """A claim of several resources at once: all were granted ("claimed") or none ("busy").
+    Each of ``results`` says how that one stands: "claimed" or "already_claimed" in a granted
+    set; "busy" (with its holder) or "available" (free, but not granted) in a refused one."""
+
+    status: Literal["claimed", "busy"]
+    results: tuple[ClaimResult, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseSetResult:
+    """A release of several resources at once, in one transaction: each one's result."""
+
+    results: tuple[ReleaseResult, ...]
+    status: Literal["released"] = "released"
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,12 +276,29 @@ class WaitProbe:
 
     status: StatusResult
     topics: frozenset[Topic]
+    lease_ends_at: float | None = None  # the soonest lease end of the claims in the way
 
     @property
     def available(self) -> bool:
         return self.status.status == "available"
 
-    @property
-    def lease_ends_at(self) -> float | None:
-        holder = self.status.holder
-        return None if holder is None else holder.lease_ends_at
+
+def check_agent_id(agent_id: object) -> str:
+    if not isinstance(agent_id, str):
+        raise UnknownAgentError(
+            f"agent_id must be a string from agenthold_register, got {type(agent_id).__name__}"
+        )
+    if not AGENT_ID_RE.fullmatch(agent_id):
+        shown = agent_id if len(agent_id) <= 60 else agent_id[:60] + "…"
+        raise UnknownAgentError(
+            f"{shown!r} is not an agent_id: ids look like 'agent-1a2b3c4d5e6f7a8b' and come "
+            "from agenthold_register"
+        )
+    return agent_id
+
+
+def unknown_agent(agent_id: str) -> AgentholdError:
+    return UnknownAgentError(
+        f"unknown agent_id {agent_id!r}: it was never registered with this database, or it "
+        "was removed after a long idle time; register again"
+    )

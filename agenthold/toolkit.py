@@ -45,7 +45,7 @@ class ToolError(Exception):
 @dataclass(frozen=True)
 class Param:
     name: str
-    kind: Literal["string", "integer", "number", "boolean", "json"]
+    kind: Literal["string", "integer", "number", "boolean", "array", "json"]
     description: str
     required: bool = True
     default: Any = None
@@ -82,6 +82,8 @@ class Param:
         ok: bool
         if kind == "string":
             ok = isinstance(value, str)
+        elif kind == "array":
+            ok = isinstance(value, list)
         elif kind == "boolean":
             ok = isinstance(value, bool)
         elif kind == "integer":
@@ -127,7 +129,9 @@ def _bound(limit: float) -> str:
 
 
 def _a(kind: str) -> str:
-    return {"integer": "an integer", "json": "a JSON value"}.get(kind, f"a {kind}")
+    return {"integer": "an integer", "array": "an array", "json": "a JSON value"}.get(
+        kind, f"a {kind}"
+    )
 
 
 def _json_type(value: Any) -> str:

@@ -205,9 +205,9 @@ HINTS = {
 # (required, optional) arguments per tool
 ARGUMENTS = {
     "agenthold_register": ({"name"}, {"model", "purpose"}),
-    "agenthold_claim": ({"resource", "agent_id"}, set()),
-    "agenthold_release": ({"resource", "agent_id"}, {"outcome", "moved_to"}),
-    "agenthold_status": ({"resource"}, set()),
+    "agenthold_claim": ({"agent_id"}, {"resource", "resources"}),
+    "agenthold_release": ({"agent_id"}, {"resource", "resources", "outcome", "moved_to"}),
+    "agenthold_status": (set(), {"resource", "resources"}),
     "agenthold_wait": ({"resource"}, {"timeout_seconds"}),
     "agenthold_get": ({"namespace", "key"}, set()),
     "agenthold_set": (
@@ -543,7 +543,7 @@ async def test_a_missing_argument_is_an_error_naming_it(
 async def test_an_extra_argument_is_an_error_listing_the_accepted_ones(standard: Served) -> None:
     reply = await standard.call("agenthold_status", resource="x", agent_id="agent-00000000")
     assert "'agent_id'" in reply["message"]
-    assert reply["hint"] == "Call it with only these arguments: resource."
+    assert reply["hint"] == "Call it with only these arguments: resource, resources."
 
 
 @pytest.mark.backends
