@@ -15,6 +15,10 @@ next claimant is told. Decisions behind it:
 - A lapsed lease is turned into real releases (outcome ``expired`` or ``abandoned``) the next time
   anything writes to those claims, so an agent that comes back late never silently regains them.
 - Waiting is pushed through the store's change feed, like ``StateStore.watch``.
+- A claim names a file, a custom resource, a directory (``src/api/``) or a glob
+  (``src/**/*.py``; agenthold.claim_match); what stands in its way is read by claim_rows.
+  Several at once are one transaction under the same lock as every claim write, so sets in any
+  order never deadlock and are granted whole or not at all.
 """
 
 from __future__ import annotations
