@@ -30,6 +30,7 @@ imports nothing of agenthold but ``store``. Decisions behind it:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -41,7 +42,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from psycopg import errors, sql
+from psycopg import errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agenthold.store import (
@@ -88,6 +89,7 @@ def redact(url: str) -> str:
         return "postgresql://…"
 
 
+@functools.lru_cache(maxsize=4096)
 def lock_key(name: str) -> int:
     """The advisory-lock key (a signed 64-bit integer) of a name: the same in every process."""
     digest = hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest()
@@ -107,19 +109,41 @@ def _pg(text: str) -> str:
 
 
 class _Connection:
-    """What ``snapshot`` and ``write`` yield: ``execute`` and ``executemany`` with ``?``."""
+    """What ``snapshot`` and ``write`` yield: ``execute`` and ``executemany`` with ``?``.
 
-    __slots__ = ("raw",)
+    A write's BEGIN is deferred (``begin``) and sent with its first statement: ``serialize``,
+    the first statement of every write, sends both in one round trip."""
 
-    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+    __slots__ = ("begin", "db", "raw")
+
+    def __init__(
+        self,
+        raw: psycopg.Connection[Any],
+        db: PostgresDatabase | None = None,
+        begin: str | None = None,
+    ) -> None:
         self.raw = raw
+        self.db = db
+        self.begin = begin
+
+    def start(self, first: str | None = None) -> psycopg.Cursor[Any] | None:
+        """Send the deferred BEGIN, with ``first`` (SQL without parameters) in the same round
+        trip; returns the cursor positioned on ``first``'s result."""
+        if self.begin is None:
+            return self.raw.execute(first) if first is not None else None
+        assert self.db is not None
+        return self.db._start(self, first)
 
     def execute(self, text: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        if self.begin is not None:
+            self.start()
         return self.raw.execute(_pg(text), params)
 
     def executemany(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
         rows = list(rows)
         if rows:
+            if self.begin is not None:
+                self.start()
             with self.raw.cursor() as cursor:
                 cursor.executemany(_pg(text), rows)
 
@@ -132,6 +156,14 @@ def _lost(conn: psycopg.Connection[Any], exc: psycopg.Error) -> bool:
     return isinstance(exc, psycopg.OperationalError) and not isinstance(
         exc, (errors.LockNotAvailable, errors.QueryCanceled)
     )
+
+
+def _quote(text: str) -> str:
+    """``text`` as an SQL string literal (standard_conforming_strings is on in every session
+    of the pool: backslashes are plain characters, a quote is doubled)."""
+    if "\x00" in text:
+        raise InvalidInputError("a NUL character cannot be sent to PostgreSQL")
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -305,6 +337,7 @@ class PostgresDatabase:
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(f"SET lock_timeout = {max(1, int(self.busy_timeout * 1000))}")
+        conn.execute("SET standard_conforming_strings = on")  # what _quote relies on
         if self.read_only:
             conn.execute("SET default_transaction_read_only = on")
 
@@ -435,6 +468,29 @@ class PostgresDatabase:
         with suppress(psycopg.Error, PoolTimeout):
             self._pool.check()
 
+    def _start(self, tx: _Connection, first: str | None) -> psycopg.Cursor[Any] | None:
+        """Send ``tx``'s deferred BEGIN (with ``first``, if given, in the same round trip).
+        A connection the server dropped since its last use is replaced once: nothing was done
+        on it. Any other error leaves the transaction begun (so it is rolled back)."""
+        assert tx.begin is not None
+        statement = tx.begin if first is None else f"{tx.begin}; {first}"
+        for attempt in (1, 2):
+            try:
+                cursor = tx.raw.execute(statement)
+            except psycopg.Error as exc:
+                if attempt == 2 or not _lost(tx.raw, exc):
+                    tx.begin = None
+                    raise
+                self._pool.putconn(tx.raw)  # a broken connection is discarded by the pool
+                self._drop_dead()
+                tx.raw = self._getconn()
+                continue
+            tx.begin = None
+            if first is not None:
+                cursor.nextset()
+            return cursor
+        raise AssertionError("unreachable")  # pragma: no cover
+
     @contextmanager
     def _transaction(self, begin: str) -> Iterator[psycopg.Connection[Any]]:
         conn = self._begin(begin)
@@ -492,24 +548,27 @@ class PostgresDatabase:
     def write(self) -> Iterator[tuple[_Connection, list[Topic]]]:
         """A write transaction, committed when the block ends normally (with the NOTIFY of the
         topics appended to the yielded list, in the same round trip) and rolled back if it
-        raises."""
+        raises. BEGIN goes with the first statement (see ``_Connection``)."""
         if self.read_only:
             raise UnavailableError("the store was opened read-only; it cannot write")
-        conn = self._begin("BEGIN")
+        tx = _Connection(self._getconn(), self, "BEGIN")
         changed: list[Topic] = []
         try:
             try:
-                yield _Connection(conn), changed
+                yield tx, changed
             except BaseException as exc:
                 with suppress(psycopg.Error):
-                    if not conn.broken:
-                        conn.execute("ROLLBACK")
+                    if tx.begin is None and not tx.raw.broken:
+                        tx.raw.execute("ROLLBACK")
                 if isinstance(exc, psycopg.Error):
                     raise self._error(exc) from None
                 raise
+            if tx.begin is not None:  # nothing was sent: nothing to commit
+                return
+            conn = tx.raw
             try:
                 if changed:
-                    conn.execute(self._notify_sql(changed, conn) + "; COMMIT")
+                    conn.execute(self._notify_sql(changed) + "; COMMIT")
                 else:
                     conn.execute("COMMIT")
             except psycopg.Error as exc:
@@ -524,31 +583,33 @@ class PostgresDatabase:
                 error.hint = "Read the data again to see whether the write was made, then retry."
                 raise error from None
         finally:
-            self._pool.putconn(conn)
+            self._pool.putconn(tx.raw)
         self._feed.notify(changed)
 
     @staticmethod
-    def _notify_sql(changed: list[Topic], conn: psycopg.Connection[Any]) -> str:
+    def _notify_sql(changed: list[Topic]) -> str:
         payload = json.dumps(list(dict.fromkeys(changed)), ensure_ascii=False)
         if len(payload.encode("utf-8")) > MAX_PAYLOAD:
             payload = "*"  # too long for NOTIFY: every waiter looks again
-        return f"NOTIFY {CHANNEL}, " + sql.Literal(payload).as_string(conn)
+        return f"NOTIFY {CHANNEL}, {_quote(payload)}"
 
     def serialize(self, conn: Any, exclusive: Sequence[str], shared: Sequence[str] = ()) -> float:
         """Take transaction-scoped advisory locks on ``shared`` then ``exclusive`` names (each
         sorted, so every writer takes them in the same order) and return the server's clock,
-        read once they are held."""
-        keys_shared = sorted(lock_key(n) for n in shared)
-        keys_excl = sorted(lock_key(n) for n in exclusive)
-        locks = ["pg_advisory_xact_lock_shared(%s::int8)" for _ in keys_shared] + [
-            "pg_advisory_xact_lock(%s::int8)" for _ in keys_excl
+        read once they are held. The first statement of a write: its BEGIN goes with it."""
+        # the keys are integers, written into the statement: without parameters it can go
+        # with BEGIN in one round trip
+        locks = [
+            f"pg_advisory_xact_lock_shared('{k}'::int8)" for k in sorted(map(lock_key, shared))
         ]
+        locks += [f"pg_advisory_xact_lock('{k}'::int8)" for k in sorted(map(lock_key, exclusive))]
         query = (
             "SELECT extract(epoch FROM clock_timestamp())::float8 FROM (SELECT "
             + ", ".join(locks)
             + ") AS l"
         )
-        row = conn.raw.execute(query, (*keys_shared, *keys_excl)).fetchone()
+        cursor = conn.start(query)
+        row = cursor.fetchone()
         return float(row[0])
 
     def now(self) -> float:
@@ -559,7 +620,7 @@ class PostgresDatabase:
         the xmin of the last read) not before that: no row can still commit below the window,
         and no row is in two windows."""
         xmin = int(
-            conn.raw.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").fetchone()[0]
+            conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").fetchone()[0]
         )
         if after is None:
             return "xid < ?::xid8", (str(xmin),), xmin
