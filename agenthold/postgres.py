@@ -12,8 +12,11 @@ imports nothing of agenthold but ``store``. Decisions behind it:
 - One clock. ``serialize`` and ``now`` return ``clock_timestamp()`` of the server, so leases are
   judged alike by hosts whose clocks disagree.
 - Connections come from a psycopg pool in autocommit mode; transactions are explicit BEGIN and
-  COMMIT, and a pooled connection found dead at BEGIN is replaced once, so a restarted server
-  costs no call an error. A server that is down gives UnavailableError with a hint.
+  COMMIT, and a pooled connection found dead at BEGIN (sent with a write's first statement) is
+  replaced once, so a restarted server costs no call an error. A server that is down gives
+  UnavailableError with a hint and libpq's reason, within DOWN_WAIT once the pool has seen it
+  fail; the pool reconnects in the background (psycopg_pool's backoff) and calls succeed again
+  as soon as it has.
 - Change feed: commits NOTIFY channel ``agenthold`` with their topics (JSON, or ``*`` "look
   again, everyone" when it would pass the 8,000-byte limit) in the same round trip as COMMIT.
   Each process keeps one listening connection per database, outside the pool, while anyone
@@ -69,6 +72,8 @@ MAX_PAYLOAD = 7900  # bytes; PostgreSQL refuses NOTIFY payloads of 8,000 bytes o
 BACKSTOP = 2.0  # seconds: waiters look again this often even if no notification came
 LISTEN_TICK = 0.25  # seconds the listener waits for notifications before its housekeeping
 POOL_SIZE = 10
+DOWN_WAIT = 0.5  # seconds a call waits for a connection while the server cannot be reached
+RECONNECT_FOR = 86400.0  # seconds the pool keeps trying to reconnect (backing off) after a loss
 SCHEMA_LOCK = "agenthold\x1fschema"
 UNREACHABLE_HINT = (
     "Check that the PostgreSQL server is running and reachable; agenthold reconnects by itself "
@@ -305,15 +310,18 @@ class PostgresDatabase:
         self.read_only = read_only
         self.durability = durability  # commits are as durable as the server is set up to make them
         self._closed = False
+        self._unreachable: str | None = None  # why the pool's last connection attempt failed
         self._check_server()
         self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
             url,
+            connection_class=self._connection_class(),
             min_size=1,
             max_size=max(1, pool_size),
             kwargs={"autocommit": True, "connect_timeout": 5},
             configure=self._configure,
             open=True,
             name="agenthold",
+            reconnect_timeout=RECONNECT_FOR,
         )
         with _feeds_lock:
             feed = _feeds.get(url)
@@ -334,6 +342,25 @@ class PostgresDatabase:
                 f"cannot connect to PostgreSQL at {self.path}: {self._scrub(exc)}"
             ) from None
         conn.close()
+
+    def _connection_class(self) -> type[psycopg.Connection[Any]]:
+        """The pool's connections, noting whether the server could be reached: while it cannot,
+        calls are answered ``unavailable`` at once (with libpq's reason) instead of each
+        waiting for a connection that cannot come."""
+        db = self
+
+        class Pooled(psycopg.Connection[Any]):
+            @classmethod
+            def connect(cls, conninfo: str = "", **kwargs: Any) -> Pooled:
+                try:
+                    conn = super().connect(conninfo, **kwargs)
+                except psycopg.Error as exc:
+                    db._unreachable = db._scrub(exc)
+                    raise
+                db._unreachable = None
+                return conn
+
+        return Pooled
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(f"SET lock_timeout = {max(1, int(self.busy_timeout * 1000))}")
@@ -440,9 +467,19 @@ class PostgresDatabase:
     def _getconn(self) -> psycopg.Connection[Any]:
         if self._closed:
             raise AgentholdError("the store is closed")
+        down = self._unreachable
         try:
-            return self._pool.getconn(timeout=max(0.5, min(self.busy_timeout, 5.0)))
-        except (PoolTimeout, psycopg.Error) as exc:
+            return self._pool.getconn(
+                timeout=DOWN_WAIT if down else max(DOWN_WAIT, min(self.busy_timeout, 5.0))
+            )
+        except PoolTimeout as exc:
+            down = self._unreachable or down
+            if down is None:
+                raise self._error(exc) from None
+            error = UnavailableError(f"PostgreSQL at {self.path} is unreachable: {down}")
+            error.hint = UNREACHABLE_HINT
+            raise error from None
+        except psycopg.Error as exc:
             raise self._error(exc) from None
 
     def _begin(self, statement: str | None) -> psycopg.Connection[Any]:
