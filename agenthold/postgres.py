@@ -27,6 +27,8 @@ imports nothing of agenthold but ``store``. Decisions behind it:
   Identity ids do not commit in order, so readers of new events (``log --follow``) take the rows
   of transactions older than their snapshot's xmin, window by window: every such transaction has
   ended, so no row can still appear below the window, and none is read twice.
+- fork(): a child process that goes on using a store inherited from its parent gets new
+  sessions of its own on first use; the parent's are kept in the child, never used or closed.
 - A password given in the URL is never shown: ``path`` (what errors and logs print) drops it.
   libpq's environment variables (PGHOST, PGUSER, PGPASSWORD...) and ~/.pgpass work as usual.
 """
@@ -37,8 +39,10 @@ import functools
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -278,9 +282,34 @@ class _Feed(_ChangeFeed):
     def _stop(self) -> None:
         self._poller = None  # the thread closes its connection as it ends
 
+    def reset_after_fork(self) -> None:
+        if self._listen is not None:
+            _inherited.append(self._listen)  # the parent's session: never used or closed here
+            self._listen = None
+        super().reset_after_fork()
+
 
 _feeds: dict[str, _Feed] = {}
 _feeds_lock = threading.Lock()
+_open_databases: weakref.WeakSet[PostgresDatabase] = weakref.WeakSet()
+# What a forked child inherited (pools, listening connections): sessions of the parent, kept so
+# that garbage collection never closes them (which would end them for the parent too).
+_inherited: list[Any] = []
+
+
+def _after_fork_in_child() -> None:
+    """Connections and threads do not survive fork(): a child that goes on using a store opens
+    sessions of its own and leaves its parent's alone."""
+    global _feeds_lock
+    _feeds_lock = threading.Lock()
+    for feed in _feeds.values():
+        feed.reset_after_fork()
+    for db in list(_open_databases):
+        db._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class PostgresDatabase:
@@ -312,23 +341,37 @@ class PostgresDatabase:
         self._closed = False
         self._unreachable: str | None = None  # why the pool's last connection attempt failed
         self._check_server()
-        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-            url,
-            connection_class=self._connection_class(),
-            min_size=1,
-            max_size=max(1, pool_size),
-            kwargs={"autocommit": True, "connect_timeout": 5},
-            configure=self._configure,
-            open=True,
-            name="agenthold",
-            reconnect_timeout=RECONNECT_FOR,
-        )
+        self._pool_size = max(1, pool_size)
+        self._pool = self._new_pool(open=True)
+        self._reopen: threading.Lock | None = None  # set in a forked child: open a new pool
         with _feeds_lock:
             feed = _feeds.get(url)
             if feed is None:
                 feed = _feeds[url] = _Feed(url, self.path)
             feed.users += 1
         self._feed = feed
+        _open_databases.add(self)
+
+    def _new_pool(self, *, open: bool) -> ConnectionPool[psycopg.Connection[Any]]:
+        return ConnectionPool(
+            self.url,
+            connection_class=self._connection_class(),
+            min_size=1,
+            max_size=self._pool_size,
+            kwargs={"autocommit": True, "connect_timeout": 5},
+            configure=self._configure,
+            open=open,
+            name="agenthold",
+            reconnect_timeout=RECONNECT_FOR,
+        )
+
+    def _reset_after_fork(self) -> None:
+        """In a forked child: the pool's connections are the parent's sessions. Keep them,
+        unused and unclosed (closing would end the parent's sessions), and open a pool of this
+        process's own on first use."""
+        _inherited.append(self._pool)
+        self._pool = self._new_pool(open=False)
+        self._reopen = threading.Lock()
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -467,6 +510,11 @@ class PostgresDatabase:
     def _getconn(self) -> psycopg.Connection[Any]:
         if self._closed:
             raise AgentholdError("the store is closed")
+        if self._reopen is not None:
+            with self._reopen:
+                if self._reopen is not None:
+                    self._pool.open()
+                    self._reopen = None
         down = self._unreachable
         try:
             return self._pool.getconn(
