@@ -148,7 +148,7 @@ def workspace_spec(spec: str) -> str:
 
 # The tool sets of tools.TOOL_SETS, named here because tools.py imports mcp (half a second) and
 # a bad flag must fail fast; tests/test_package.py keeps the two equal.
-TOOL_SET_NAMES = ("standard", "advanced")
+TOOL_SET_NAMES = ("standard", "advanced", "messages")
 
 
 def _tool_sets(text: str) -> str:
@@ -185,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
             "examples:\n"
             "  agenthold --db ./state.db                      serve the five standard tools\n"
             "  agenthold --db ./state.db --tools advanced     serve the state-store tools\n"
+            "  agenthold --tools standard,messages            claims and the message bus\n"
             "  agenthold --transport http --claim-ttl 1800    one server for many agents\n"
             "  agenthold claims --db ./state.db               who holds what, right now\n"
         ),
@@ -209,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SET[,SET]",
         help="standard: register/claim/release/status/wait (default); advanced: the "
         "versioned state store (get/set/list/history/delete/watch/clear_namespace/export); "
+        "messages: the message bus (threads, append, poll, mark_read, wait_messages); "
         "a comma list serves several sets",
     )
     serve.add_argument(

@@ -53,7 +53,10 @@ MAX_POLL_LIMIT = 1000  # the most one poll returns; read longer threads in pages
 class UnknownThreadError(InvalidInputError):
     """No thread has this id in this database."""
 
-    hint = "Check the thread id, and that you use the same database; create_thread makes a new one."
+    hint = (
+        "Check the thread id, and that you use the same database; create_thread "
+        "(agenthold_create_thread over MCP) makes a new one."
+    )
 
 
 class NameTakenError(InvalidInputError):
@@ -65,13 +68,13 @@ class NameTakenError(InvalidInputError):
 class NotParticipantError(InvalidInputError):
     """The agent is not a participant of the thread."""
 
-    hint = "Add the agent with join_thread first."
+    hint = "Add the agent with join_thread (agenthold_join_thread over MCP) first."
 
 
 class TooFewParticipantsError(InvalidInputError):
     """A thread needs at least two distinct participants."""
 
-    hint = "Create the thread with at least two different agents."
+    hint = "Create the thread with at least two different agent names."
 
 
 # --------------------------------------------------------------------------------------------

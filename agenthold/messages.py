@@ -23,8 +23,6 @@ agenthold's database, beside the state store and claims. Decisions behind it:
 from __future__ import annotations
 
 import os
-import threading
-import time
 import uuid
 from collections.abc import Iterable
 from typing import Any, Literal
@@ -68,6 +66,7 @@ from agenthold.store import (
     check_seconds,
     check_text,
     utc_iso,
+    wait_until,
 )
 
 __all__ = [  # the records and errors are defined in message_types and belong here too
@@ -508,18 +507,16 @@ class MessageBus:
         limit = check_limit(limit)
         if not self._ready:
             raise unknown_thread(tid)
-        deadline = time.monotonic() + seconds
-        woken = threading.Event()
-        with self.db.subscribe([thread_topic(tid)], woken.set):
-            while True:
-                woken.clear()
-                page = self._page(tid, after_seq, limit)
-                if page is None:
-                    raise unknown_thread(tid)
-                remaining = deadline - time.monotonic()
-                if page or remaining <= 0:
-                    return page
-                woken.wait(remaining)
+        topics = (thread_topic(tid),)
+
+        def look() -> tuple[MessagePage | None, Iterable[Topic], None]:
+            page = self._page(tid, after_seq, limit)
+            if page is None:
+                raise unknown_thread(tid)
+            return (page or None), topics, None
+
+        found: MessagePage | None = wait_until(self.db, look, seconds, topics)
+        return found if found is not None else MessagePage((), False, after_seq)
 
     def mark_read(self, thread_id: ThreadRef, agent: AgentRef, seq: int) -> ReadState:
         """Move ``agent``'s cursor forward to ``seq`` and return its read state. A ``seq`` at or
@@ -531,10 +528,12 @@ class MessageBus:
             found = self._member_ref(conn, agent)
             last_seq, cursor = self._cursor(conn, tid, found)
             if seq > last_seq:
-                raise InvalidInputError(
+                error = InvalidInputError(
                     f"cannot mark seq {seq} read: thread {tid!r} ends at seq {last_seq}; mark "
                     "the seq of the last message you processed"
                 )
+                error.hint = f"Mark a seq from 0 to {last_seq}: the last one you processed."
+                raise error
             if seq > cursor:
                 conn.execute(  # forward only, also against a concurrent mark
                     "UPDATE msg_participants SET read_seq = ? "

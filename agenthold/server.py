@@ -34,6 +34,7 @@ from mcp.server import Server, ServerRequestContext
 
 from agenthold.auth import PRINCIPAL
 from agenthold.claims import Coordinator, ForeignAgentError
+from agenthold.messages import MessageBus
 from agenthold.principals import ForbiddenError, Principal, require_namespace, require_tool_set
 from agenthold.store import (
     AgentholdError,
@@ -132,12 +133,21 @@ class Agenthold:
         self.progress_every = PROGRESS_EVERY  # seconds between progress reports of a wait
         self.stopping = False  # the server is shutting down: waits end now
         self._wakers: set[Callable[[], None]] = set()
+        self._bus: MessageBus | None = None
         self.read_limiter = anyio.CapacityLimiter(16)
         self.write_limiter = anyio.CapacityLimiter(8)
         self._write_threads = anyio.CapacityLimiter(8)  # taken only by holders of the above
         specs = build_tools(self, self.tool_sets)
         self.specs = {spec.name: spec for spec in specs}
         self.declarations = [spec.declaration() for spec in specs]
+
+    @property
+    def bus(self) -> MessageBus:
+        """The message bus on the same database, opened on first use (only a server that
+        serves the messages tools makes the bus's tables)."""
+        if self._bus is None:
+            self._bus = MessageBus(self.store)
+        return self._bus
 
     def input_schema(self, name: str) -> dict[str, Any] | None:
         """The input schema of the tool named ``name`` (None if there is none)."""

@@ -25,6 +25,7 @@ from agenthold.principals import Principal
 
 if TYPE_CHECKING:
     from agenthold.claims import Coordinator
+    from agenthold.messages import MessageBus
     from agenthold.store import StateStore
 
 MAX_WAIT_SECONDS = 300  # longest agenthold_wait / agenthold_watch a tool call may ask for
@@ -57,7 +58,8 @@ class Param:
     advertised: bool = False
 
     def schema(self) -> dict[str, Any]:
-        schema: dict[str, Any] = {"description": self.description}
+        # a name that says it all (thread_id) needs no description: the schema stays small
+        schema: dict[str, Any] = {"description": self.description} if self.description else {}
         if self.kind != "json":
             schema["type"] = self.kind
         if self.enum:
@@ -161,6 +163,9 @@ class ToolSpec:
     destructive: bool
     idempotent: bool
     handler: Handler
+    # True: a small declaration for a set that must fit a byte budget: no outputSchema and no
+    # repeat of the title in the annotations (replies are structured content all the same)
+    compact: bool = False
 
     def declaration(self) -> types.Tool:
         return types.Tool(
@@ -173,9 +178,9 @@ class ToolSpec:
                 "required": [p.name for p in self.params if p.required or p.advertised],
                 "additionalProperties": False,
             },
-            output_schema=OUTPUT_SCHEMA,
+            output_schema=None if self.compact else OUTPUT_SCHEMA,
             annotations=types.ToolAnnotations(
-                title=self.title,
+                title=None if self.compact else self.title,
                 read_only_hint=self.read_only,
                 destructive_hint=self.destructive,
                 idempotent_hint=self.idempotent,
@@ -266,6 +271,10 @@ class App(Protocol):
 
     @property
     def store(self) -> StateStore: ...
+
+    @property
+    def bus(self) -> MessageBus:
+        """The message bus on the store's database (its tables are made on first use)."""
 
     async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a short database read in a worker thread."""

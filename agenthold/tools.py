@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from agenthold.claim_tools import STANDARD_NAMES, instructions, standard_tools
 from agenthold.claims import Coordinator
+from agenthold.message_tools import MESSAGES_NAMES, messages_tools
+from agenthold.message_tools import instructions as messages_instructions
 from agenthold.store_tools import ADVANCED_NAMES, advanced_tools
 from agenthold.toolkit import App, ToolSpec, short
 
@@ -34,6 +36,9 @@ class ToolSet:
 TOOL_SETS: dict[str, ToolSet] = {
     "standard": ToolSet("standard", STANDARD_NAMES, standard_tools, instructions),
     "advanced": ToolSet("advanced", ADVANCED_NAMES, advanced_tools),
+    "messages": ToolSet(
+        "messages", MESSAGES_NAMES, messages_tools, lambda _: messages_instructions()
+    ),
 }
 DEFAULT_TOOLS = "standard"
 
@@ -55,12 +60,9 @@ def build_tools(app: App, sets: Sequence[str]) -> list[ToolSpec]:
 
 
 def server_instructions(sets: Sequence[str], coordinator: Coordinator) -> str | None:
-    """The instructions of the first served set that has any (None if none has)."""
-    for name in sets:
-        tell = TOOL_SETS[name].instructions
-        if tell is not None:
-            return tell(coordinator)
-    return None
+    """The instructions of every served set that has any, in order (None if none has)."""
+    told = [tell(coordinator) for name in sets if (tell := TOOL_SETS[name].instructions)]
+    return "\n\n".join(told) if told else None
 
 
 def unknown_tool_hint(name: object, sets: Sequence[str], served: Sequence[str]) -> str:

@@ -120,6 +120,13 @@ STANDARD_EXAMPLE = re.compile(
     re.DOTALL,
 )
 DOC_AGENT_ID = re.compile(r"agent-[0-9a-f]{16}")
+MESSAGES_PART = "\n# The messages tools"
+
+
+def tools_doc_parts() -> tuple[str, str]:
+    """docs/tools.md's two parts: the standard tools, then the messages tools."""
+    standard, messages = TOOLS_DOC.read_text(encoding="utf-8").split(MESSAGES_PART, 1)
+    return standard, messages
 
 
 def swap_ids(value: Any, ids: dict[str, str]) -> Any:
@@ -134,7 +141,7 @@ async def test_every_reply_in_the_standard_tools_doc_is_the_servers(tmp_path: Pa
     import os
     import sqlite3
 
-    text = TOOLS_DOC.read_text(encoding="utf-8")
+    text = tools_doc_parts()[0]
     story = list(STANDARD_EXAMPLE.finditer(text))
     assert text.count("**Request**") == len(story), "a request without a reply block"
     statuses = {json.loads(m["reply"])["status"] for m in story}
@@ -178,9 +185,61 @@ async def test_every_reply_in_the_standard_tools_doc_is_the_servers(tmp_path: Pa
 
 
 def test_the_standard_tools_doc_lists_every_field_the_replies_have() -> None:
-    text = TOOLS_DOC.read_text(encoding="utf-8")
+    text = tools_doc_parts()[0]
     fields = set(re.findall(r"^\| `(\w+)` \|", text.split("### Fields", 1)[1], re.MULTILINE))
     in_examples = {
         key for m in STANDARD_EXAMPLE.finditer(text) for key in json.loads(m["reply"])
     } - {"status"}
     assert in_examples <= fields, in_examples - fields
+
+
+# --------------------------------------------------------------------------------------------
+# docs/tools.md, second part: the messages tools' replies
+# --------------------------------------------------------------------------------------------
+
+UUID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def learn_ids(documented: Any, actual: Any, ids: dict[str, str]) -> None:
+    """Map each documented UUID to the one the server gave in the same place, the first time
+    it appears (the ids of agents and threads are random)."""
+    if isinstance(documented, dict) and isinstance(actual, dict):
+        for key, value in documented.items():
+            if key in actual:
+                learn_ids(value, actual[key], ids)
+    elif isinstance(documented, list) and isinstance(actual, list):
+        for d, a in zip(documented, actual, strict=False):
+            learn_ids(d, a, ids)
+    elif isinstance(documented, str) and UUID_RE.fullmatch(documented):
+        found = UUID_RE.fullmatch(actual) if isinstance(actual, str) else None
+        if found is not None:
+            ids.setdefault(documented, found.group())
+
+
+async def test_every_reply_in_the_messages_tools_doc_is_the_servers(tmp_path: Path) -> None:
+    text = tools_doc_parts()[1]
+    story = list(STANDARD_EXAMPLE.finditer(text))
+    assert text.count("**Request**") == len(story), "a request without a reply block"
+    from agenthold.message_tools import MESSAGES_NAMES
+
+    assert {m["tool"] for m in story} == MESSAGES_NAMES  # every tool is shown
+    ids: dict[str, str] = {}
+    with StateStore(tmp_path / "doc.db") as store:
+        async with in_process_client(coordinator_at(store, tmp_path), tools="messages") as (
+            _,
+            client,
+        ):
+            for number, match in enumerate(story, 1):
+                tool, label = match["tool"], match["label"]
+                request = swap_ids(json.loads(match["request"]), ids)
+                documented = json.loads(match["reply"])
+                result = await client.call_tool(tool, request)
+                actual = json.loads(result.content[0].text)
+                assert actual == result.structured_content
+                assert ("isError" in label) == bool(result.is_error), f"example {number}"
+                assert bool(result.is_error) == (documented["status"] == "error")
+                learn_ids(documented, actual, ids)
+                where = f"example {number} ({tool})"
+                assert_like(swap_ids(documented, ids), actual, where)
+                assert list(actual) == list(documented), f"{where}: field order"
+    assert len(ids) >= 3  # two agents and a thread at least
