@@ -19,9 +19,11 @@ import functools
 import logging
 import math
 import os
+import signal
 import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -583,7 +585,9 @@ def _leave_warm_server(
     def setup(app: Any) -> None:  # what serve() sets on its app, for each warm session
         app.progress_every = _progress_every(os.environ.get("AGENTHOLD_PROGRESS_EVERY"), app)
 
-    if warm.leave_behind(opts, warnings, found, open_coordinator, setup, wait=wait):
+    if warm.leave_behind(
+        opts, warnings, found, open_coordinator, setup, signals=stop_signals, wait=wait
+    ):
         return front.through_warm(found)  # the warm server has opened the database: no error
     return None
 
@@ -610,7 +614,7 @@ def serve(opts: ServeOptions, coordinator: Coordinator, sock: socket.socket | No
         if opts.transport == "stdio":
             from agenthold.stdio import serve_stdio
 
-            anyio.run(serve_stdio, app)
+            anyio.run(serve_stdio, app, stop_signals)
             return 0
         from agenthold.http import serve_http
 
@@ -620,12 +624,29 @@ def serve(opts: ServeOptions, coordinator: Coordinator, sock: socket.socket | No
             except OSError as exc:
                 print(f"agenthold: {exc}", file=sys.stderr)
                 return 2
-        anyio.run(functools.partial(serve_http, app, opts, sock, ready=freeze_startup_objects))
+        anyio.run(
+            functools.partial(
+                serve_http, app, opts, sock, signals=stop_signals, ready=freeze_startup_objects
+            )
+        )
         return 0
     except KeyboardInterrupt:  # a signal before the handlers were in place
         return 0
     finally:
         coordinator.store.close()
+
+
+#: The signals that stop a server (stdio, HTTP or warm): the first asks for a clean stop, and an
+#: HTTP server takes a second and a third as "end the calls in flight now" and "drop everything".
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def stop_signals() -> AbstractContextManager[AsyncIterator[int]]:
+    """Where every transport hears STOP_SIGNALS (anyio's receiver, so a signal wakes the event
+    loop rather than raising KeyboardInterrupt in whatever code it lands on)."""
+    import anyio
+
+    return anyio.open_signal_receiver(*STOP_SIGNALS)
 
 
 def _progress_every(text: str | None, app: Any) -> float:

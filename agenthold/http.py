@@ -32,7 +32,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agenthold.auth import BearerAuth, FoldHostCase, LoopbackOrigins, is_loopback, refuse
 from agenthold.principals import TokenTable
-from agenthold.server import SHUTDOWN_GRACE, Agenthold, build_server
+from agenthold.server import SHUTDOWN_GRACE, Agenthold, SignalSource, build_server
 from agenthold.toolkit import Report
 
 log = logging.getLogger("agenthold.http")
@@ -321,6 +321,7 @@ async def serve_http(
     opts: HttpOptions,
     sock: socket.socket,
     *,
+    signals: SignalSource,
     ready: Callable[[], None] | None = None,
 ) -> None:
     """Serve ``app`` on the listening ``sock`` until a signal stops it; at the end, free the
@@ -332,7 +333,9 @@ async def serve_http(
     host, port = sock.getsockname()[:2]
     try:
         async with anyio.create_task_group() as tg:
-            await tg.start(_stop_web_on_signal, web, app, requests)  # signals are ours from now
+            await tg.start(
+                _stop_web_on_signal, signals, web, app, requests
+            )  # signals are ours from now
             url = f"http://{_url_host(str(host))}:{port}{opts.path}"
             log.warning("serving %s tools at %s", app.tools, url)
             tg.start_soon(app.reap_forever)
@@ -350,6 +353,7 @@ def _url_host(host: str) -> str:
 
 
 async def _stop_web_on_signal(
+    signals: SignalSource,
     web: uvicorn.Server,
     app: Agenthold,
     requests: CancelOnDisconnect,
@@ -359,9 +363,9 @@ async def _stop_web_on_signal(
     """First signal: stop accepting, end waits, give calls in flight SHUTDOWN_GRACE seconds;
     second: end the calls in flight now; third: let uvicorn drop everything."""
     async with anyio.create_task_group() as tg:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        with signals() as arriving:
             task_status.started()
-            async for signum in signals:
+            async for signum in arriving:
                 name = signal.Signals(signum).name
                 if not web.should_exit:
                     log.warning("%s: stopping (calls in flight get %g s)", name, SHUTDOWN_GRACE)

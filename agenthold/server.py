@@ -23,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,11 @@ from agenthold.tools import (
     unknown_tool_hint,
     unknown_tool_message,
 )
+
+#: Where a transport hears the signals that stop it: a context manager over an async iterator
+#: of signal numbers. Which signals stop a server is process-wide, so the command line decides
+#: (``cli.stop_signals``); the transports only react to what arrives.
+SignalSource = Callable[[], AbstractContextManager[AsyncIterator[int]]]
 
 log = logging.getLogger("agenthold.server")
 

@@ -29,7 +29,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from agenthold.server import PROCESS, SHUTDOWN_GRACE, Agenthold, build_server
+from agenthold.server import PROCESS, SHUTDOWN_GRACE, Agenthold, SignalSource, build_server
 
 log = logging.getLogger("agenthold.stdio")
 
@@ -263,8 +263,9 @@ def _diagnose(exc: Exception) -> tuple[str | int | None, int, str]:
     return request_id, code, message
 
 
-async def serve_stdio(app: Agenthold) -> None:
-    """Serve ``app`` on stdio until the client closes stdin or a signal arrives."""
+async def serve_stdio(app: Agenthold, signals: SignalSource) -> None:
+    """Serve ``app`` on stdio until the client closes stdin or a signal from ``signals``
+    arrives."""
     server = build_server(app)
     pipes = _claim_stdio()
     streams: dict[str, Any] = {}
@@ -272,7 +273,7 @@ async def serve_stdio(app: Agenthold) -> None:
         streams = {"stdin": pipes[0], "stdout": pipes[1]}
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_cancel_on_signal, tg.cancel_scope)
+            tg.start_soon(_cancel_on_signal, signals, tg.cancel_scope)
             tg.start_soon(app.reap_forever)
             async with (
                 stdio_server(**streams) as (read_stream, write_stream),
@@ -285,9 +286,9 @@ async def serve_stdio(app: Agenthold) -> None:
             await app.end_leases(app.agents.close(PROCESS))
 
 
-async def _cancel_on_signal(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
+async def _cancel_on_signal(signals: SignalSource, scope: anyio.CancelScope) -> None:
+    with signals() as arriving:
+        async for signum in arriving:
             log.info("%s: stopping", signal.Signals(signum).name)
             scope.cancel()
             return

@@ -41,7 +41,7 @@ import anyio
 from mcp.server.stdio import stdio_server
 
 from agenthold.front import IDLE, PROTOCOL, Plan, code_stamp, connect, peer_uid
-from agenthold.server import PROCESS, Agenthold, build_server
+from agenthold.server import PROCESS, Agenthold, SignalSource, build_server
 from agenthold.stdio import _guard_stdio, _PipeLines, _PipeWriter
 
 if TYPE_CHECKING:
@@ -89,6 +89,7 @@ class WarmServer:
         warnings: list[str],
         listener: socket.socket,
         idle: float,
+        signals: SignalSource,
     ) -> None:
         self.opts = opts
         self.coordinator = coordinator
@@ -96,6 +97,7 @@ class WarmServer:
         self.warnings = warnings
         self.listener = listener
         self.idle = idle
+        self.signals = signals
         self.sessions: set[anyio.CancelScope] = set()
         self.accepting = True
         self._waiting: anyio.CancelScope | None = None
@@ -164,8 +166,8 @@ class WarmServer:
             tg.cancel_scope.cancel()
 
     async def _signals(self, scope: anyio.CancelScope) -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-            async for signum in signals:
+        with self.signals() as arriving:
+            async for signum in arriving:
                 log.info("%s: stopping", signal.Signals(signum).name)
                 self.stop_accepting()
                 for session in list(self.sessions):
@@ -340,6 +342,7 @@ def leave_behind(
     opener: Callable[[Any], Coordinator],
     setup: Callable[[Agenthold], None],
     *,
+    signals: SignalSource,
     wait: bool = False,
 ) -> bool:
     """Fork the warm server for ``found`` (the caller has checked ``opts``, and has not opened
@@ -353,7 +356,7 @@ def leave_behind(
             os.setsid()  # out of the client's process group and session
             if os.fork() != 0:
                 os._exit(0)
-            _become_warm(opts, warnings, found, ready_w, opener, setup)
+            _become_warm(opts, warnings, found, ready_w, opener, setup, signals)
         finally:
             os._exit(0)
     os.close(ready_w)
@@ -377,6 +380,7 @@ def _become_warm(
     ready: int,
     opener: Callable[[Any], Coordinator],
     setup: Callable[[Agenthold], None],
+    signals: SignalSource,
 ) -> None:
     """The warm server's life, in the forked grandchild."""
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -407,7 +411,7 @@ def _become_warm(
     root.addHandler(handler)
     root.setLevel(opts.log_level.upper())
     server = WarmServer(
-        opts, coordinator, found, warnings, listener, idle_seconds(dict(os.environ))
+        opts, coordinator, found, warnings, listener, idle_seconds(dict(os.environ)), signals
     )
     server.lock = lock
     server.setup = setup

@@ -111,6 +111,7 @@ def serve(argv: list[str]) -> int:
         listen,
         open_coordinator,
         serve_options,
+        stop_signals,
     )
     from agenthold.http import serve_http
     from agenthold.toolkit import ToolCall, ToolSpec
@@ -137,7 +138,11 @@ def serve(argv: list[str]) -> int:
     sock = listen(opts.host, 0)
     print(sock.getsockname()[1], flush=True)
     try:
-        anyio.run(functools.partial(serve_http, app, opts, sock, ready=freeze_startup_objects))
+        anyio.run(
+            functools.partial(
+                serve_http, app, opts, sock, signals=stop_signals, ready=freeze_startup_objects
+            )
+        )
         return 0
     finally:
         coordinator.store.close()

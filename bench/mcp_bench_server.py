@@ -71,7 +71,7 @@ def serve_agenthold(argv: list[str]) -> int:
     app.specs[spec.name] = spec
     app.declarations.append(spec.declaration())
     try:
-        anyio.run(stdio.serve_stdio, app)
+        anyio.run(stdio.serve_stdio, app, cli.stop_signals)
         return 0
     except KeyboardInterrupt:
         return 0

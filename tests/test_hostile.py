@@ -63,6 +63,7 @@ from support import (
     reply_of,
     sse_messages,
     uvicorn_serving,
+    warm_pids,
 )
 
 from agenthold import http as http_module
@@ -652,10 +653,13 @@ class StdioServer(StdioPipes):
 
 
 @contextlib.contextmanager
-def stdio_server(root: Path, era: str) -> Iterator[tuple[StdioServer, Canary, bool]]:
+def stdio_server(
+    root: Path, era: str, stdio_path: str
+) -> Iterator[tuple[StdioServer, Canary, bool]]:
     """A stdio server with the advanced tools, and a canary. A connection speaks one protocol
     era: a 2025-11-25 one opens with the initialize handshake, a 2026-07-28 one carries the
-    version in every request's _meta (yielded: whether requests must)."""
+    version in every request's _meta (yielded: whether requests must). On the warm path
+    (``stdio_path``), the hostile lines cross the front's byte pump to a warm server."""
     coordinator = open_coordinator(root)
     try:
         canary = plant_canary(coordinator)
@@ -664,12 +668,19 @@ def stdio_server(root: Path, era: str) -> Iterator[tuple[StdioServer, Canary, bo
             if era == LEGACY:
                 server.handshake("hostile")
             yield server, canary, era == MODERN
+            assert_went_warm(stdio_path)
         finally:
             status, err = server.close()
         assert status == 0 and "Traceback" not in err, err
         assert_canary_intact(coordinator, canary)
     finally:
         coordinator.store.close()
+
+
+def assert_went_warm(stdio_path: str) -> None:
+    """On the warm path, a warm server of this test's runtime directory served the calls."""
+    if stdio_path == "warm":
+        assert warm_pids(Path(os.environ["AGENTHOLD_RUNTIME_DIR"])), "no warm server served"
 
 
 def tool_result(message: dict[str, Any], tool: str) -> dict[str, Any]:
@@ -687,7 +698,7 @@ ERAS = pytest.mark.parametrize("era", [LEGACY, MODERN])
 
 @ERAS
 def test_over_stdio_5000_digit_integers_anywhere_get_a_parse_error_with_the_request_id(
-    tmp_path: Path, era: str
+    tmp_path: Path, era: str, stdio_path: str
 ) -> None:
     """The SDK's stdio parser refuses integers over 4,300 digits, and until agenthold answered
     such lines itself they were dropped: the client waited forever. Each now gets -32700 with
@@ -701,7 +712,7 @@ def test_over_stdio_5000_digit_integers_anywhere_get_a_parse_error_with_the_requ
         "name": ("agenthold_get", f'{{"namespace":{BIG},"key":"k"}}'),
         "extra": ("agenthold_get", f'{{"namespace":"n","key":"k","x":[{{"y":{BIG}}}]}}'),
     }
-    with stdio_server(tmp_path, era) as (server, canary, modern):
+    with stdio_server(tmp_path, era, stdio_path) as (server, canary, modern):
         for request_id, (tool, arguments) in placements.items():
             answer = server.tool(request_id, tool, arguments, modern=modern)
             assert answer["error"]["code"] == -32700, answer
@@ -716,7 +727,7 @@ def test_over_stdio_5000_digit_integers_anywhere_get_a_parse_error_with_the_requ
 
 @ERAS
 def test_over_stdio_nan_and_infinity_in_every_number_are_errors_naming_the_argument(
-    tmp_path: Path, era: str
+    tmp_path: Path, era: str, stdio_path: str
 ) -> None:
     numbers = [
         ("agenthold_set", "value", '"namespace":"n","key":"k","updated_by":"u","force":true'),
@@ -731,7 +742,7 @@ def test_over_stdio_nan_and_infinity_in_every_number_are_errors_naming_the_argum
         ("agenthold_watch", "timeout_seconds", '"namespace":"n","key":"k","since_version":0'),
         ("agenthold_get", "namespace", '"key":"k"'),
     ]
-    with stdio_server(tmp_path, era) as (server, _, modern):
+    with stdio_server(tmp_path, era, stdio_path) as (server, _, modern):
         request_id = 0
         for tool, name, rest in numbers:
             for constant in ("NaN", "Infinity", "-Infinity"):
@@ -746,9 +757,9 @@ def test_over_stdio_nan_and_infinity_in_every_number_are_errors_naming_the_argum
 
 @ERAS
 def test_over_stdio_deep_nesting_long_strings_and_junk_lines_are_answered_and_serving_goes_on(
-    tmp_path: Path, era: str
+    tmp_path: Path, era: str, stdio_path: str
 ) -> None:
-    with stdio_server(tmp_path, era) as (server, canary, modern):
+    with stdio_server(tmp_path, era, stdio_path) as (server, canary, modern):
         value = '"namespace":"n","key":"deep","updated_by":"u","force":true'
         ok = server.tool(
             1, "agenthold_set", f'{{"value":{"[" * 150}{"]" * 150},{value}}}', modern=modern
@@ -791,7 +802,7 @@ def test_over_stdio_deep_nesting_long_strings_and_junk_lines_are_answered_and_se
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_an_sdk_client_sending_a_5000_digit_integer_over_stdio_gets_an_error_not_a_hang(
-    tmp_path: Path, mode: str
+    tmp_path: Path, mode: str, stdio_path: str
 ) -> None:
     """The case the issue names, as users meet it: with 0.10.0 this call waited for the
     client's own timeout (forever by default). Now it fails at once with -32700, and the same
@@ -814,6 +825,7 @@ async def test_an_sdk_client_sending_a_5000_digit_integer_over_stdio_gets_an_err
             assert "4,300 digits" in refused.value.error.message
             got = await client.call_tool("agenthold_get", json.loads(canary_arguments()))
             assert check_reply("agenthold_get", got)["version"] == canary.version
+            assert_went_warm(stdio_path)
         assert_canary_intact(coordinator, canary)
     finally:
         coordinator.store.close()

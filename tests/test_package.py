@@ -167,6 +167,23 @@ MAX_LINES = 750  # "about 700": a hard stop a little above
 LONG_ON_PURPOSE = {"store", "inspect", "claims"}
 
 
+def test_only_the_command_line_decides_which_signals_stop_a_server() -> None:
+    """Signals are process-wide, so the commands own them (cli.py for serving; the front and
+    ``log --follow`` for their own processes): the transports and the warm server react to a
+    signal source they are given (server.SignalSource) and never install one."""
+    listeners = {
+        m
+        for m in MODULES
+        if re.search(r"open_signal_receiver|signal\.signal\(|add_signal_handler", _source(m))
+    }
+    assert listeners == {"cli", "front", "inspect"}, listeners
+    assert not listeners & SERVING
+
+
+def _source(module: str) -> str:
+    return (PACKAGE / f"{module}.py").read_text()
+
+
 def test_no_module_is_over_about_700_lines_but_the_copyable_store() -> None:
     lengths = {m: len((PACKAGE / f"{m}.py").read_text().splitlines()) for m in MODULES}
     too_long = {m: n for m, n in lengths.items() if n > MAX_LINES and m not in LONG_ON_PURPOSE}
