@@ -537,3 +537,20 @@ def test_a_forked_child_uses_sessions_of_its_own_and_leaves_the_parents_alone(
         assert alive.fetchone() == (1,), "the child ended a session of its parent"
     assert pg.get("fork", "child").value == "hello"
     assert pg.set("fork", "k", "again", updated_by="p", expected_version=1).version == 2
+
+
+def test_every_test_the_guarantees_doc_names_for_postgresql_exists() -> None:
+    """The PostgreSQL column of docs/guarantees.md names real tests."""
+    import re
+
+    repo = Path(__file__).resolve().parents[1]
+    doc = (repo / "docs" / "guarantees.md").read_text(encoding="utf-8")
+    section = doc.split("## On PostgreSQL", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`(test_\w+)`", section))
+    assert len(named) > 15
+    defined = {
+        name
+        for path in (repo / "tests").glob("test_*.py")
+        for name in re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.M)
+    }
+    assert named <= defined, named - defined
