@@ -9,12 +9,15 @@ def main() -> int:
     from agenthold.front import try_warm
 
     args = sys.argv[1:]
-    status = try_warm(args)
-    if status is not None:
-        return status
-    from agenthold.cli import main as cli_main
+    try:
+        status = try_warm(args)
+        if status is not None:
+            return status
+        from agenthold.cli import main as cli_main
 
-    return cli_main(args)
+        return cli_main(args)
+    except KeyboardInterrupt:  # Ctrl-C before the server's own handlers are in place (while
+        return 130  # it imports, say): the shell's usual status for it, and no traceback
 
 
 if __name__ == "__main__":

@@ -274,8 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--log-level",
         choices=("debug", "info", "warning", "error"),
-        default="warning",
-        help="what the server logs to standard error (default: %(default)s)",
+        help="what the server logs to standard error (default: info with --transport http, "
+        "which logs where it serves and when it stops; warning on stdio)",
     )
     http = parser.add_argument_group("HTTP (with --transport http)")
     http.add_argument("--host", help="address to bind (default: 127.0.0.1)")
@@ -439,7 +439,7 @@ def serve_options(
         args.busy_timeout, flag="--busy-timeout", allow_zero=True, maximum=MAX_BUSY_TIMEOUT
     )
     opts.durability = args.durability
-    opts.log_level = args.log_level
+    opts.log_level = args.log_level or ("info" if opts.transport == "http" else "warning")
     for spec in args.workspace:
         try:
             opts.workspaces.append(Workspace.parse(workspace_spec(spec)))
@@ -472,8 +472,10 @@ def serve_options(
             opts.port = int(args.port)
         except ValueError:
             raise UsageError(f"--port: {args.port!r} is not a port number") from None
-        if not 0 < opts.port < 65536:
-            raise UsageError(f"--port: {args.port!r} must be between 1 and 65535")
+        if not 0 <= opts.port < 65536:
+            raise UsageError(
+                f"--port: {args.port!r} must be between 0 and 65535 (0: any free port)"
+            )
     if args.path is not None:
         opts.path = args.path
         bad = any(c in opts.path for c in " ?#\\") or "//" in opts.path
@@ -564,7 +566,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     coordinator = open_coordinator(opts)
     for line in warnings:  # once nothing can fail any more: a failure is one line alone
         print(f"agenthold: {line}", file=sys.stderr)
+    if opts.transport == "stdio" and _is_terminal(0):
+        print(TERMINAL_BANNER, file=sys.stderr, flush=True)
     return serve(opts, coordinator, sock)
+
+
+#: What someone who typed ``agenthold`` in a shell reads: it looks hung otherwise.
+TERMINAL_BANNER = (
+    "agenthold: this is an MCP server: it waits for an MCP client (Claude Code, Cursor, ...)\n"
+    "agenthold: to speak to it on stdin. Add it to your client's configuration (README,\n"
+    "agenthold: 'Connect an MCP client'), or see 'agenthold --help'. Ctrl-C quits."
+)
+
+
+def _is_terminal(fd: int) -> bool:
+    try:
+        return os.isatty(fd)
+    except OSError:  # pragma: no cover - a closed descriptor
+        return False
 
 
 def _leave_warm_server(
@@ -606,6 +625,8 @@ def serve(opts: ServeOptions, coordinator: Coordinator, sock: socket.socket | No
         level=opts.log_level.upper(),
         format="agenthold: %(levelname)s: %(message)s",
     )
+    if opts.log_level == "info":  # the SDK's own session chatter is for debugging
+        logging.getLogger("mcp").setLevel(logging.WARNING)
     app = Agenthold(coordinator, tools=opts.tools, disconnect_grace=opts.disconnect_grace)
     app.transport = opts.transport
     app.reap_idle = opts.reap_idle

@@ -245,7 +245,9 @@ def web_config(asgi: ASGIApp, log_level: str = "warning") -> uvicorn.Config:
         asgi,
         lifespan="on",
         log_config=None,
-        log_level=log_level,
+        log_level="debug"
+        if log_level == "debug"
+        else "warning",  # its start-up chatter: ours says it
         access_log=False,
         timeout_graceful_shutdown=SHUTDOWN_GRACE,
         timeout_keep_alive=5,
@@ -337,7 +339,7 @@ async def serve_http(
                 _stop_web_on_signal, signals, web, app, requests
             )  # signals are ours from now
             url = f"http://{_url_host(str(host))}:{port}{opts.path}"
-            log.warning("serving %s tools at %s", app.tools, url)
+            log.info("serving %s tools at %s", app.tools, url)  # the port bound, if 0 was asked
             tg.start_soon(app.reap_forever)
             if ready is not None:
                 ready()
@@ -368,7 +370,7 @@ async def _stop_web_on_signal(
             async for signum in arriving:
                 name = signal.Signals(signum).name
                 if not web.should_exit:
-                    log.warning("%s: stopping (calls in flight get %g s)", name, SHUTDOWN_GRACE)
+                    log.info("%s: stopping (calls in flight get %g s)", name, SHUTDOWN_GRACE)
                     web.should_exit = True
                     app.stop_waiting()
                     tg.start_soon(_drain, requests)

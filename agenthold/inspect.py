@@ -499,7 +499,7 @@ EVENT_NAMES = (
 )
 LOG_ACTOR_WIDTH = (16, 24)  # the ACTOR column is fixed at start: this wide at least, at most
 
-_APPENDS = "id, thread_id, seq, sender_id, sender_name, content, created_at"
+_APPENDS = "id, thread_id, seq, sender_id, sender_name, content, created_at, principal"
 
 
 def by_whom(actor: str, principal: str | None) -> str:
@@ -797,7 +797,12 @@ class Inspector:
 
         def rows() -> list[list[str]]:
             return [
-                [str(r["seq"]), r["sender"], age(r["created_at"], self.now), r["content"]]
+                [
+                    str(r["seq"]),
+                    by_whom(r["sender"], r.get("principal")),
+                    age(r["created_at"], self.now),
+                    r["content"],
+                ]
                 for r in records
             ]
 
@@ -877,12 +882,12 @@ class Inspector:
                 "thread_id": None,
             }
             keyed.append(((at, 1, row_id), record))
-        for row_id, thread_id, seq, sender_id, sender, content, at in appends:
+        for row_id, thread_id, seq, sender_id, sender, content, at, principal in appends:
             record = {
                 "at": at,
                 "event": "appended",
                 "actor": sender,
-                "principal": None,
+                "principal": principal,
                 "agent_id": sender_id,
                 "namespace": None,
                 "key": None,

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from agenthold.message_schema import thread_topic
 from agenthold.message_types import (
     DEFAULT_POLL_LIMIT,
     MAX_POLL_LIMIT,
@@ -29,7 +30,8 @@ from agenthold.message_types import (
     thread_id_of,
     unknown_thread,
 )
-from agenthold.messages import MessageBus, thread_topic
+from agenthold.messages import MessageBus
+from agenthold.principals import ForbiddenError, require_thread
 from agenthold.toolkit import WAIT_TIMEOUT, App, Param, Reply, ToolCall, ToolError, ToolSpec
 
 MESSAGES_NAMES = frozenset(
@@ -84,48 +86,76 @@ def state_reply(state: ReadState) -> Reply:
 
 
 class MessageHandlers:
-    """The handlers of the messages tools, over one application's bus."""
+    """The handlers of the messages tools, over one application's bus. Each passes the caller's
+    principal (``call.by``) to the bus, which refuses another caller's agents, and checks the
+    thread scopes of a principal that has any before it reads or writes a thread."""
 
     def __init__(self, app: App) -> None:
         self.app = app
         self.bus: MessageBus = app.bus
 
+    async def in_scope(self, call: ToolCall, thread_id: str, *, write: bool) -> None:
+        """ForbiddenError unless the caller's thread scopes cover the thread (by its name, or
+        its id if it has none). Callers without thread scopes pay nothing."""
+        principal = call.principal
+        if principal is None or principal.scopes.thread_read is None:
+            return  # thread-write scopes imply thread-read ones, so both are unlimited here
+        thread = await self.app.read(self.bus.get_thread, thread_id)
+        if thread is None:
+            raise unknown_thread(thread_id_of(thread_id))
+        require_thread(principal, thread.name or thread.id, write=write)
+
     async def create_agent(self, call: ToolCall) -> Reply:
         def run(name: str) -> Reply:
             existing = self.bus.get_agent(name)
-            agent = existing or self.bus.get_or_create_agent(name)
+            agent = self.bus.get_or_create_agent(name, principal=call.by)
             return {"status": "existing" if existing else "created", **agent.to_dict()}
 
         reply: Reply = await self.app.write(run, call.args["name"])
         return reply
 
     async def delete_account(self, call: ToolCall) -> Reply:
-        agent = await self.app.write(self.bus.delete_agent, call.args["agent_id"])
+        agent = await self.app.write(
+            functools.partial(self.bus.delete_agent, principal=call.by), call.args["agent_id"]
+        )
         return {"status": "deleted", **agent.to_dict()}
 
     async def create_thread(self, call: ToolCall) -> Reply:
-        thread = await self.app.write(
-            self.bus.create_thread_by_names, call.args["participant_names"]
-        )
+        name, principal = call.args["name"], call.principal
+        if principal is not None and principal.scopes.thread_write is not None:
+            if name is None:
+                raise ForbiddenError(
+                    "thread-write:*",
+                    "its thread scopes cover named threads only; give the thread a name they match",
+                )
+            require_thread(principal, name, write=True)
+        create = functools.partial(self.bus.create_thread_by_names, name=name, principal=call.by)
+        thread = await self.app.write(create, call.args["participant_names"])
         return {"status": "created", **thread.to_dict()}
 
     async def join_thread(self, call: ToolCall) -> Reply:
+        await self.in_scope(call, call.args["thread_id"], write=True)
+
         def run(thread_id: str, name: str) -> Reply:
             if self.bus.get_thread(thread_id) is None:  # an unknown thread makes no agent
                 raise unknown_thread(thread_id_of(thread_id))
-            self.bus.get_or_create_agent(name)
-            return {"status": "joined", **self.bus.join_thread(thread_id, name).to_dict()}
+            self.bus.get_or_create_agent(name, principal=call.by)
+            thread = self.bus.join_thread(thread_id, name, principal=call.by)
+            return {"status": "joined", **thread.to_dict()}
 
         reply: Reply = await self.app.write(run, call.args["thread_id"], call.args["agent_name"])
         return reply
 
     async def leave_thread(self, call: ToolCall) -> Reply:
         a = call.args
-        thread = await self.app.write(self.bus.leave_thread, a["thread_id"], a["agent_name"])
+        await self.in_scope(call, a["thread_id"], write=True)
+        leave = functools.partial(self.bus.leave_thread, principal=call.by)
+        thread = await self.app.write(leave, a["thread_id"], a["agent_name"])
         return {"status": "left", **thread.to_dict()}
 
     async def thread_info(self, call: ToolCall) -> Reply:
         tid = call.args["thread_id"]
+        await self.in_scope(call, tid, write=False)
         info = await self.app.read(self.bus.get_thread_info, tid)
         if info is None:
             raise ToolError(
@@ -138,20 +168,23 @@ class MessageHandlers:
 
     async def thread_status(self, call: ToolCall) -> Reply:
         a = call.args
-        state = await self.app.read(self.bus.get_thread_read_state, a["thread_id"], a["agent_name"])
+        await self.in_scope(call, a["thread_id"], write=False)
+        read = functools.partial(self.bus.get_thread_read_state, principal=call.by)
+        state = await self.app.read(read, a["thread_id"], a["agent_name"])
         if state is None:
             return await self.thread_info(call)  # the unknown-thread error
         return state_reply(state)
 
     async def append(self, call: ToolCall) -> Reply:
         a = call.args
-        message = await self.app.write(
-            self.bus.append, a["thread_id"], a["sender_name"], a["content"]
-        )
+        await self.in_scope(call, a["thread_id"], write=True)
+        append = functools.partial(self.bus.append, principal=call.by)
+        message = await self.app.write(append, a["thread_id"], a["sender_name"], a["content"])
         return {"status": "appended", "thread_id": message.thread_id, **message.to_dict()}
 
     async def poll(self, call: ToolCall) -> Reply:
         a = call.args
+        await self.in_scope(call, a["thread_id"], write=False)
         page = await self.app.read(
             functools.partial(self.bus.poll, limit=a["limit"]), a["thread_id"], a["after_seq"]
         )
@@ -159,17 +192,22 @@ class MessageHandlers:
 
     async def has_unread(self, call: ToolCall) -> Reply:
         a = call.args
-        unread = await self.app.read(self.bus.has_unread, a["thread_id"], a["agent_name"])
+        await self.in_scope(call, a["thread_id"], write=False)
+        check = functools.partial(self.bus.has_unread, principal=call.by)
+        unread = await self.app.read(check, a["thread_id"], a["agent_name"])
         return {"status": "ok", "thread_id": a["thread_id"], "has_unread": unread}
 
     async def mark_read(self, call: ToolCall) -> Reply:
         a = call.args
-        state = await self.app.write(self.bus.mark_read, a["thread_id"], a["agent_name"], a["seq"])
+        await self.in_scope(call, a["thread_id"], write=False)  # reading includes marking read
+        mark = functools.partial(self.bus.mark_read, principal=call.by)
+        state = await self.app.write(mark, a["thread_id"], a["agent_name"], a["seq"])
         return state_reply(state)
 
     async def wait_messages(self, call: ToolCall) -> Reply:
         a = call.args
         tid, after, timeout = a["thread_id"], a["after_seq"], a["timeout_seconds"]
+        await self.in_scope(call, tid, write=False)
         start = time.monotonic()
         topics = [thread_topic(tid)]
 
@@ -228,8 +266,7 @@ def messages_tools(app: App) -> list[ToolSpec]:
         spec(
             "agenthold_delete_account",
             "Delete an agent",
-            "Delete an agent (agent_id or name): it leaves its threads and its cursors go; the "
-            "messages it sent stay.",
+            "Delete an agent (agent_id or name) and its cursors; its messages stay.",
             (Param("agent_id", "string", ""),),
             h.delete_account,
             "d",
@@ -239,7 +276,10 @@ def messages_tools(app: App) -> list[ToolSpec]:
             "Create a thread",
             "A new thread of two or more agents by name (new names become agents). Give its "
             "thread_id to the others.",
-            (NamesParam("participant_names", "json", ""),),
+            (
+                NamesParam("participant_names", "json", ""),
+                Param("name", "string", "unique; thread scopes match it", required=False),
+            ),
             h.create_thread,
         ),
         spec(

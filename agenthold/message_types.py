@@ -15,15 +15,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from agenthold.claims import AGENT_ID_RE, UnknownAgentError
+from agenthold.claims import AGENT_ID_RE, ForeignAgentError, UnknownAgentError
 from agenthold.store import InvalidInputError, check_int, check_text
 
 __all__ = [
     "DEFAULT_POLL_LIMIT",
     "MAX_AGENT_NAME",
     "MAX_POLL_LIMIT",
+    "MAX_THREAD_NAME",
     "AgentRef",
     "BusAgent",
+    "ForeignBusAgentError",
     "Message",
     "MessagePage",
     "NameTakenError",
@@ -37,10 +39,12 @@ __all__ = [
     "check_content",
     "check_limit",
     "check_name",
+    "check_thread_name",
     "check_uuid",
 ]
 
 MAX_AGENT_NAME = 128  # as claims' agent names, so one name fits both
+MAX_THREAD_NAME = 128  # a thread's optional name, which thread scopes match
 DEFAULT_POLL_LIMIT = 100  # messages one poll or wait returns unless told otherwise
 MAX_POLL_LIMIT = 1000  # the most one poll returns; read longer threads in pages
 
@@ -77,6 +81,23 @@ class TooFewParticipantsError(InvalidInputError):
     hint = "Create the thread with at least two different agent names."
 
 
+class ForeignBusAgentError(ForeignAgentError):
+    """A caller (a principal) acted as a bus agent that belongs to another caller. The message
+    names neither the other caller nor anything about the agent."""
+
+    hint = (
+        "Act only as agents you made with this token (agenthold_create_agent); pick another "
+        "name for yourself."
+    )
+
+    def __init__(self, name: str) -> None:
+        Exception.__init__(
+            self,
+            f"agent {name!r} belongs to another caller: only the caller that owns a bus agent "
+            "may act as it; nothing was changed",
+        )
+
+
 # --------------------------------------------------------------------------------------------
 # Records
 # --------------------------------------------------------------------------------------------
@@ -95,18 +116,20 @@ class BusAgent:
 
 @dataclass(frozen=True, slots=True)
 class Thread:
-    """A thread and its participants (in the order they joined)."""
+    """A thread and its participants (in the order they joined); ``name`` if it was given one."""
 
     id: str
     participants: tuple[BusAgent, ...]
     created_at: str
+    name: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "thread_id": self.id,
-            "participants": [a.name for a in self.participants],
-            "created_at": self.created_at,
-        }
+        d: dict[str, Any] = {"thread_id": self.id}
+        if self.name is not None:
+            d["name"] = self.name
+        d["participants"] = [a.name for a in self.participants]
+        d["created_at"] = self.created_at
+        return d
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,15 +141,19 @@ class Message:
     sender: BusAgent
     content: str
     created_at: str
+    principal: str | None = None  # who sent it, as a token said (None: no authentication)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "seq": self.seq,
             "sender": self.sender.name,
             "sender_id": self.sender.id,
             "content": self.content,
             "created_at": self.created_at,
         }
+        if self.principal is not None:
+            d["principal"] = self.principal
+        return d
 
 
 class MessagePage(tuple[Message, ...]):
@@ -154,10 +181,13 @@ class ThreadInfo:
     last_seq: int
     latest_message: Message | None
     latest_activity_at: str  # the newest message's time, or the thread's creation
+    name: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "thread_id": self.thread_id,
+        d: dict[str, Any] = {"thread_id": self.thread_id}
+        if self.name is not None:
+            d["name"] = self.name
+        return d | {
             "participants": [a.name for a in self.participants],
             "created_at": self.created_at,
             "message_count": self.message_count,
@@ -254,6 +284,11 @@ def check_content(value: object, max_bytes: int) -> str:
     return value
 
 
+def check_thread_name(value: object) -> str | None:
+    """A thread's optional name: None, or text by the store's rules for names."""
+    return None if value is None else check_text("thread name", value, MAX_THREAD_NAME)
+
+
 def thread_id_of(value: object) -> str:
     """The id of a thread given as its record, a UUID or its text."""
     if isinstance(value, Thread):
@@ -279,8 +314,9 @@ def unknown_agent(what: str) -> UnknownAgentError:
 # object.__setattr__; setting the slots directly builds the same object in half the time.
 _new = object.__new__
 _set_agent_id, _set_agent_name = (BusAgent.__dict__[n].__set__ for n in ("id", "name"))
-_set_tid, _set_seq, _set_sender, _set_content, _set_at = (
-    Message.__dict__[n].__set__ for n in ("thread_id", "seq", "sender", "content", "created_at")
+_set_tid, _set_seq, _set_sender, _set_content, _set_at, _set_principal = (
+    Message.__dict__[n].__set__
+    for n in ("thread_id", "seq", "sender", "content", "created_at", "principal")
 )
 
 
@@ -293,14 +329,15 @@ def agent_of(row: Any) -> BusAgent:
 
 
 def message_of(thread_id: str, row: Any) -> Message:
-    """A Message from a (seq, sender_id, sender_name, content, created_at) row."""
-    seq, sender_id, sender_name, content, at = row
+    """A Message from a (seq, sender_id, sender_name, content, created_at, principal) row."""
+    seq, sender_id, sender_name, content, at, principal = row
     message: Message = _new(Message)
     _set_tid(message, thread_id)
     _set_seq(message, seq)
     _set_sender(message, agent_of((sender_id, sender_name)))
     _set_content(message, content)
     _set_at(message, at)
+    _set_principal(message, principal)
     return message
 
 

@@ -2,9 +2,9 @@
 
 It absorbs the AgentMsgs design (``App`` and its methods, under the same names and meanings) into
 agenthold's database, beside the state store and claims. Decisions behind it:
-- Its own tables (``msg_*``) with their own schema version, kept per component in the
-  ``agenthold_components`` table of the shared file, so the bus migrates on its own schedule and
-  never touches the store's ``PRAGMA user_version``.
+- Its own tables (``msg_*``, in message_schema.py) with their own schema version, kept per
+  component in the ``agenthold_components`` table of the shared database, so the bus migrates
+  on its own schedule.
 - A thread row carries its message counter (``last_seq``). An append bumps the counter and inserts
   the message in one write transaction, so sequences start at 1, have no gaps, are never reused
   and commit in order: a reader polling after N never misses a later commit below N. The counter
@@ -15,6 +15,11 @@ agenthold's database, beside the state store and claims. Decisions behind it:
 - One name is one agent. Bus agents have unique names and UUIDs; a claims agent id
   (``agent-…``) given where the bus wants an agent stands for the bus agent of the same name, so
   an agent that claims and messages keeps one identity. A bus name may not look like such an id.
+- An agent belongs to a caller (``principal``: who a token says called; None is a trusted
+  caller, never refused): the one that created it, or, for an agent only named as a participant
+  of someone's thread, the first caller that acts as it (sends, marks read, joins, leaves,
+  deletes, or gets it by name). Acting as another caller's agent is ForeignBusAgentError and
+  changes nothing; reading a cursor counts as acting, without adopting.
 - Deleting is explicit: ``delete_agent`` removes the agent, its memberships and cursors, and keeps
   the messages it sent (with its name); ``delete_thread`` removes the thread with its messages and
   cursors.
@@ -27,13 +32,35 @@ import uuid
 from collections.abc import Iterable
 from typing import Any, Literal
 
-from agenthold.claims import AGENT_ID_RE
+from agenthold.claims import AGENT_ID_RE, ForeignAgentError
+from agenthold.message_schema import (
+    ADOPT,
+    AGENT_BY_ID,
+    AGENT_BY_NAME,
+    BUMP,
+    CLAIMS_NAME,
+    CLAIMS_OWNER,
+    CURSOR,
+    FROM_OTHERS,
+    INSERT,
+    IS_MEMBER,
+    MEMBERS,
+    MESSAGE_CHANGES,
+    MESSAGES_SCHEMA,
+    NEW_AGENT,
+    OWNER,
+    POLL,
+    SCHEMA_VERSION,
+    THREAD,
+    thread_topic,
+)
 from agenthold.message_types import (
     DEFAULT_POLL_LIMIT,
     MAX_AGENT_NAME,
     MAX_POLL_LIMIT,
     AgentRef,
     BusAgent,
+    ForeignBusAgentError,
     Message,
     MessagePage,
     NameTakenError,
@@ -48,6 +75,7 @@ from agenthold.message_types import (
     check_content,
     check_limit,
     check_name,
+    check_thread_name,
     message_of,
     thread_id_of,
     unknown_agent,
@@ -57,8 +85,6 @@ from agenthold.store import (
     DEFAULT_MAX_VALUE_BYTES,
     MAX_WAIT_SECONDS,
     AgentholdError,
-    ChangeSource,
-    IncompatibleDatabaseError,
     InvalidInputError,
     StateStore,
     Topic,
@@ -75,6 +101,7 @@ __all__ = [  # the records and errors are defined in message_types and belong he
     "MAX_POLL_LIMIT",
     "SCHEMA_VERSION",
     "BusAgent",
+    "ForeignBusAgentError",
     "Message",
     "MessageBus",
     "MessagePage",
@@ -86,96 +113,6 @@ __all__ = [  # the records and errors are defined in message_types and belong he
     "TooFewParticipantsError",
     "UnknownThreadError",
 ]
-
-COMPONENT = "messages"
-
-# --------------------------------------------------------------------------------------------
-# Schema: the bus's tables, versioned on their own in agenthold_components
-# --------------------------------------------------------------------------------------------
-
-SCHEMA_VERSION = 1  # MIGRATIONS[n] takes the bus's tables from version n to n+1
-
-COMPONENTS_TABLE = (
-    "CREATE TABLE IF NOT EXISTS agenthold_components ("
-    "component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
-)
-
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        # One row per agent; the name is the identity everyone uses, the UUID never changes.
-        "CREATE TABLE msg_agents ("
-        "agent_id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_at TEXT NOT NULL)",
-        # last_seq is the thread's message counter: the sequence of its newest message.
-        "CREATE TABLE msg_threads ("
-        "thread_id TEXT PRIMARY KEY, created_at TEXT NOT NULL, "
-        "last_seq INTEGER NOT NULL DEFAULT 0, last_message_at TEXT)",
-        # A participant and its read cursor (the last sequence it marked read; 0: none).
-        "CREATE TABLE msg_participants ("
-        "thread_id TEXT NOT NULL, agent_id TEXT NOT NULL, joined_at TEXT NOT NULL, "
-        "read_seq INTEGER NOT NULL DEFAULT 0, PRIMARY KEY (thread_id, agent_id))",
-        "CREATE INDEX msg_participants_by_agent ON msg_participants (agent_id)",
-        # id is the commit order across threads (the change feed's cursor; never reused even
-        # after a thread is deleted); (thread_id, seq) is the order readers see. The sender's
-        # name is kept with the message, so it survives the agent's deletion.
-        "CREATE TABLE msg_messages ("
-        "id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL, seq INTEGER NOT NULL, "
-        "sender_id TEXT NOT NULL, sender_name TEXT NOT NULL, content TEXT NOT NULL, "
-        "created_at TEXT NOT NULL, UNIQUE (thread_id, seq))",
-    ),
-)
-assert len(MIGRATIONS) == SCHEMA_VERSION
-
-MESSAGE_CHANGES = ChangeSource(
-    name="messages",
-    max_sql="SELECT max(id) FROM msg_messages",
-    since_sql="SELECT id, thread_id FROM msg_messages WHERE id > ? ORDER BY id",
-    topics=lambda row: (thread_topic(row[1]),),
-)
-
-
-def thread_topic(thread_id: str) -> Topic:
-    """The change-feed topic of one thread's messages."""
-    return ("m", thread_id)
-
-
-# --------------------------------------------------------------------------------------------
-# SQL
-# --------------------------------------------------------------------------------------------
-
-_AGENT_BY_NAME = "SELECT agent_id, name FROM msg_agents WHERE name = ?"
-_AGENT_BY_ID = "SELECT agent_id, name FROM msg_agents WHERE agent_id = ?"
-_CLAIMS_NAME = "SELECT name FROM agents WHERE agent_id = ?"
-_THREAD = "SELECT created_at, last_seq, last_message_at FROM msg_threads WHERE thread_id = ?"
-_MEMBERS = (
-    "SELECT a.agent_id, a.name FROM msg_participants AS p "
-    "JOIN msg_agents AS a ON a.agent_id = p.agent_id WHERE p.thread_id = ? "
-    "ORDER BY p.joined_at, a.name"
-)
-_BUMP = (
-    "UPDATE msg_threads SET last_seq = last_seq + 1, last_message_at = ? "
-    "WHERE thread_id = ? RETURNING last_seq"
-)
-_NEW_AGENT = (
-    "INSERT INTO msg_agents (agent_id, name, created_at) VALUES (?, ?, ?) "
-    "ON CONFLICT (name) DO NOTHING RETURNING agent_id"
-)
-_IS_MEMBER = "SELECT 1 FROM msg_participants WHERE thread_id = ? AND agent_id = ?"
-_INSERT = (
-    "INSERT INTO msg_messages (thread_id, seq, sender_id, sender_name, content, created_at) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
-)
-_POLL = (
-    "SELECT seq, sender_id, sender_name, content, created_at FROM msg_messages "
-    "WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
-)
-_CURSOR = (
-    "SELECT t.last_seq, p.read_seq FROM msg_threads AS t LEFT JOIN msg_participants AS p "
-    "ON p.thread_id = t.thread_id AND p.agent_id = ? WHERE t.thread_id = ?"
-)
-_FROM_OTHERS = (
-    "SELECT count(*) FROM msg_messages WHERE thread_id = ? AND seq > ? AND sender_id <> ?"
-)
-
 
 # --------------------------------------------------------------------------------------------
 # The bus
@@ -210,58 +147,14 @@ class MessageBus:
             self._owns_store = True
         self.db = self._store.db
         try:
-            self._ready = self._prepare_schema()
+            # False when a read-only open finds no bus tables: every read then finds nothing
+            self._ready = self.db.ensure(MESSAGES_SCHEMA, required=False) > 0
         except BaseException:
             if self._owns_store:
                 self._store.close()
             raise
         if self._ready:
             self.db.add_change_source(MESSAGE_CHANGES)
-
-    def _prepare_schema(self) -> bool:
-        """Bring the bus's tables up to date; False if they are absent from a read-only file
-        (every read then finds nothing)."""
-        version = self._version()
-        if version > SCHEMA_VERSION:
-            raise IncompatibleDatabaseError(
-                f"{self.path!r} has message-bus schema version {version}, newer than this "
-                f"agenthold supports ({SCHEMA_VERSION}); upgrade agenthold to open it"
-            )
-        if version == SCHEMA_VERSION:
-            return True
-        if self.read_only:
-            if version == 0:
-                return False
-            raise IncompatibleDatabaseError(
-                f"{self.path!r} has message-bus schema version {version}, older than this "
-                f"agenthold's {SCHEMA_VERSION}; open it once without read-only to migrate it"
-            )
-        with self.db.write() as (conn, _):
-            conn.execute(COMPONENTS_TABLE)
-            row = conn.execute(
-                "SELECT version FROM agenthold_components WHERE component = ?", (COMPONENT,)
-            ).fetchone()
-            version = row[0] if row else 0  # another process may have migrated meanwhile
-            for step in range(version, SCHEMA_VERSION):
-                for statement in MIGRATIONS[step]:
-                    conn.execute(statement)
-            conn.execute(
-                "INSERT INTO agenthold_components (component, version) VALUES (?, ?) "
-                "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
-                (COMPONENT, SCHEMA_VERSION),
-            )
-        return True
-
-    def _version(self) -> int:
-        has_table = self.db.fetchone(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'agenthold_components'"
-        )
-        if has_table is None:
-            return 0
-        row = self.db.fetchone(
-            "SELECT version FROM agenthold_components WHERE component = ?", (COMPONENT,)
-        )
-        return int(row[0]) if row else 0
 
     @property
     def path(self) -> str:
@@ -292,24 +185,35 @@ class MessageBus:
 
     # -- agents --------------------------------------------------------------------------------
 
-    def get_or_create_agent(self, name: str) -> BusAgent:
+    def get_or_create_agent(self, name: str, *, principal: str | None = None) -> BusAgent:
         """The agent called ``name``, created if there is none (a claims agent id stands for
-        its registered name)."""
-        name = self._name(name)
-        row = self._fetchone(_AGENT_BY_NAME, (name,))
+        its registered name). It belongs to ``principal`` (the caller, as a token names it;
+        None: a trusted caller): the one that created it, or the first to act as an agent
+        that was only named as a participant; ForeignBusAgentError if it is another's."""
+        name = self._name(name, principal)
+        row = self._fetchone(AGENT_BY_NAME, (name,))
         if row is not None:
-            return agent_of(row)
+            owner = self._fetchone(OWNER, (row[0],))
+            if owner is not None and not owner[1] and (principal is None or owner[0] == principal):
+                return agent_of(row)
         with self.db.write() as (conn, _):
-            self._ensure_agent(conn, name)
-            return agent_of(conn.execute(_AGENT_BY_NAME, (name,)).fetchone())
+            self._ensure_agent(conn, name, principal)
+            found = self._resolve(conn, name)
+            if principal is None:  # a trusted caller's agent: adopted, never refused
+                conn.execute(ADOPT, (None, found.id))
+            else:
+                self._own(conn, found, principal, adopt=True)
+            return found
 
-    def create_agent(self, name: str) -> BusAgent:
-        """A new agent called ``name``; NameTakenError if another agent has the name."""
-        name = self._name(name)
+    def create_agent(self, name: str, *, principal: str | None = None) -> BusAgent:
+        """A new agent called ``name``, belonging to ``principal``; NameTakenError if another
+        agent has the name."""
+        name = self._name(name, principal)
         agent = BusAgent(str(uuid.uuid4()), name)
         with self.db.write() as (conn, _):
             # one statement, so two callers racing for a name cannot both get it
-            if conn.execute(_NEW_AGENT, (agent.id, name, utc_iso())).fetchone() is None:
+            new = (agent.id, name, utc_iso(), principal, 0)
+            if conn.execute(NEW_AGENT, new).fetchone() is None:
                 raise NameTakenError(
                     f"agent name taken: {name!r} already names an agent; use "
                     "get_or_create_agent to reuse it, or pick another name"
@@ -319,7 +223,7 @@ class MessageBus:
     def get_agent(self, agent: AgentRef) -> BusAgent | None:
         """The agent with this name, UUID or record, or None if there is none."""
         if isinstance(agent, BusAgent):
-            row = self._fetchone(_AGENT_BY_ID, (agent.id,))
+            row = self._fetchone(AGENT_BY_ID, (agent.id,))
         else:
             name = check_text("agent", agent, MAX_AGENT_NAME)
             row = self._fetchone(*self._agent_query(name))
@@ -330,47 +234,71 @@ class MessageBus:
         rows = self._fetchall("SELECT agent_id, name FROM msg_agents ORDER BY name")
         return [agent_of(r) for r in rows]
 
-    def delete_agent(self, agent: AgentRef) -> BusAgent:
+    def delete_agent(self, agent: AgentRef, *, principal: str | None = None) -> BusAgent:
         """Delete an agent: it leaves every thread and its cursors go; the messages it sent stay,
         with its name. Its name is free again (a new agent of that name gets a new UUID).
-        Returns the deleted agent; UnknownAgentError if there is none."""
+        Returns the deleted agent; UnknownAgentError if there is none, ForeignBusAgentError if
+        it belongs to another caller than ``principal``."""
         with self.db.write() as (conn, _):
-            found = self._resolve(conn, agent)
+            found = self._act_as(conn, agent, principal)
             conn.execute("DELETE FROM msg_participants WHERE agent_id = ?", (found.id,))
             conn.execute("DELETE FROM msg_agents WHERE agent_id = ?", (found.id,))
         return found
 
     # -- threads -------------------------------------------------------------------------------
 
-    def create_thread(self, *agents: AgentRef) -> Thread:
-        """A new thread of at least two distinct existing agents (records, names or ids)."""
-        return self._create_thread(agents, create=False)
+    def create_thread(
+        self, *agents: AgentRef, name: str | None = None, principal: str | None = None
+    ) -> Thread:
+        """A new thread of at least two distinct existing agents (records, names or ids).
+        ``name``, if given, is unique among threads (NameTakenError otherwise); thread scopes
+        match it. ``principal`` is recorded as the thread's creator."""
+        return self._create_thread(agents, create=False, name=name, principal=principal)
 
-    def create_thread_by_names(self, names: Iterable[str]) -> Thread:
+    def create_thread_by_names(
+        self, names: Iterable[str], *, name: str | None = None, principal: str | None = None
+    ) -> Thread:
         """A new thread of the agents with these names, creating those that do not exist (in
-        the same transaction), as the spec's MCP tool does."""
+        the same transaction), as the spec's MCP tool does. Agents made here belong to nobody
+        until a caller first acts as them (naming someone is not acting as it)."""
         if isinstance(names, str) or not isinstance(names, Iterable):
             raise InvalidInputError("participant names must be a list of agent names")
-        return self._create_thread(tuple(names), create=True)
+        return self._create_thread(tuple(names), create=True, name=name, principal=principal)
 
-    def _create_thread(self, agents: tuple[AgentRef, ...], *, create: bool) -> Thread:
+    def _create_thread(
+        self,
+        agents: tuple[AgentRef, ...],
+        *,
+        create: bool,
+        name: str | None,
+        principal: str | None,
+    ) -> Thread:
+        name = check_thread_name(name)
         if create:
             agents = tuple(self._name(n) for n in agents)
         with self.db.write() as (conn, _):
             if create:
-                for name in dict.fromkeys(agents):
-                    self._ensure_agent(conn, name)  # type: ignore[arg-type]
+                for each in dict.fromkeys(agents):
+                    self._ensure_agent(conn, each, None, adoptable=True)  # type: ignore[arg-type]
             members = self._members(conn, agents)
+            if name is not None:
+                self.db.serialize(conn, [f"msg-thread-name:{name}"])  # racing creators queue
+                if conn.execute("SELECT 1 FROM msg_threads WHERE name = ?", (name,)).fetchone():
+                    raise NameTakenError(
+                        f"thread name taken: {name!r} already names a thread; pick another name"
+                    )
             thread_id = str(uuid.uuid4())
             now = utc_iso()
             conn.execute(
-                "INSERT INTO msg_threads (thread_id, created_at) VALUES (?, ?)", (thread_id, now)
+                "INSERT INTO msg_threads (thread_id, created_at, name, principal) "
+                "VALUES (?, ?, ?, ?)",
+                (thread_id, now, name, principal),
             )
             conn.executemany(
                 "INSERT INTO msg_participants (thread_id, agent_id, joined_at) VALUES (?, ?, ?)",
                 [(thread_id, a.id, now) for a in members],
             )
-        return Thread(thread_id, members, now)
+        return Thread(thread_id, members, now, name)
 
     def get_thread(self, thread_id: ThreadRef) -> Thread | None:
         """The thread with this id, or None."""
@@ -378,11 +306,11 @@ class MessageBus:
         if not self._ready:
             return None
         with self.db.snapshot() as conn:
-            row = conn.execute(_THREAD, (tid,)).fetchone()
+            row = conn.execute(THREAD, (tid,)).fetchone()
             if row is None:
                 return None
-            members = tuple(agent_of(r) for r in conn.execute(_MEMBERS, (tid,)))
-        return Thread(tid, members, row[0])
+            members = tuple(agent_of(r) for r in conn.execute(MEMBERS, (tid,)))
+        return Thread(tid, members, row[0], row[3])
 
     def find_threads(self, *agents: AgentRef) -> list[Thread]:
         """Threads that have every one of ``agents`` as a participant (all threads if none are
@@ -396,7 +324,7 @@ class MessageBus:
                 if found is None:
                     return []
                 ids.append(found.id)
-            sql = "SELECT thread_id, created_at FROM msg_threads AS t"
+            sql = "SELECT thread_id, created_at, name FROM msg_threads AS t"
             for n, _ in enumerate(ids):
                 sql += (
                     f" {'WHERE' if n == 0 else 'AND'} EXISTS (SELECT 1 FROM msg_participants AS p "
@@ -404,16 +332,18 @@ class MessageBus:
                 )
             rows = conn.execute(sql + " ORDER BY created_at, thread_id", ids).fetchall()
             return [
-                Thread(tid, tuple(agent_of(r) for r in conn.execute(_MEMBERS, (tid,))), at)
-                for tid, at in rows
+                Thread(tid, tuple(agent_of(r) for r in conn.execute(MEMBERS, (tid,))), at, name)
+                for tid, at, name in rows
             ]
 
-    def join_thread(self, thread_id: ThreadRef, agent: AgentRef) -> Thread:
+    def join_thread(
+        self, thread_id: ThreadRef, agent: AgentRef, *, principal: str | None = None
+    ) -> Thread:
         """Add ``agent`` to the thread (nothing changes if it is in already); its cursor starts
         at 0, so the thread's earlier messages are unread for it."""
         tid = thread_id_of(thread_id)
         with self.db.write() as (conn, _):
-            found = self._resolve(conn, agent)
+            found = self._act_as(conn, agent, principal)
             self._thread_row(conn, tid)
             conn.execute(
                 "INSERT INTO msg_participants (thread_id, agent_id, joined_at) VALUES (?, ?, ?) "
@@ -424,13 +354,15 @@ class MessageBus:
         assert thread is not None
         return thread
 
-    def leave_thread(self, thread_id: ThreadRef, agent: AgentRef) -> Thread:
+    def leave_thread(
+        self, thread_id: ThreadRef, agent: AgentRef, *, principal: str | None = None
+    ) -> Thread:
         """Remove ``agent`` from the thread, with its cursor (rejoining starts at 0). The
         thread and its messages stay, even with fewer than two participants left.
         NotParticipantError if the agent was not in it."""
         tid = thread_id_of(thread_id)
         with self.db.write() as (conn, _):
-            found = self._resolve(conn, agent)
+            found = self._act_as(conn, agent, principal)
             self._thread_row(conn, tid)
             gone = conn.execute(
                 "DELETE FROM msg_participants WHERE thread_id = ? AND agent_id = ?",
@@ -454,24 +386,27 @@ class MessageBus:
 
     # -- messages ------------------------------------------------------------------------------
 
-    def append(self, thread_id: ThreadRef, sender: AgentRef, content: str) -> Message:
-        """Append a message from ``sender``, a participant; returns it with its sequence."""
+    def append(
+        self, thread_id: ThreadRef, sender: AgentRef, content: str, *, principal: str | None = None
+    ) -> Message:
+        """Append a message from ``sender``, a participant; returns it with its sequence.
+        ``principal`` (the caller) must own the sender, and is recorded with the message."""
         tid = thread_id_of(thread_id)
         check_content(content, self.max_content_bytes)
         with self.db.write() as (conn, changed):
-            found = self._member_ref(conn, sender)
+            found = self._act_as(conn, sender, principal, member=True)
             now = utc_iso()
             # The counter first: its row lock (PostgreSQL) orders the thread's appends. A call
             # that fails below rolls the bump back, so no sequence is lost.
-            bumped = conn.execute(_BUMP, (now, tid)).fetchone()
+            bumped = conn.execute(BUMP, (now, tid)).fetchone()
             if bumped is None:
                 raise unknown_thread(tid)
-            if conn.execute(_IS_MEMBER, (tid, found.id)).fetchone() is None:
+            if conn.execute(IS_MEMBER, (tid, found.id)).fetchone() is None:
                 raise self._not_participant(found, tid, sending=True)
             seq = bumped[0]
-            conn.execute(_INSERT, (tid, seq, found.id, found.name, content, now))
+            conn.execute(INSERT, (tid, seq, found.id, found.name, content, now, principal))
             changed.append(thread_topic(tid))
-        return Message(tid, seq, found, content, now)
+        return Message(tid, seq, found, content, now, principal)
 
     def poll(
         self, thread_id: ThreadRef, after_seq: int = 0, *, limit: int = DEFAULT_POLL_LIMIT
@@ -518,14 +453,16 @@ class MessageBus:
         found: MessagePage | None = wait_until(self.db, look, seconds, topics)
         return found if found is not None else MessagePage((), False, after_seq)
 
-    def mark_read(self, thread_id: ThreadRef, agent: AgentRef, seq: int) -> ReadState:
+    def mark_read(
+        self, thread_id: ThreadRef, agent: AgentRef, seq: int, *, principal: str | None = None
+    ) -> ReadState:
         """Move ``agent``'s cursor forward to ``seq`` and return its read state. A ``seq`` at or
         behind the cursor changes nothing (marking again is harmless); one past the thread's
         last message is an error, as is an agent that is not a participant."""
         tid = thread_id_of(thread_id)
         check_int("seq", seq)
         with self.db.write() as (conn, _):
-            found = self._member_ref(conn, agent)
+            found = self._act_as(conn, agent, principal, member=True)
             last_seq, cursor = self._cursor(conn, tid, found)
             if seq > last_seq:
                 error = InvalidInputError(
@@ -543,15 +480,17 @@ class MessageBus:
                 cursor = seq
             return self._state(conn, tid, found, last_seq, cursor)
 
-    def has_unread(self, thread_id: ThreadRef, agent: AgentRef) -> bool:
+    def has_unread(
+        self, thread_id: ThreadRef, agent: AgentRef, *, principal: str | None = None
+    ) -> bool:
         """Whether the thread has messages after ``agent``'s cursor (its own included)."""
         tid = thread_id_of(thread_id)
-        if isinstance(agent, BusAgent):  # one statement: no transaction needed
-            row = self.db.fetchone(_CURSOR, (agent.id, tid)) if self._ready else None
+        if isinstance(agent, BusAgent) and principal is None:  # one statement, no transaction
+            row = self.db.fetchone(CURSOR, (agent.id, tid)) if self._ready else None
             last_seq, cursor = self._checked_cursor(row, tid, agent)
         else:
             with self.db.snapshot() as conn:
-                found = self._resolve(conn, agent)
+                found = self._reader(conn, agent, principal)
                 last_seq, cursor = self._cursor(conn, tid, found)
         return last_seq > cursor
 
@@ -562,28 +501,30 @@ class MessageBus:
         if not self._ready:
             return None
         with self.db.snapshot() as conn:
-            row = conn.execute(_THREAD, (tid,)).fetchone()
+            row = conn.execute(THREAD, (tid,)).fetchone()
             if row is None:
                 return None
-            created, last_seq, last_at = row
-            members = tuple(agent_of(r) for r in conn.execute(_MEMBERS, (tid,)))
+            created, last_seq, last_at, name = row
+            members = tuple(agent_of(r) for r in conn.execute(MEMBERS, (tid,)))
             count = conn.execute(
                 "SELECT count(*) FROM msg_messages WHERE thread_id = ?", (tid,)
             ).fetchone()[0]
-            latest = conn.execute(_POLL, (tid, last_seq - 1, 1)).fetchone() if last_seq else None
+            latest = conn.execute(POLL, (tid, last_seq - 1, 1)).fetchone() if last_seq else None
         message = None if latest is None else message_of(tid, latest)
-        return ThreadInfo(tid, members, created, count, last_seq, message, last_at or created)
+        return ThreadInfo(tid, members, created, count, last_seq, message, last_at or created, name)
 
-    def get_thread_read_state(self, thread_id: ThreadRef, agent: AgentRef) -> ReadState | None:
+    def get_thread_read_state(
+        self, thread_id: ThreadRef, agent: AgentRef, *, principal: str | None = None
+    ) -> ReadState | None:
         """``agent``'s cursor and unread counts in the thread, read in one snapshot; None if
         there is no such thread. NotParticipantError if the agent is not in it."""
         tid = thread_id_of(thread_id)
         if not self._ready:
             return None
         with self.db.snapshot() as conn:
-            if conn.execute(_THREAD, (tid,)).fetchone() is None:
+            if conn.execute(THREAD, (tid,)).fetchone() is None:
                 return None
-            found = self._resolve(conn, agent)
+            found = self._reader(conn, agent, principal)
             last_seq, cursor = self._cursor(conn, tid, found)
             return self._state(conn, tid, found, last_seq, cursor)
 
@@ -595,14 +536,54 @@ class MessageBus:
     def _fetchall(self, sql: str) -> list[Any]:
         return self.db.fetchall(sql) if self._ready else []
 
-    def _name(self, name: object) -> str:
-        """A new or looked-up agent name; a claims agent id becomes its registered name."""
+    def _name(self, name: object, principal: str | None = None) -> str:
+        """A new or looked-up agent name; a claims agent id becomes its registered name (and,
+        for a ``principal``, must be one it registered)."""
         if isinstance(name, str) and AGENT_ID_RE.fullmatch(name):
-            row = self.db.fetchone(_CLAIMS_NAME, (name,))
+            row = self.db.fetchone(CLAIMS_NAME, (name,))
             if row is None:
                 raise unknown_agent(f"{name!r} (no claims agent has this id)")
+            if principal is not None and row[1] != principal:
+                raise ForeignAgentError(name)
             return check_name(row[0])
         return check_name(name)
+
+    def _act_as(
+        self, conn: Any, ref: AgentRef, principal: str | None, *, member: bool = False
+    ) -> BusAgent:
+        """The agent a call acts as (sends as, moves the cursor of, joins, leaves or deletes).
+        A principal acts only as its own agents: one it made, or one that was only ever named
+        as a participant, which it adopts now; another's is ForeignBusAgentError (a claims
+        agent_id another caller registered: ForeignAgentError). None: a trusted caller.
+        ``member``: the call then checks membership, which proves that a record still exists."""
+        if principal is None:
+            return self._member_ref(conn, ref) if member else self._resolve(conn, ref)
+        found = self._reader(conn, ref, principal)
+        self._own(conn, found, principal, adopt=True)
+        return found
+
+    def _reader(self, conn: Any, ref: AgentRef, principal: str | None) -> BusAgent:
+        """The agent whose cursor a call reads: for a principal, its own or an unowned one."""
+        if principal is not None and isinstance(ref, str) and AGENT_ID_RE.fullmatch(ref):
+            row = conn.execute(CLAIMS_OWNER, (ref,)).fetchone()
+            if row is not None and row[0] != principal:
+                raise ForeignAgentError(ref)
+        found = self._resolve(conn, ref)
+        if principal is not None:
+            self._own(conn, found, principal, adopt=False)
+        return found
+
+    def _own(self, conn: Any, agent: BusAgent, principal: str, *, adopt: bool) -> None:
+        row = conn.execute(OWNER, (agent.id,)).fetchone()
+        if row is None:
+            return  # gone: the call's own checks say so
+        owner, adoptable = row
+        if adoptable:
+            if not adopt or conn.execute(ADOPT, (principal, agent.id)).rowcount:
+                return
+            owner = conn.execute(OWNER, (agent.id,)).fetchone()[0]  # adopted meanwhile
+        if owner != principal:
+            raise ForeignBusAgentError(agent.name)
 
     def _agent_query(self, ref: str) -> tuple[str, tuple[Any, ...]]:
         """The query that finds the bus agent ``ref`` names: a UUID, a claims id or a name."""
@@ -615,7 +596,7 @@ class MessageBus:
         try:
             as_uuid = str(uuid.UUID(ref))
         except ValueError:
-            return _AGENT_BY_NAME, (ref,)
+            return AGENT_BY_NAME, (ref,)
         return (
             "SELECT agent_id, name FROM msg_agents WHERE agent_id = ? OR name = ? "
             "ORDER BY agent_id = ? DESC LIMIT 1",
@@ -624,7 +605,7 @@ class MessageBus:
 
     def _lookup(self, conn: Any, ref: AgentRef) -> BusAgent | None:
         if isinstance(ref, BusAgent):
-            row = conn.execute(_AGENT_BY_ID, (ref.id,)).fetchone()
+            row = conn.execute(AGENT_BY_ID, (ref.id,)).fetchone()
         else:
             name = check_text("agent", ref, MAX_AGENT_NAME)
             row = conn.execute(*self._agent_query(name)).fetchone()
@@ -654,19 +635,22 @@ class MessageBus:
             )
         return tuple(members.values())
 
-    def _ensure_agent(self, conn: Any, name: str) -> None:
+    def _ensure_agent(
+        self, conn: Any, name: str, principal: str | None, *, adoptable: bool = False
+    ) -> None:
         """Create the agent ``name`` unless it exists (also if another caller creates it at
-        this very moment: the INSERT then does nothing)."""
-        conn.execute(_NEW_AGENT, (str(uuid.uuid4()), name, utc_iso()))
+        this very moment: the INSERT then does nothing), owned by ``principal`` or, if
+        ``adoptable``, by the first caller to act as it."""
+        conn.execute(NEW_AGENT, (str(uuid.uuid4()), name, utc_iso(), principal, int(adoptable)))
 
     def _thread_row(self, conn: Any, tid: str) -> Any:
-        row = conn.execute(_THREAD, (tid,)).fetchone()
+        row = conn.execute(THREAD, (tid,)).fetchone()
         if row is None:
             raise unknown_thread(tid)
         return row
 
     def _cursor(self, conn: Any, tid: str, agent: BusAgent) -> tuple[int, int]:
-        return self._checked_cursor(conn.execute(_CURSOR, (agent.id, tid)).fetchone(), tid, agent)
+        return self._checked_cursor(conn.execute(CURSOR, (agent.id, tid)).fetchone(), tid, agent)
 
     def _checked_cursor(self, row: Any, tid: str, agent: BusAgent) -> tuple[int, int]:
         if row is None:
@@ -677,7 +661,7 @@ class MessageBus:
 
     def _state(self, conn: Any, tid: str, agent: BusAgent, last_seq: int, cursor: int) -> ReadState:
         others = (
-            conn.execute(_FROM_OTHERS, (tid, cursor, agent.id)).fetchone()[0]
+            conn.execute(FROM_OTHERS, (tid, cursor, agent.id)).fetchone()[0]
             if last_seq > cursor
             else 0
         )
@@ -686,8 +670,8 @@ class MessageBus:
     def _page(self, tid: str, after_seq: int, limit: int) -> MessagePage | None:
         """The messages after ``after_seq``, or None if the thread does not exist. One
         statement reads one row more than asked for, so ``more`` is exact."""
-        rows = self.db.fetchall(_POLL, (tid, after_seq, limit + 1))
-        if not rows and self.db.fetchone(_THREAD, (tid,)) is None:
+        rows = self.db.fetchall(POLL, (tid, after_seq, limit + 1))
+        if not rows and self.db.fetchone(THREAD, (tid,)) is None:
             return None
         more = len(rows) > limit
         return MessagePage(

@@ -3,7 +3,9 @@
 Decisions behind it:
 - The pipes are read and written on the event loop (the SDK's reader thread cannot be
   cancelled, so a signal would hang), after fds 0 and 1 are pointed at /dev/null and stderr so
-  that stray reads and prints cannot touch the wire.
+  that stray reads and prints cannot touch the wire. A terminal is read the same way (someone
+  who typed ``agenthold`` in a shell must be able to Ctrl-C it), but left in blocking mode: its
+  file status flags are shared with the shell, which would find it non-blocking afterwards.
 - Every line the SDK cannot parse is answered with a JSON-RPC error carrying its id; the SDK
   alone drops it, leaving the client waiting forever.
 - The end of stdin waits (SHUTDOWN_GRACE at most) until every request read before it is
@@ -42,7 +44,8 @@ class _PipeLines:
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        os.set_blocking(fd, False)
+        if not os.isatty(fd):  # a terminal stays blocking: readable means a read will not wait
+            os.set_blocking(fd, False)
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._lines()
@@ -58,7 +61,7 @@ class _PipeLines:
                 continue
             if not chunk:
                 if buffer and not skipping and not buffer.isspace():
-                    yield buffer.decode("utf-8", errors="replace")
+                    yield _text_of(bytes(buffer))
                 return
             searched = len(buffer)  # holds no newline: look only at the new chunk (a long
             buffer += chunk  # line would otherwise be scanned again for every chunk of it)
@@ -71,7 +74,7 @@ class _PipeLines:
                     continue
                 if line.isspace():  # a blank line is no message (the SDK's reader skips it too)
                     continue
-                yield line.decode("utf-8", errors="replace")
+                yield _text_of(line)
             if len(buffer) > MAX_LINE_BYTES and not skipping:
                 log.warning("dropped a message longer than %d bytes", MAX_LINE_BYTES)
                 yield _oversize_marker(bytes(buffer[:4096]))  # answered with an error
@@ -81,8 +84,75 @@ class _PipeLines:
                 buffer.clear()
 
 
+def _text_of(line: bytes) -> str:
+    """A line as text; one that is not UTF-8 becomes a marker answered as a parse error (as
+    over HTTP), never text with U+FFFD in it that would be stored as if it had been sent."""
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        request_id = _top_level_id(line.decode("utf-8", errors="replace"))
+        return json.dumps({NOT_UTF8_KEY: exc.start, "id": request_id}) + "\n"
+
+
+def _top_level_id(text: str) -> str | int | None:
+    """The ``id`` member of the JSON object ``text``, found without parsing its other members
+    (a line too deep or too odd for any parser still has its id answered): a scan that skips
+    strings and counts brackets, so only a member at the top level counts."""
+    depth, i, n = 0, 0, len(text)
+    expect_key = False
+    while i < n:
+        c = text[i]
+        if c == '"':
+            end = _string_end(text, i)
+            if end < 0:
+                return None
+            if depth == 1 and expect_key:
+                j = end + 1
+                while j < n and text[j] in " \t\r\n":
+                    j += 1
+                if text[i : end + 1] == '"id"' and j < n and text[j] == ":":
+                    return _id_value(text[j + 1 :])
+            expect_key = False
+            i = end + 1
+            continue
+        if c in "[{":
+            depth += 1
+            expect_key = depth == 1 and c == "{"
+        elif c in "]}":
+            depth -= 1
+        elif c == "," and depth == 1:
+            expect_key = True
+        i += 1
+    return None
+
+
+def _string_end(text: str, start: int) -> int:
+    """Where the JSON string opening at ``start`` closes, or -1."""
+    i = start + 1
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == '"':
+            return i
+        i += 1
+    return -1
+
+
+_ID_VALUE = re.compile(r'\s*(-?\d{1,30}(?![\d.eE])|"(?:[^"\\]|\\.){0,200}")')
+
+
+def _id_value(rest: str) -> str | int | None:
+    found = _ID_VALUE.match(rest)
+    if found is None:
+        return None
+    value = json.loads(found.group(1))
+    return value if isinstance(value, (str, int)) else None
+
+
 _ID_AT_START = re.compile(rb'"id"\s*:\s*(-?\d{1,30}|"(?:[^"\\]|\\.){0,200}")')
 OVERSIZE_KEY = "agenthold_oversize"
+NOT_UTF8_KEY = "agenthold_not_utf8"
 
 
 def _oversize_marker(head: bytes) -> str:
@@ -100,7 +170,8 @@ class _PipeWriter:
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._pending = bytearray()
-        os.set_blocking(fd, False)
+        if not os.isatty(fd):
+            os.set_blocking(fd, False)
 
     async def write(self, text: str) -> None:
         self._pending += text.encode("utf-8")
@@ -121,14 +192,18 @@ class _PipeWriter:
 def _claim_stdio() -> tuple[_PipeLines, _PipeWriter] | None:
     """Take the protocol's pipes off fds 0 and 1 (which then point at /dev/null and stderr,
     so stray reads and prints cannot touch the wire) and serve them on the event loop.
-    None where that is not possible (a terminal, Windows): the SDK's own streams serve."""
+    None where that is not possible (a regular file on stdin, Windows): the SDK's own streams
+    serve."""
     if os.name != "posix":  # pragma: no cover
         return None
     try:
         modes = [os.fstat(fd).st_mode for fd in (0, 1)]
     except OSError:  # pragma: no cover
         return None
-    if not all(stat.S_ISFIFO(m) or stat.S_ISSOCK(m) for m in modes):
+    if not all(
+        stat.S_ISFIFO(m) or stat.S_ISSOCK(m) or os.isatty(fd)
+        for fd, m in zip((0, 1), modes, strict=True)
+    ):
         return None
     wire_in, wire_out = os.dup(0), os.dup(1)
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -255,11 +330,19 @@ def _diagnose(exc: Exception) -> tuple[str | int | None, int, str]:
         except (ValueError, RecursionError):
             found = None
     request_id = found.get("id") if isinstance(found, dict) else None
+    if found is None and isinstance(raw, str):  # too deep even for that parser: scan for it
+        request_id = _top_level_id(raw)
     if isinstance(request_id, bool) or not isinstance(request_id, (int, str)):
         request_id = None
     if isinstance(found, dict) and OVERSIZE_KEY in found:
         code = types.INVALID_REQUEST
         message = f"Message too large: the limit is {MAX_LINE_BYTES // (1024 * 1024)} MiB a line"
+    elif isinstance(found, dict) and NOT_UTF8_KEY in found:
+        code = types.PARSE_ERROR
+        message = (
+            f"Parse error: the message is not valid UTF-8 (at byte {found[NOT_UTF8_KEY]});"
+            " JSON-RPC over stdio is UTF-8 text"
+        )
     return request_id, code, message
 
 

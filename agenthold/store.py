@@ -20,6 +20,7 @@ Decisions behind it:
 
 from __future__ import annotations
 
+import errno
 import importlib
 import json
 import logging
@@ -1220,6 +1221,17 @@ class SQLiteDatabase:
 
     def _check_file(self) -> None:
         path = self.path
+        for name in (path, path + "-wal"):  # SQLite also opens the write-ahead log by name
+            try:
+                os.stat(name)
+            except OSError as exc:
+                if exc.errno == errno.ENAMETOOLONG:  # SQLite would say only "unable to open"
+                    shown = path if len(path) <= 120 else path[:60] + "..." + path[-40:]
+                    raise IncompatibleDatabaseError(
+                        f"cannot open database {shown!r}: the path, or one of its names with the"
+                        " '-wal' suffix SQLite adds, is longer than this system allows; use a"
+                        " shorter path"
+                    ) from None
         # The directory named in the path, and the one a symbolic link at the path points into.
         for parent in dict.fromkeys(
             os.path.dirname(p) for p in (os.path.abspath(path), os.path.realpath(path))

@@ -59,16 +59,9 @@ from _common import (
     target_lines,
 )
 
-# The private SQL constants are imported on purpose: the baseline must run exactly these.
-from agenthold.messages import (
-    _BUMP,
-    _CURSOR,
-    _INSERT,
-    _IS_MEMBER,
-    _POLL,
-    BusAgent,
-    MessageBus,
-)
+# The bus's own SQL, imported on purpose: the baseline must run exactly these statements.
+from agenthold.message_schema import BUMP, CURSOR, INSERT, IS_MEMBER, POLL
+from agenthold.messages import BusAgent, MessageBus
 from agenthold.store import utc_iso
 
 CONTENT = "Tests pass on branch fix-123; please review src/app.py lines 40-80."
@@ -110,17 +103,17 @@ class Raw:
     def append(self, content: str) -> int:
         cur, tid, now = self.cur, self.tid, utc_iso()
         cur.execute("BEGIN IMMEDIATE")
-        seq = cur.execute(_BUMP, (now, tid)).fetchone()[0]
-        cur.execute(_IS_MEMBER, (tid, self.agent.id)).fetchone()
-        cur.execute(_INSERT, (tid, seq, self.agent.id, self.agent.name, content, now))
+        seq = cur.execute(BUMP, (now, tid)).fetchone()[0]
+        cur.execute(IS_MEMBER, (tid, self.agent.id)).fetchone()
+        cur.execute(INSERT, (tid, seq, self.agent.id, self.agent.name, content, now, None))
         cur.execute("COMMIT")
         return int(seq)
 
     def poll(self, after_seq: int) -> list[Any]:
-        return self.cur.execute(_POLL, (self.tid, after_seq, PAGE + 1)).fetchall()[:PAGE]
+        return self.cur.execute(POLL, (self.tid, after_seq, PAGE + 1)).fetchall()[:PAGE]
 
     def has_unread(self, thread_id: str) -> bool:
-        last, cursor = self.cur.execute(_CURSOR, (self.agent.id, thread_id)).fetchone()
+        last, cursor = self.cur.execute(CURSOR, (self.agent.id, thread_id)).fetchone()
         return bool(last > cursor)
 
 
@@ -133,9 +126,9 @@ def fill(bus: MessageBus, thread_id: str, sender: BusAgent, count: int) -> None:
             "SELECT last_seq FROM msg_threads WHERE thread_id = ?", (thread_id,)
         ).fetchone()[0]
         conn.executemany(
-            _INSERT,
+            INSERT,
             (
-                (thread_id, seq, sender.id, sender.name, CONTENT, now)
+                (thread_id, seq, sender.id, sender.name, CONTENT, now, None)
                 for seq in range(start + 1, start + count + 1)
             ),
         )

@@ -769,10 +769,18 @@ def test_over_stdio_deep_nesting_long_strings_and_junk_lines_are_answered_and_se
         answer = server.tool(2, "agenthold_set", f'{{"value":{deep},{value}}}', modern=modern)
         assert answer["error"]["code"] == -32700
         assert "nested too deeply" in answer["error"]["message"]
-        # past what agenthold's own parse manages too: answered, but without the id
-        deep = "[" * 100_000 + "]" * 100_000
-        server.send(call_text(3, "agenthold_set", f'{{"value":{deep},{value}}}', modern=modern))
-        assert "nested too deeply" in server.reply(None)["error"]["message"]
+        # past what any parser manages (Python's recursion limit at ~1,000 levels): the id is
+        # still found, by a scan of the top level, so the client can match the answer
+        for request_id, levels in ((3, 1_000), ("three", 100_000)):
+            deep = "[" * levels + "]" * levels
+            line = call_text(
+                json.dumps(request_id),
+                "agenthold_set",
+                f'{{"value":{deep},{value}}}',
+                modern=modern,
+            )
+            server.send(line)
+            assert "nested too deeply" in server.reply(request_id)["error"]["message"]
         ten_mb = server.tool(
             4, "agenthold_get", f'{{"namespace":"{"x" * 10_000_000}","key":"k"}}', modern=modern
         )
@@ -789,10 +797,22 @@ def test_over_stdio_deep_nesting_long_strings_and_junk_lines_are_answered_and_se
         assert server.reply(None)["error"]["code"] == -32700
         server.send('{"jsonrpc":"2.0","id":10,"hello":"not JSON-RPC"}')
         assert server.reply(10)["error"]["code"] == -32600
-        # bytes that are not UTF-8 become U+FFFD: an unknown tool, answered as one ...
+        # bytes that are not UTF-8 are a parse error with the id, as over HTTP (never U+FFFD
+        # stored as if it had been sent) ...
         line = call_text(11, "agenthold_??", "{}", modern=modern).encode()
         server.send(line.replace(b"??", b"\xff\xfe"))
-        assert tool_result(server.reply(11), "agenthold_x")["error"] == "unknown_tool"
+        answer = server.reply(11)
+        assert answer["error"]["code"] == -32700 and "not valid UTF-8" in answer["error"]["message"]
+        line = call_text(
+            14,
+            "agenthold_set",
+            '{"namespace":"n","key":"utf","value":"??","updated_by":"u","force":true}',
+            modern=modern,
+        ).encode()
+        server.send(line.replace(b"??", b"caf\xe9"))  # Latin-1, not UTF-8: nothing is stored
+        assert server.reply(14)["error"]["code"] == -32700
+        missing = server.tool(15, "agenthold_get", '{"namespace":"n","key":"utf"}', modern=modern)
+        assert tool_result(missing, "agenthold_get")["status"] == "not_found"
         # ... while an escaped lone surrogate is a parse error to the SDK's parser
         answer = server.tool(12, "agenthold_\udcff", "{}", modern=modern)  # sent as \\udcff
         assert answer["error"]["code"] == -32700 and "surrogate" in answer["error"]["message"]

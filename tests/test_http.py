@@ -18,6 +18,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -795,6 +796,38 @@ async def test_a_write_its_client_gave_up_on_while_it_waited_for_the_lock_is_who
     assert "Traceback" not in server.stderr
 
 
+async def test_port_0_serves_on_a_free_port_named_in_the_start_line_and_logs_at_info(
+    tmp_path: Path,
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agenthold", "--db", str(tmp_path / "state.db"),
+         "--transport", "http", "--port", "0", "--claim-ttl", "1800"],
+        cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        first = await anyio.to_thread.run_sync(proc.stderr.readline)
+        started = re.fullmatch(
+            r"agenthold: INFO: serving standard tools at http://127\.0\.0\.1:(\d+)/mcp\n", first
+        )
+        assert started is not None, first
+        port = int(started.group(1))
+        assert port != 0
+        async with connect(f"http://127.0.0.1:{port}/mcp") as client:
+            registered = await call(client, "agenthold_register", name="on-port-0")
+            assert registered["status"] == "registered"
+        proc.send_signal(signal.SIGTERM)
+        out, rest = await anyio.to_thread.run_sync(lambda: proc.communicate(timeout=20))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, rest
+    assert out == "" and rest.startswith("agenthold: INFO: SIGTERM: stopping"), rest
+    assert "WARNING" not in first + rest  # a normal start and stop warn of nothing
+
+
 def test_a_port_in_use_fails_with_one_line_before_serving(tmp_path: Path) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -845,8 +878,8 @@ def options(*argv: str, env: dict[str, str] | None = None) -> tuple[ServeOptions
     ("flag", "value", "message"),
     [
         ("--port", "http", "is not a port number"),
-        ("--port", "0", "between 1 and 65535"),
-        ("--port", "65536", "between 1 and 65535"),
+        ("--port", "-1", "between 0 and 65535"),
+        ("--port", "65536", "between 0 and 65535"),
         ("--host", " ", "an empty address"),
     ],
 )

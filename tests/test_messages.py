@@ -25,10 +25,12 @@ from support import REPO, LineProcess, child_env, run_threads
 
 from agenthold import messages
 from agenthold.claims import Coordinator, UnknownAgentError
+from agenthold.message_schema import MESSAGES_SCHEMA
 from agenthold.messages import (
     DEFAULT_POLL_LIMIT,
     MAX_POLL_LIMIT,
     BusAgent,
+    ForeignBusAgentError,
     MessageBus,
     NameTakenError,
     NotParticipantError,
@@ -36,7 +38,7 @@ from agenthold.messages import (
     UnknownThreadError,
 )
 from agenthold.store import SCHEMA_VERSION as store_schema
-from agenthold.store import IncompatibleDatabaseError, InvalidInputError, StateStore
+from agenthold.store import Component, IncompatibleDatabaseError, InvalidInputError, StateStore
 
 BUS_WORKER = REPO / "tests" / "helpers" / "bus_worker.py"
 BENCH = REPO / "bench" / "messages_bench.py"
@@ -573,7 +575,8 @@ def test_the_bus_tables_sit_beside_the_store_and_claims(db_path: Path) -> None:
     conn = sqlite3.connect(db_path)
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"state", "agents", "claims", "msg_agents", "msg_threads", "msg_messages"} <= tables
-    assert ("messages", 1) in conn.execute("SELECT * FROM agenthold_components").fetchall()
+    components = conn.execute("SELECT * FROM agenthold_components").fetchall()
+    assert ("messages", messages.SCHEMA_VERSION) in components
     assert conn.execute("PRAGMA user_version").fetchone()[0] == store_schema  # the store's own
     conn.close()
     with StateStore(db_path) as store:
@@ -603,24 +606,42 @@ def test_a_newer_bus_schema_is_refused(db_path: Path) -> None:
     conn.execute("UPDATE agenthold_components SET version = 99 WHERE component = 'messages'")
     conn.commit()
     conn.close()
-    with pytest.raises(IncompatibleDatabaseError, match="schema version 99, newer"):
+    with pytest.raises(IncompatibleDatabaseError, match="messages tables at version 99, newer"):
         MessageBus(db_path)
 
 
+TID = "0b6c2a1e-4d3f-4a5b-8c7d-9e0f1a2b3c4d"
+
+
 def test_an_older_bus_schema_needs_a_writable_open(db_path: Path, monkeypatch: Any) -> None:
+    """A file made by the first bus (version 1: no principals, no thread names) is migrated by
+    a writable open and keeps its messages; a read-only open refuses it."""
+    first = Component("messages", {k: v[:1] for k, v in MESSAGES_SCHEMA.migrations.items()})
+    monkeypatch.setattr(messages, "MESSAGES_SCHEMA", first)
     MessageBus(db_path).close()
-    monkeypatch.setattr(messages, "SCHEMA_VERSION", 2)
-    monkeypatch.setattr(messages, "MIGRATIONS", (*messages.MIGRATIONS, ("CREATE TABLE msg_x (a)",)))
+    conn = sqlite3.connect(db_path)
+    conn.execute("INSERT INTO msg_agents VALUES ('a1', 'a', 'x'), ('b1', 'b', 'x')")
+    conn.execute("INSERT INTO msg_threads VALUES (?, 'x', 1, 'x')", (TID,))
+    members = [(TID, "a1"), (TID, "b1")]
+    conn.executemany("INSERT INTO msg_participants VALUES (?, ?, 'x', 0)", members)
+    conn.execute(
+        "INSERT INTO msg_messages (thread_id, seq, sender_id, sender_name, content, created_at) "
+        "VALUES (?, 1, 'a1', 'a', 'from version 1', 'x')",
+        (TID,),
+    )
+    conn.commit()
+    conn.close()
+    monkeypatch.undo()
     with pytest.raises(IncompatibleDatabaseError, match="older than"):
         MessageBus(db_path, read_only=True)
     with MessageBus(db_path) as bus:  # a writable open migrates
-        assert (
-            bus.db.fetchone(
-                "SELECT version FROM agenthold_components WHERE component = 'messages'"
-            )[0]
-            == 2
-        )
-        assert bus.db.fetchone("SELECT count(*) FROM msg_x")[0] == 0
+        version = "SELECT version FROM agenthold_components WHERE component = 'messages'"
+        assert bus.db.fetchone(version)[0] == messages.SCHEMA_VERSION == 2
+        [old] = bus.poll(TID)
+        assert (old.content, old.principal) == ("from version 1", None)
+        assert bus.append(TID, "b", "after").seq == 2
+        with pytest.raises(ForeignBusAgentError):  # version 1 agents had no token: trusted only
+            bus.append(TID, "a", "x", principal="p")
 
 
 def test_threads_opening_a_new_file_together_migrate_it_once(db_path: Path) -> None:
@@ -633,9 +654,12 @@ def test_threads_opening_a_new_file_together_migrate_it_once(db_path: Path) -> N
     assert len(set(run_threads(4, body))) == 1
 
 
-def test_a_bus_that_fails_to_open_closes_its_store(db_path: Path, monkeypatch: Any) -> None:
+def test_a_bus_that_fails_to_open_closes_its_store(db_path: Path) -> None:
     MessageBus(db_path).close()
-    monkeypatch.setattr(messages, "SCHEMA_VERSION", 0)
+    conn = sqlite3.connect(db_path)
+    conn.execute("UPDATE agenthold_components SET version = 99 WHERE component = 'messages'")
+    conn.commit()
+    conn.close()
     with pytest.raises(IncompatibleDatabaseError):
         MessageBus(db_path)
 

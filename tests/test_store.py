@@ -1065,6 +1065,20 @@ def test_a_missing_directory_is_named_in_the_error(tmp_path: Path) -> None:
     assert not (tmp_path / "no").exists()
 
 
+def test_a_path_over_the_platforms_limit_is_named_as_the_cause_not_a_failed_open(
+    tmp_path: Path,
+) -> None:
+    """SQLite itself says only "unable to open database file"; the library names the cause,
+    also when only the write-ahead log's name (the path plus '-wal') is too long."""
+    for name in ("n" * 300, "n" * 253):
+        for read_only in (False, True):
+            with pytest.raises(IncompatibleDatabaseError, match="longer than this system allows"):
+                StateStore(tmp_path / name, read_only=read_only)
+    with pytest.raises(IncompatibleDatabaseError, match=r"\.\.\..*longer than"):
+        StateStore(tmp_path / ("d/" * 3000 + "x.db"))  # a path shown cut short, not 6,000 bytes
+    assert list(tmp_path.iterdir()) == []
+
+
 @posix_only
 def test_a_link_into_a_missing_directory_is_named_in_the_error(tmp_path: Path) -> None:
     link = tmp_path / "state.db"
