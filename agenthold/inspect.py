@@ -8,9 +8,10 @@ who changed it, without an MCP client. Decisions behind it:
   a schema and refuses files that are not agenthold databases. Claims and agents are read through
   ``Coordinator``, whose reads never write and which reports a claim whose holder's lease ended
   as free ("expired" or "abandoned"), so an expired claim is never shown as claimed.
-- Fast to start. At module level only ``argparse`` and ``sys`` are imported, because
-  ``agenthold --help`` builds these parsers; the store, the claims code and the rest of the
-  standard library are imported inside ``run``. Nothing here imports ``mcp``.
+- Fast to start. At module level only ``argparse``, ``sys`` and two small modules of its own
+  are imported: inspect_args.py (the subcommands' parsers, which ``agenthold --help`` builds)
+  and tables.py (text for terminals); the store, the claims code and the rest of the standard
+  library are imported inside ``run``. Nothing here imports ``mcp``.
 - One set of records per command: each command builds the list of dicts that ``--json`` prints
   (documented in docs/inspector.md), and the table for people is drawn from the same dicts.
 - ``log --follow`` is woken by the store's change feed (``SQLiteDatabase.subscribe``), which
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import threading
@@ -34,157 +35,39 @@ if TYPE_CHECKING:
     from agenthold.messages import MessageBus
     from agenthold.store import StateStore
 
+from agenthold.inspect_args import (
+    COMMANDS,
+    DEFAULT_LIMIT,
+    UsageError,
+    add_subcommands,
+    parse_after,
+    parse_limit,
+)
+from agenthold.tables import (
+    GAP,
+    MIN_CUT,
+    Column,
+    age,
+    clean,
+    clock,
+    compact_json,
+    format_row,
+    header_lines,
+    layout,
+    parse_time,
+    span,
+    table,
+)
+
 __all__ = ["COMMANDS", "DEFAULT_LIMIT", "add_subcommands", "run"]
 
-DEFAULT_LIMIT = 20  # lines of `history` and `log` when --limit is not given
-MAX_LIMIT = 2**62  # larger limits are treated as "everything" (SQLite takes 64-bit integers)
 FALLBACK_COLUMNS = 100  # terminal width assumed when the output is not a terminal
 FOLLOW_RECHECK = 1.0  # seconds: `log --follow` looks for new events at least this often
-GAP = "  "  # between table columns
-
-COMMANDS = ("agents", "claims", "namespaces", "keys", "history", "log", "threads", "messages")
 
 
 # --------------------------------------------------------------------------------------------
 # The command line
 # --------------------------------------------------------------------------------------------
-
-
-def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the inspector's subcommands to the ``agenthold`` parser.
-
-    ``--db`` and ``--json`` default to ``argparse.SUPPRESS`` so that, given after the
-    subcommand, they override the top-level options and, not given, they leave them alone.
-    """
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--db",
-        default=argparse.SUPPRESS,
-        metavar="PATH",
-        help="the agenthold database to read, never created or changed (default: the "
-        "server's, $AGENTHOLD_DB or the per-user one; may also be given before the subcommand)",
-    )
-    common.add_argument(
-        "--json",
-        action="store_true",
-        default=argparse.SUPPRESS,
-        help="print JSON for programs instead of a table",
-    )
-
-    def add(name: str, summary: str, description: str) -> argparse.ArgumentParser:
-        parser: argparse.ArgumentParser = subparsers.add_parser(
-            name, parents=[common], help=summary, description=description
-        )
-        return parser
-
-    add(
-        "agents",
-        "who is registered, their leases and how many claims they hold",
-        "List every registered agent, oldest registration first: id, name, model, when it "
-        "registered and last made a call, when its lease ends and how many claims it holds.",
-    )
-    claims = add(
-        "claims",
-        "what is claimed right now, and by whom",
-        "List the resources held right now. An agent whose lease has ended holds nothing.",
-    )
-    claims.add_argument(
-        "--all",
-        action="store_true",
-        help="every resource ever claimed: free ones show how their last claim ended",
-    )
-    add(
-        "namespaces",
-        "namespaces with their key counts",
-        "List every namespace ever written: live keys, deleted keys, the last change and who "
-        "made it. A namespace whose keys were all deleted is listed with 0 keys.",
-    )
-    keys = add(
-        "keys",
-        "the live keys of a namespace",
-        "List the live keys of NAMESPACE with their versions, writers and values.",
-    )
-    keys.add_argument("namespace", metavar="NAMESPACE")
-    history = add(
-        "history",
-        "the writes and deletes of one key, newest first",
-        "Show the writes and deletes of KEY in NAMESPACE, newest first. A deleted key still "
-        "has its history.",
-    )
-    history.add_argument("namespace", metavar="NAMESPACE")
-    history.add_argument("key", metavar="KEY")
-    history.add_argument(
-        "--limit", metavar="N", help=f"show at most N entries (default: {DEFAULT_LIMIT})"
-    )
-    log = add(
-        "log",
-        "the latest events in the whole database; --follow to watch",
-        "Show the latest events, oldest first: writes and deletes of keys, registrations, "
-        "claims, releases with their outcomes, lease ends and removals of idle agents. "
-        "With --follow, keep printing new events as agents make them, until Ctrl-C.",
-    )
-    log.add_argument(
-        "-f",
-        "--follow",
-        action="store_true",
-        help="keep printing new events as they are committed, until Ctrl-C",
-    )
-    log.add_argument(
-        "--namespace",
-        metavar="NS",
-        help="only writes and deletes in namespace NS (no claim events)",
-    )
-    log.add_argument(
-        "--limit", metavar="N", help=f"show the last N events (default: {DEFAULT_LIMIT})"
-    )
-    add(
-        "threads",
-        "message-bus threads: participants, message count, last activity",
-        "List every thread of the message bus, oldest first: its id, participants, how many "
-        "messages it holds and when it was last active.",
-    )
-    messages = add(
-        "messages",
-        "the messages of one thread, in order",
-        "Show the messages of THREAD_ID in sequence order: seq, sender, time and content.",
-    )
-    messages.add_argument("thread_id", metavar="THREAD_ID")
-    messages.add_argument(
-        "--after", metavar="N", help="only messages after seq N (default: 0, from the start)"
-    )
-    messages.add_argument(
-        "--limit", metavar="N", help=f"show at most N messages (default: {DEFAULT_LIMIT})"
-    )
-
-
-class UsageError(Exception):
-    """A bad command-line value: one line on standard error, exit status 2."""
-
-
-def parse_limit(text: str | None) -> int:
-    """The value of ``--limit``: a whole number, 1 or more."""
-    if text is None:
-        return DEFAULT_LIMIT
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"--limit: {text!r} is not a whole number; give 1 or more") from None
-    if value < 1:
-        raise UsageError(f"--limit: {text!r} must be 1 or more")
-    return min(value, MAX_LIMIT)
-
-
-def parse_after(text: str | None) -> int:
-    """The value of ``--after``: a whole number, 0 or more."""
-    if text is None:
-        return 0
-    try:
-        value = int(text)
-    except ValueError:
-        raise UsageError(f"--after: {text!r} is not a whole number; give 0 or more") from None
-    if value < 0:
-        raise UsageError(f"--after: {text!r} must be 0 or more")
-    return min(value, MAX_LIMIT)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -254,178 +137,6 @@ def _silence_stdout() -> None:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError, AttributeError):  # pragma: no cover - stdout is not a file
         pass
-
-
-# --------------------------------------------------------------------------------------------
-# Showing text: widths, cuts, ages
-# --------------------------------------------------------------------------------------------
-
-
-def _char_width(char: str) -> int:
-    """Terminal cells one character takes: 2 for wide (CJK, most emoji), 0 for combining."""
-    import unicodedata
-
-    if unicodedata.combining(char) or char in "\u200b\u200c\u200d\ufeff":
-        return 0
-    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
-
-
-def text_width(text: str) -> int:
-    """Terminal cells ``text`` takes."""
-    if text.isascii():
-        return len(text)
-    return sum(_char_width(c) for c in text)
-
-
-def cut(text: str, width: int) -> str:
-    """``text`` if it fits in ``width`` cells, else its start and "…" in ``width`` cells."""
-    if text_width(text) <= width:
-        return text
-    if width <= 0:
-        return ""
-    kept: list[str] = []
-    used = 0
-    for char in text:
-        w = _char_width(char)
-        if used + w > width - 1:
-            break
-        kept.append(char)
-        used += w
-    return "".join(kept) + "…"
-
-
-def clean(text: str, limit: int) -> str:
-    """``text`` made safe for a terminal (control characters shown as escapes, so a value can
-    never move the cursor or change colours) and cut to at most about ``limit`` cells."""
-    import re
-
-    if len(text) > limit:
-        text = text[:limit] + "…"
-    return re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-def compact_json(value: Any) -> str:
-    import json
-
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def parse_time(iso: str) -> float | None:
-    """Unix time of an ISO-8601 string the store wrote, or None if it is not one."""
-    from datetime import datetime
-
-    try:
-        return datetime.fromisoformat(iso).timestamp()
-    except ValueError:
-        return None
-
-
-def span(seconds: float) -> str:
-    """A short duration: "4s", "5m", "3h", "2d"."""
-    s = int(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m"
-    if s < 86_400:
-        return f"{s // 3600}h"
-    return f"{s // 86_400}d"
-
-
-def age(iso: str | None, now: float) -> str:
-    """How long ago ``iso`` was: "2s ago" (or "in 2s" for a time ahead of this clock)."""
-    if not iso:
-        return "-"
-    moment = parse_time(iso)
-    if moment is None:
-        return iso
-    delta = now - moment
-    return f"{span(delta)} ago" if delta >= 0 else f"in {span(-delta)}"
-
-
-def clock(iso: str) -> str:
-    """A stored UTC time as "2026-05-09 07:35:25.123" (the log's TIME column)."""
-    if len(iso) >= 23 and iso[10] == "T":
-        return f"{iso[:10]} {iso[11:23]}"
-    return iso
-
-
-# --------------------------------------------------------------------------------------------
-# Tables
-# --------------------------------------------------------------------------------------------
-
-
-class Column(NamedTuple):
-    """A table column. One with a ``cut`` rank may be cut short (with "…") when the table is
-    wider than the terminal: rank 1 first, down to MIN_CUT cells, then rank 2, and so on. A
-    ``right`` column is right-aligned (numbers)."""
-
-    header: str
-    cut: int = 0
-    right: bool = False
-
-
-MIN_CUT = 12  # a column is never cut narrower than this (or its header)
-
-
-def printable(text: str) -> str:
-    """``text`` with every character a terminal would not show as itself escaped (``\\x1b``,
-    ``\\u202e``): control, format (bidirectional overrides, zero-width), separator and
-    unassigned characters. Every table cell passes through here, so a stored name can neither
-    move the cursor nor reorder or hide what is printed around it."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else _escape(c) for c in text)
-
-
-def _escape(char: str) -> str:
-    code = ord(char)
-    if code <= 0xFF:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
-
-
-def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], total: int) -> list[int]:
-    """Column widths: each as wide as its widest cell; then, while the table is wider than
-    ``total`` cells, the widest column of the lowest cut rank that can still shrink loses one."""
-    widths = [text_width(c.header) for c in columns]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], text_width(printable(cell)))
-    excess = sum(widths) + len(GAP) * (len(columns) - 1) - total
-    for rank in sorted({c.cut for c in columns if c.cut}):
-        members = [i for i, c in enumerate(columns) if c.cut == rank]
-        floors = {i: min(widths[i], max(MIN_CUT, text_width(columns[i].header))) for i in members}
-        while excess > 0:
-            shrinkable = [i for i in members if widths[i] > floors[i]]
-            if not shrinkable:
-                break
-            widest = max(shrinkable, key=lambda i: widths[i])
-            widths[widest] -= 1
-            excess -= 1
-    return widths
-
-
-def format_row(columns: Sequence[Column], widths: Sequence[int], cells: Sequence[str]) -> str:
-    parts = []
-    for column, width, cell in zip(columns, widths, cells, strict=True):
-        text = cut(printable(cell), width)
-        pad = " " * (width - text_width(text))
-        parts.append(pad + text if column.right else text + pad)
-    return GAP.join(parts).rstrip()
-
-
-def header_lines(columns: Sequence[Column], widths: Sequence[int]) -> list[str]:
-    return [
-        format_row(columns, widths, [c.header for c in columns]),
-        GAP.join("-" * w for w in widths),
-    ]
-
-
-def table(columns: Sequence[Column], rows: Sequence[Sequence[str]], total: int) -> list[str]:
-    """The lines of an aligned table with a header and a dashed rule."""
-    widths = layout(columns, rows, total)
-    return header_lines(columns, widths) + [format_row(columns, widths, r) for r in rows]
 
 
 # --------------------------------------------------------------------------------------------

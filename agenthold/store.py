@@ -1304,7 +1304,7 @@ class SQLiteDatabase:
     def _prepare_schema(self) -> None:
         """Check that the file is ours (or empty) and set it up (page size, WAL); the tables
         come with ``ensure``. On any error every connection is closed before it is raised."""
-        try:
+        with self._closed_on_failure():
             conn = self._shared or self._thread_conn()
             app_id, layout, _, tables = _describe(conn)
             self._check_identity(app_id, layout, tables)
@@ -1314,6 +1314,13 @@ class SQLiteDatabase:
                 if layout == 0 and not tables:  # a new file: its page size can still change
                     conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
                 self._enable_wal(conn)
+
+    @contextmanager
+    def _closed_on_failure(self) -> Iterator[None]:
+        """While opening: a failure closes this store again, and a SQLite error becomes the
+        error that says what is wrong with the file."""
+        try:
+            yield
         except sqlite3.Error as exc:
             self.close()
             raise self._opening_error(exc) from None
@@ -1326,7 +1333,7 @@ class SQLiteDatabase:
         also imports an agenthold 0.10 file the first time the store's tables are made).
         Returns the version the tables are at: read-only and not ``required``, 0 when they
         were never made."""
-        try:
+        with self._closed_on_failure():
             conn = self._shared_or_thread()
             with self._exclusive_if_memory():
                 have = self._component_version(conn, component)
@@ -1350,12 +1357,6 @@ class SQLiteDatabase:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                     raise
-        except sqlite3.Error as exc:
-            self.close()
-            raise self._opening_error(exc) from None
-        except AgentholdError:
-            self.close()
-            raise
 
     def _component_version(self, conn: sqlite3.Connection, component: Component) -> int:
         app_id, layout, versions, tables = _describe(conn)

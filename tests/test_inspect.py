@@ -26,6 +26,7 @@ import pytest
 from support import REPO, LineProcess
 
 from agenthold import inspect as inspector
+from agenthold import tables
 from agenthold.claims import Coordinator
 from agenthold.cli import main
 from agenthold.store import SCHEMA_VERSION, StateStore
@@ -807,7 +808,7 @@ def test_long_values_are_cut_with_an_ellipsis_to_fit_the_terminal(
     monkeypatch.setenv("COLUMNS", "80")
     result = run_cli(capsys, *command, "--db", demo.db)
     assert result.status == 0
-    assert all(inspector.text_width(line) <= 80 for line in result.lines)
+    assert all(tables.text_width(line) <= 80 for line in result.lines)
     assert any(line.endswith("xxx…") for line in result.lines)
 
 
@@ -824,7 +825,7 @@ def test_a_narrow_terminal_cuts_the_least_useful_column_first(
 ) -> None:
     monkeypatch.setenv("COLUMNS", "70")
     result = run_cli(capsys, "claims", "--all", "--db", demo.db)
-    assert all(inspector.text_width(line) <= 70 for line in result.lines)
+    assert all(tables.text_width(line) <= 70 for line in result.lines)
     moved = next(line for line in result.lines if "src/old.py" in line)
     resource, state = cells(moved)[:2]
     assert resource == "file://default/src/old.py"  # the resource is whole
@@ -842,7 +843,7 @@ def test_wide_characters_keep_columns_aligned(
     assert len(rows) == 2
     # The VERSION column ends at the same terminal cell on both rows, although "日本語"
     # is 3 characters and 6 cells wide.
-    ends = {inspector.text_width(line[: line.index("1") + 1]) for line in rows}
+    ends = {tables.text_width(line[: line.index("1") + 1]) for line in rows}
     assert len(ends) == 1
     assert "héllo → ✓ 日本語" in result.out
 
@@ -926,11 +927,11 @@ def test_an_event_kind_unknown_to_this_version_is_still_logged(
 
 
 def test_text_is_cut_by_terminal_cells_not_characters() -> None:
-    assert inspector.cut("日本語テキスト", 7) == "日本語…"
-    assert inspector.text_width(inspector.cut("日本語テキスト", 7)) == 7
-    assert inspector.cut("short", 5) == "short"
-    assert inspector.cut("e\u0301e\u0301e\u0301", 3) == "e\u0301e\u0301e\u0301"  # combining
-    assert inspector.cut("abc", 0) == ""
+    assert tables.cut("日本語テキスト", 7) == "日本語…"
+    assert tables.text_width(tables.cut("日本語テキスト", 7)) == 7
+    assert tables.cut("short", 5) == "short"
+    assert tables.cut("e\u0301e\u0301e\u0301", 3) == "e\u0301e\u0301e\u0301"  # combining
+    assert tables.cut("abc", 0) == ""
 
 
 @pytest.mark.parametrize(
@@ -939,20 +940,20 @@ def test_text_is_cut_by_terminal_cells_not_characters() -> None:
      (86_400, "1d"), (10 * 86_400, "10d")],
 )  # fmt: skip
 def test_durations_are_shown_in_the_largest_whole_unit(seconds: float, shown: str) -> None:
-    assert inspector.span(seconds) == shown
+    assert tables.span(seconds) == shown
 
 
 def test_ages_are_relative_to_now() -> None:
     from agenthold.store import utc_iso
 
     now = time.time()
-    assert inspector.age(utc_iso(now - 2.5), now) == "2s ago"
-    assert inspector.age(utc_iso(now - 300.5), now) == "5m ago"
-    assert inspector.age(utc_iso(now + 5.5), now) == "in 5s"  # another machine's clock is ahead
-    assert inspector.age(None, now) == "-"
-    assert inspector.age("yesterday", now) == "yesterday"  # not written by agenthold: as is
-    assert inspector.clock("2026-05-09T07:35:25.123456+00:00") == "2026-05-09 07:35:25.123"
-    assert inspector.clock("yesterday") == "yesterday"
+    assert tables.age(utc_iso(now - 2.5), now) == "2s ago"
+    assert tables.age(utc_iso(now - 300.5), now) == "5m ago"
+    assert tables.age(utc_iso(now + 5.5), now) == "in 5s"  # another machine's clock is ahead
+    assert tables.age(None, now) == "-"
+    assert tables.age("yesterday", now) == "yesterday"  # not written by agenthold: as is
+    assert tables.clock("2026-05-09T07:35:25.123456+00:00") == "2026-05-09 07:35:25.123"
+    assert tables.clock("yesterday") == "yesterday"
 
 
 # --------------------------------------------------------------------------------------------

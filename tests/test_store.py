@@ -1101,11 +1101,6 @@ def test_a_file_that_cannot_be_read_is_refused_with_the_reason() -> None:
         StateStore("/proc/self/mem")
 
 
-def test_a_file_name_the_file_system_refuses_raises_unavailable(tmp_path: Path) -> None:
-    with pytest.raises(UnavailableError, match="unable to open"):
-        StateStore(tmp_path / ("x" * 300))
-
-
 def test_paths_with_uri_characters_open_exactly_that_file(tmp_path: Path) -> None:
     path = tmp_path / "my dir %41 #1" / "state?mode=ro&x=%2F#frag.db"
     path.parent.mkdir()
