@@ -209,6 +209,15 @@ async def token_server(
             yield TokenServer(web.url, tokens, db, auth_file)
 
 
+async def tools_seen(server: TokenServer, principals: list[str], mode: str) -> dict[str, set[str]]:
+    """The names tools/list shows each of ``principals``, one connection each."""
+    seen = {}
+    for who in principals:
+        async with server.client(who, mode) as c:
+            seen[who] = {t.name for t in (await c.list_tools()).tools}
+    return seen
+
+
 async def flagged_call(client: Client, tool: str, **arguments: Any) -> tuple[bool, dict[str, Any]]:
     """(isError, the reply's JSON) of one call."""
     done = await client.call_tool(tool, arguments)

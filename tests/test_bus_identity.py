@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from mcp import Client
-from support import TokenServer, child_env, flagged_call, token_server
+from support import TokenServer, child_env, flagged_call, token_server, tools_seen
 
 from agenthold.message_tools import MESSAGES_NAMES
 from agenthold.uris import Resolver, Workspace
@@ -231,10 +231,7 @@ async def test_tools_list_shows_the_messages_tools_only_to_who_may_call_them(
     tmp_path: Path, mode: str
 ) -> None:
     async with serving(tmp_path) as server:
-        seen = {}
-        for who in ("alice", "standard-only", "bus-only", "team-a"):
-            async with server.client(who, mode) as c:
-                seen[who] = {t.name for t in (await c.list_tools()).tools}
+        seen = await tools_seen(server, ["alice", "standard-only", "bus-only", "team-a"], mode)
         async with server.client("standard-only", mode) as c:
             for tool in sorted(MESSAGES_NAMES):
                 assert_forbidden(await call(c, tool), "tools:messages")

@@ -13,7 +13,15 @@ from typing import Any
 
 import httpx2
 import pytest
-from support import ACCEPT, LEGACY, TokenServer, flagged_call, open_session, token_server
+from support import (
+    ACCEPT,
+    LEGACY,
+    TokenServer,
+    flagged_call,
+    open_session,
+    token_server,
+    tools_seen,
+)
 
 from agenthold.claims import Coordinator
 from agenthold.store import StateStore
@@ -239,10 +247,7 @@ async def test_tools_list_shows_a_principal_only_the_tools_it_may_call(
     tmp_path: Path, mode: str
 ) -> None:
     async with serving(tmp_path) as server:
-        seen = {}
-        for who in ("alice", "standard-only", "advanced-only", "team-a"):
-            async with server.client(who, mode) as c:
-                seen[who] = {t.name for t in (await c.list_tools()).tools}
+        seen = await tools_seen(server, ["alice", "standard-only", "advanced-only", "team-a"], mode)
     assert seen["alice"] == seen["team-a"] == STANDARD | ADVANCED
     assert seen["standard-only"] == STANDARD
     assert seen["advanced-only"] == ADVANCED
