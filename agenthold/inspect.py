@@ -258,8 +258,8 @@ class Inspector:
 
     @property
     def has_bus(self) -> bool:
-        """Whether the database holds message-bus tables (the bus runs on SQLite only)."""
-        return self.store.db.dialect == "sqlite" and self.bus.has_tables
+        """Whether the database holds message-bus tables."""
+        return self.bus.has_tables
 
     def read_appends(self, conn: Any, after: Any, limit: int | None) -> tuple[list[Any], Any]:
         """Messages appended (after position ``after``), none without a message bus."""

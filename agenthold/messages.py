@@ -122,9 +122,9 @@ __all__ = [  # the records and errors are defined in message_types and belong he
 class MessageBus:
     """Agents, threads, ordered messages and read cursors, safe across threads and processes.
 
-    ``store`` is a file path, ``":memory:"``, or an open StateStore whose database the bus
-    shares (as the server does; closing it is then left to its owner). ``read_only``,
-    ``durability`` and ``busy_timeout`` mean what they mean for StateStore.
+    ``store`` is a file path, ``":memory:"``, a ``postgresql://`` URL, or an open StateStore
+    whose database the bus shares (as the server does; closing it is then left to its owner).
+    ``read_only``, ``durability`` and ``busy_timeout`` mean what they mean for StateStore.
     ``max_content_bytes`` caps one message's UTF-8 size (default: the store's value limit).
     """
 

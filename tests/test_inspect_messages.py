@@ -42,9 +42,10 @@ def terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def chat(tmp_path: Path) -> tuple[str, str, str]:
-    """A database with two threads (one of 1,500 messages) and a store write."""
-    db = str(tmp_path / "state.db")
+def chat(db_url: str) -> tuple[str, str, str]:
+    """A database with two threads (one of 1,500 messages) and a store write: a SQLite file,
+    or (``backends`` tests) also a PostgreSQL schema."""
+    db = db_url
     with MessageBus(db) as bus:
         long = bus.create_thread_by_names(["lead", "worker-2"]).id
         with bus.db.write() as (conn, _):
@@ -75,6 +76,7 @@ def files_of(directory: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in directory.iterdir()}
 
 
+@pytest.mark.backends
 def test_threads_lists_participants_counts_and_activity(
     capsys: pytest.CaptureFixture[str], chat: Any
 ) -> None:
@@ -94,6 +96,7 @@ def test_threads_lists_participants_counts_and_activity(
     assert (records[0]["message_count"], records[0]["last_seq"]) == (1500, 1500)
 
 
+@pytest.mark.backends
 def test_messages_shows_a_thread_in_order_with_after_and_limit(
     capsys: pytest.CaptureFixture[str], chat: Any
 ) -> None:
@@ -166,6 +169,7 @@ def test_the_bus_commands_never_change_the_database(
     assert files_of(tmp_path) == before
 
 
+@pytest.mark.backends
 def test_log_shows_appends_beside_writes(capsys: pytest.CaptureFixture[str], chat: Any) -> None:
     db, review, _ = chat
     status, out, _ = run(capsys, "log", "--limit", "50", "--db", db)
@@ -187,6 +191,7 @@ def test_log_shows_appends_beside_writes(capsys: pytest.CaptureFixture[str], cha
 
 
 @posix_only
+@pytest.mark.backends
 def test_log_follow_shows_an_append_by_another_process(chat: Any) -> None:
     db, review, _ = chat
     follow = LineProcess(

@@ -34,13 +34,16 @@ async def call(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def served(tmp_path: Path, tools: str = "messages") -> AsyncIterator[tuple[Any, Client]]:
-    with StateStore(tmp_path / "state.db") as store:
+async def served(
+    tmp_path: Path, tools: str = "messages", db: str | None = None
+) -> AsyncIterator[tuple[Any, Client]]:
+    """An in-process server on ``db`` (a SQLite file or a PostgreSQL URL; default: a file)."""
+    with StateStore(db or tmp_path / "state.db") as store:
         async with in_process_client(coordinator_at(store, tmp_path), tools=tools) as pair:
             yield pair
 
 
-def stdio(db: Path, root: Path, tools: str = "messages") -> StdioServerParameters:
+def stdio(db: Path | str, root: Path, tools: str = "messages") -> StdioServerParameters:
     return StdioServerParameters(
         command=sys.executable,
         args=[
@@ -85,8 +88,9 @@ async def test_the_tools_are_the_spec_s_with_our_prefix_and_fit_in_6_kb(tmp_path
         assert append.input_schema["required"] == ["thread_id", "sender_name", "content"]
 
 
-async def test_the_worker_loop_over_mcp(tmp_path: Path) -> None:
-    async with served(tmp_path) as (_, client):
+@pytest.mark.backends
+async def test_the_worker_loop_over_mcp(tmp_path: Path, db_url: str) -> None:
+    async with served(tmp_path, db=db_url) as (_, client):
         created = await call(client, "agenthold_create_agent", name="worker-1")
         assert created["status"] == "created" and uuid.UUID(created["agent_id"])
         again = await call(client, "agenthold_create_agent", name="worker-1")
@@ -124,8 +128,11 @@ async def test_the_worker_loop_over_mcp(tmp_path: Path) -> None:
         assert (gone["status"], gone["name"]) == ("deleted", "worker-1")
 
 
-async def test_wait_messages_is_woken_by_an_append_and_reports_progress(tmp_path: Path) -> None:
-    async with served(tmp_path) as (app, client):
+@pytest.mark.backends
+async def test_wait_messages_is_woken_by_an_append_and_reports_progress(
+    tmp_path: Path, db_url: str
+) -> None:
+    async with served(tmp_path, db=db_url) as (app, client):
         app.progress_every = 0.05
         tid = (await call(client, "agenthold_create_thread", participant_names=["a", "b"]))[
             "thread_id"
@@ -261,8 +268,11 @@ async def test_a_standard_server_does_not_make_the_bus_tables(tmp_path: Path) ->
         )
 
 
-async def test_over_stdio_two_servers_on_one_database_wake_each_other(tmp_path: Path) -> None:
-    db = tmp_path / "shared.db"
+@pytest.mark.backends
+async def test_over_stdio_two_servers_on_one_database_wake_each_other(
+    tmp_path: Path, db_url: str
+) -> None:
+    db = db_url
     async with connected(stdio(db, tmp_path)) as one, connected(stdio(db, tmp_path)) as two:
         tid = (await call(one, "agenthold_create_thread", participant_names=["a", "b"]))[
             "thread_id"

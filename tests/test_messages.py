@@ -45,10 +45,14 @@ BENCH = REPO / "bench" / "messages_bench.py"
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals")
 
 
-@pytest.fixture(params=["memory", "file"])
+@pytest.fixture(params=["memory", "file", "postgresql"])
 def bus(request: pytest.FixtureRequest, db_path: Path) -> Iterator[MessageBus]:
-    """A bus on a private in-memory database, then on a fresh file."""
-    with MessageBus(":memory:" if request.param == "memory" else db_path) as b:
+    """A bus on a private in-memory database, on a fresh file, and on a new PostgreSQL schema:
+    every test that takes it is a contract test of all three."""
+    where: str | Path = {"memory": ":memory:", "file": db_path}.get(request.param, "")
+    if request.param == "postgresql":
+        where = str(request.getfixturevalue("pg_url"))
+    with MessageBus(where) as b:
         yield b
 
 
@@ -243,8 +247,9 @@ def test_agents_are_found_by_record_name_or_uuid(pair: Any) -> None:
     assert bus.append(tid, "Bob", "by name").sender == bob
 
 
-def test_a_claims_agent_id_stands_for_the_bus_agent_of_its_name(db_path: Path) -> None:
-    with StateStore(db_path) as store:
+@pytest.mark.backends
+def test_a_claims_agent_id_stands_for_the_bus_agent_of_its_name(db_url: str) -> None:
+    with StateStore(db_url) as store:
         coordinator = Coordinator(store)
         agent_id = coordinator.register("worker-1")["agent_id"]
         bus = MessageBus(store)
@@ -262,6 +267,36 @@ def test_a_claims_agent_id_stands_for_the_bus_agent_of_its_name(db_path: Path) -
         bus.close()
         assert store.get  # the store given to the bus stays open
         assert store.list_namespaces() == []
+
+
+def test_agents_belong_to_their_caller_and_participants_to_the_first_to_act(
+    bus: MessageBus,
+) -> None:
+    lead = bus.get_or_create_agent("lead", principal="p1")
+    thread = bus.create_thread_by_names(["lead", "w"], name="team/x", principal="p1")
+    assert (thread.name, bus.get_thread(thread.id).name) == ("team/x", "team/x")  # type: ignore[union-attr]
+    with pytest.raises(NameTakenError, match="thread name taken"):
+        bus.create_thread_by_names(["lead", "w"], name="team/x")
+    sent = bus.append(thread.id, lead, "task", principal="p1")
+    assert sent.principal == "p1" and bus.poll(thread.id)[0].principal == "p1"
+    for act in (
+        lambda: bus.append(thread.id, "lead", "forged", principal="p2"),
+        lambda: bus.mark_read(thread.id, "lead", 1, principal="p2"),
+        lambda: bus.has_unread(thread.id, "lead", principal="p2"),
+        lambda: bus.get_thread_read_state(thread.id, "lead", principal="p2"),
+        lambda: bus.leave_thread(thread.id, "lead", principal="p2"),
+        lambda: bus.get_or_create_agent("lead", principal="p2"),
+        lambda: bus.delete_agent("lead", principal="p2"),
+    ):
+        with pytest.raises(ForeignBusAgentError, match="belongs to another caller"):
+            act()
+    assert bus.has_unread(thread.id, "w", principal="p1")  # reading adopts nothing
+    assert bus.mark_read(thread.id, "w", 1, principal="p2").cursor == 1  # acting adopts
+    with pytest.raises(ForeignBusAgentError):
+        bus.append(thread.id, "w", "forged", principal="p1")
+    assert bus.append(thread.id, "w", "done", principal="p2").seq == 2
+    assert bus.append(thread.id, "w", "trusted").principal is None  # None: a trusted caller
+    assert [m.content for m in bus.poll(thread.id)] == ["task", "done", "trusted"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -429,11 +464,12 @@ def test_sequences_have_no_gaps_under_many_threads(bus: MessageBus) -> None:
     assert all(len(r) == 60 for r in results)
 
 
-def test_sequences_have_no_gaps_under_many_processes(db_path: Path) -> None:
-    with MessageBus(db_path) as bus:
+@pytest.mark.backends
+def test_sequences_have_no_gaps_under_many_processes(db_url: str) -> None:
+    with MessageBus(db_url) as bus:
         senders = [f"p{i}" for i in range(4)]
         threads = [bus.create_thread_by_names(senders).id for _ in range(2)]
-        procs = [worker("append", str(db_path), s, "40", *threads) for s in senders]
+        procs = [worker("append", db_url, s, "40", *threads) for s in senders]
         stop = threading.Event()
 
         def local(_: int) -> None:  # a thread of this process appends meanwhile
@@ -456,12 +492,13 @@ def test_sequences_have_no_gaps_under_many_processes(db_path: Path) -> None:
             p.kill()
 
 
-def test_a_reader_never_sees_a_gap_while_processes_append(db_path: Path) -> None:
+@pytest.mark.backends
+def test_a_reader_never_sees_a_gap_while_processes_append(db_url: str) -> None:
     """Polling after the last seq seen never skips a message that commits later."""
-    with MessageBus(db_path) as bus:
+    with MessageBus(db_url) as bus:
         senders = [f"p{i}" for i in range(3)]
         tid = bus.create_thread_by_names(senders).id
-        procs = [worker("append", str(db_path), s, "80", tid) for s in senders]
+        procs = [worker("append", db_url, s, "80", tid) for s in senders]
         seen: list[int] = []
         deadline = time.monotonic() + 60
         while len(seen) < 240 and time.monotonic() < deadline:
@@ -475,12 +512,13 @@ def test_a_reader_never_sees_a_gap_while_processes_append(db_path: Path) -> None
 
 
 @posix_only
-def test_a_killed_appender_leaves_every_acknowledged_message(db_path: Path) -> None:
-    with MessageBus(db_path) as bus:
+@pytest.mark.backends
+def test_a_killed_appender_leaves_every_acknowledged_message(db_url: str) -> None:
+    with MessageBus(db_url) as bus:
         tid = bus.create_thread_by_names(["crasher", "peer"]).id
     acknowledged: dict[int, str] = {}
     for round_ in range(4):
-        proc = worker("crash-append", str(db_path), "crasher", tid)
+        proc = worker("crash-append", db_url, "crasher", tid)
         assert proc.next_line() == "ready"
         for _ in range(20 + 10 * round_):
             seq, content = proc.next_line().split(" ", 1)
@@ -488,7 +526,7 @@ def test_a_killed_appender_leaves_every_acknowledged_message(db_path: Path) -> N
         proc.proc.send_signal(signal.SIGKILL)
         proc.kill()
         assert proc.proc.returncode == -signal.SIGKILL
-    with MessageBus(db_path) as bus:
+    with MessageBus(db_url) as bus:
         info = bus.get_thread_info(tid)
         assert info is not None
         check_contiguous(bus, tid, info.last_seq)
@@ -532,10 +570,11 @@ def test_wait_ends_with_an_error_when_its_thread_is_deleted(pair: Any) -> None:
         bus.wait(tid, after_seq=0, timeout=20)
 
 
-def test_wait_is_woken_by_an_append_in_another_process(db_path: Path) -> None:
-    with MessageBus(db_path) as bus:
+@pytest.mark.backends
+def test_wait_is_woken_by_an_append_in_another_process(db_url: str) -> None:
+    with MessageBus(db_url) as bus:
         tid = bus.create_thread_by_names(["a", "b"]).id
-        waiter = worker("wait", str(db_path), tid, "0")
+        waiter = worker("wait", db_url, tid, "0")
         assert waiter.next_line() == "ready"
         time.sleep(0.2)
         sent = time.monotonic_ns()
@@ -546,14 +585,15 @@ def test_wait_is_woken_by_an_append_in_another_process(db_path: Path) -> None:
         waiter.kill()
 
 
-def test_wait_in_this_process_is_woken_by_another_process(db_path: Path) -> None:
-    with MessageBus(db_path) as bus:
+@pytest.mark.backends
+def test_wait_in_this_process_is_woken_by_another_process(db_url: str) -> None:
+    with MessageBus(db_url) as bus:
         tid = bus.create_thread_by_names(["a", "b"]).id
         result: list[Any] = []
         t = threading.Thread(target=lambda: result.append(bus.wait(tid, after_seq=0, timeout=30)))
         t.start()
         time.sleep(0.1)
-        appender = worker("append", str(db_path), "b", "1", tid)
+        appender = worker("append", db_url, "b", "1", tid)
         assert appender.next_line() == "done"
         t.join(30)
         assert [m.content for m in result[0]] == ["b 0"]
@@ -644,11 +684,12 @@ def test_an_older_bus_schema_needs_a_writable_open(db_path: Path, monkeypatch: A
             bus.append(TID, "a", "x", principal="p")
 
 
-def test_threads_opening_a_new_file_together_migrate_it_once(db_path: Path) -> None:
-    StateStore(db_path).close()
+@pytest.mark.backends
+def test_threads_opening_a_new_file_together_migrate_it_once(db_url: str) -> None:
+    StateStore(db_url).close()
 
     def body(_: int) -> str:
-        with MessageBus(db_path) as bus:
+        with MessageBus(db_url) as bus:
             return bus.get_or_create_agent("same").id
 
     assert len(set(run_threads(4, body))) == 1
