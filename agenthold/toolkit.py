@@ -301,9 +301,21 @@ class App(Protocol):
         """Remember that ``connection`` named ``agent_id`` (its lease ends with it)."""
 
 
+MAX_REPLY_CHARS = 16 * 1024 * 1024  # of JSON text: larger replies are refused, not sent
+
+
 def result(reply: Reply) -> types.CallToolResult:
+    text = _dumps(reply)
+    if len(text) > MAX_REPLY_CHARS:  # pages keep replies well below; this bounds the rest
+        return error_result(
+            "reply_too_large",
+            f"the reply would be {len(text) / 2**20:.1f} MiB of JSON, over the "
+            f"{MAX_REPLY_CHARS // 2**20} MiB a reply may be; nothing was sent",
+            "Ask for less: a smaller limit, or one page at a time with cursor where the tool "
+            "takes one.",
+        )
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=_dumps(reply))],
+        content=[types.TextContent(type="text", text=text)],
         structured_content=reply,
     )
 

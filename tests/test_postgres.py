@@ -502,3 +502,55 @@ def test_errors_of_the_database_are_agenthold_errors(pg: StateStore) -> None:
         pg.db.fetchone("SELECT * FROM no_such_table")
     with pytest.raises(AgentholdError), pg.db.snapshot() as conn:
         conn.execute("SELECT * FROM no_such_table")
+
+
+# -- fork ----------------------------------------------------------------------------------
+
+
+def test_a_forked_child_uses_sessions_of_its_own_and_leaves_the_parents_alone(
+    pg: StateStore, pg_url: str
+) -> None:
+    """A child forked with the store open (multiprocessing's default start method on Linux)
+    writes and waits through it on new sessions; the parent's sessions still work after the
+    child has written, closed its store and exited."""
+    pg.set("fork", "k", "parent", updated_by="p")
+    session = pg.db.fetchone("SELECT pg_backend_pid()")[0]  # the parent's pooled session
+    woken = threading.Event()
+    with pg.db.subscribe([key_topic("fork", "child")], woken.set):  # the parent's listener
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child (coverage does not follow os._exit)
+            code = 1
+            try:
+                record = pg.get("fork", "k")
+                result = pg.set("fork", "child", "hello", updated_by="c")
+                watched = pg.watch("fork", "child", since_version=0, timeout=5)
+                pg.close()
+                ok = record.value == "parent" and result.version == 1 and watched is not None
+                code = 0 if ok else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert woken.wait(10), "the parent's listener still hears commits"
+    with raw(pg_url) as admin:
+        alive = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (session,))
+        assert alive.fetchone() == (1,), "the child ended a session of its parent"
+    assert pg.get("fork", "child").value == "hello"
+    assert pg.set("fork", "k", "again", updated_by="p", expected_version=1).version == 2
+
+
+def test_every_test_the_guarantees_doc_names_for_postgresql_exists() -> None:
+    """The PostgreSQL column of docs/guarantees.md names real tests."""
+    import re
+
+    repo = Path(__file__).resolve().parents[1]
+    doc = (repo / "docs" / "guarantees.md").read_text(encoding="utf-8")
+    section = doc.split("## On PostgreSQL", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`(test_\w+)`", section))
+    assert len(named) > 15
+    defined = {
+        name
+        for path in (repo / "tests").glob("test_*.py")
+        for name in re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.M)
+    }
+    assert named <= defined, named - defined
