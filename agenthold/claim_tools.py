@@ -12,25 +12,195 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from typing import Any
 
-from agenthold.claims import MAX_AGENT_NAME, MAX_MODEL, MAX_PURPOSE, Coordinator, timeout_reply
+from agenthold.claim_types import (
+    MAX_AGENT_NAME,
+    MAX_MODEL,
+    MAX_PURPOSE,
+    OUTCOMES,
+    ClaimResult,
+    ClaimSetResult,
+    Holder,
+    Previous,
+    Registration,
+    ReleaseResult,
+    ReleaseSetResult,
+    StatusResult,
+    WaitResult,
+)
+from agenthold.claims import MAX_SET, Coordinator, waited
 from agenthold.principals import require_claim
-from agenthold.toolkit import WAIT_TIMEOUT, App, Param, Reply, ToolCall, ToolSpec
-from agenthold.uris import Resource
+from agenthold.store import utc_iso
+from agenthold.toolkit import WAIT_TIMEOUT, App, Param, Reply, ToolCall, ToolError, ToolSpec, short
 
-RESOURCE = Param(
+HINTS: dict[str, str] = {
+    "modified": "The previous holder modified this resource: read it again before you change it.",
+    "created": "The previous holder created this resource: read it before you change it.",
+    "deleted": (
+        "The previous holder deleted this resource: check whether it exists before you act on it."
+    ),
+    "moved": (
+        "The previous holder moved this resource to {moved_to}: work on the new location "
+        "(claim it) instead."
+    ),
+    "abandoned": (
+        "The previous holder disconnected while holding this resource and did not come back: "
+        "its work may be unfinished, so check the resource before you rely on it."
+    ),
+    "expired": (
+        "The previous holder's claim expired (it made no call within the claim TTL): its work "
+        "may be unfinished, so check the resource before you rely on it."
+    ),
+}
+BUSY_HINT = (
+    "Another agent holds this resource. Work on a different resource, or call agenthold_wait "
+    "to be told when it is released, then claim it again."
+)
+TIMEOUT_HINT = (
+    "The resource was not released within the timeout. Work on something else, or call "
+    "agenthold_wait again with a longer timeout."
+)
+BUSY_SET_HINT = (
+    "Nothing was claimed: the resources marked busy are held. Claim a set that leaves them out, "
+    "or call agenthold_wait for each busy one, then claim the set again."
+)
+MAX_CONFLICTS_SHOWN = 10
+NOT_FOUND_HINT = "No agent ever claimed this resource, so there is nothing to release."
+NOT_CLAIMED_HINT = "The resource is not claimed; there is nothing to release."
+LAPSED_HINT = (
+    "Your claim ended ({outcome}) at {at} before this release; claim the resource again before "
+    "you change it."
+)
+
+RESOURCE_ONE = Param(
     "resource",
     "string",
-    "the file or resource: a path relative to the workspace (src/main.py), an absolute path "
-    "inside a workspace, file://<workspace>/<path>, or custom://<name> for anything that is "
-    "not a file",
+    "a path in the workspace (src/main.py), file://<workspace>/<path> or custom://<name>",
 )
+RESOURCE = Param(RESOURCE_ONE.name, "string", RESOURCE_ONE.description, required=False)
+RESOURCES = Param("resources", "array", "instead of resource: a list of them", required=False)
 AGENT_ID = Param("agent_id", "string", "your agent_id, from agenthold_register")
 
 STANDARD_NAMES = frozenset(
     {"agenthold_register", "agenthold_claim", "agenthold_release", "agenthold_status",
      "agenthold_wait"}
 )  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------------
+# Replies: what an agent reads of a Coordinator's result
+# --------------------------------------------------------------------------------------------
+
+
+def previous_fields(previous: Previous | None) -> Reply:
+    """The fields that tell a new holder (or a waiter) what the last holder left."""
+    if previous is None:
+        return {}
+    fields: Reply = {
+        "previous_outcome": previous.outcome,
+        "previous_holder": previous.holder,
+        "previous_outcome_at": previous.at,
+    }
+    if previous.outcome == "moved":
+        fields["moved_to"] = previous.moved_to
+    fields["hint"] = HINTS[previous.outcome].format(moved_to=previous.moved_to)
+    return fields
+
+
+def _item(one: Reply) -> Reply:
+    """One resource's part of a set's reply: the set's hint says what to do when it is busy."""
+    if one["status"] == "busy":
+        del one["hint"]
+    return one
+
+
+def statuses(results: tuple[StatusResult, ...]) -> Reply:
+    """The reply of a status of several resources: "claimed" if any one is."""
+    items = [reply(r) for r in results]
+    held = any(r.status == "claimed" for r in results)
+    return {"status": "claimed" if held else "available", "resources": items}
+
+
+def _held_as(reply: Reply, holder: Holder) -> Reply:
+    if holder.held_as is not None:
+        reply["held_as"] = holder.held_as
+    return reply
+
+
+def reply(result: Any) -> Reply:
+    """The tool reply of a Coordinator result (register, claim, release, status or wait)."""
+    if isinstance(result, ClaimSetResult):
+        items = [_item(reply(r)) for r in result.results]
+        if result.status == "busy":
+            return {"status": "busy", "resources": items, "hint": BUSY_SET_HINT}
+        return {"status": "claimed", "resources": items}
+    if isinstance(result, ReleaseSetResult):
+        return {"status": result.status, "resources": [reply(r) for r in result.results]}
+    if isinstance(result, ClaimResult):
+        if result.status == "available":
+            return {"status": "available", "resource": result.resource}
+        if result.status == "busy":
+            h = result.holder
+            assert h is not None
+            busy: Reply = {"status": "busy", "resource": result.resource, "held_by": h.agent_id,
+                    "agent_name": h.name, "claimed_at": h.claimed_at,
+                    "hint": BUSY_HINT}  # fmt: skip
+            _held_as(busy, h)
+            if len(result.conflicts) > 1:  # a directory or glob in the way of several claims
+                busy["conflicts"] = [
+                    {"resource": c.held_as or result.resource, "held_by": c.agent_id}
+                    for c in result.conflicts[:MAX_CONFLICTS_SHOWN]
+                ]
+            return busy
+        return {"status": result.status, "resource": result.resource, "version": result.version,
+                **previous_fields(result.previous)}  # fmt: skip
+    if isinstance(result, ReleaseResult):
+        out: Reply = {"status": result.status, "resource": result.resource}
+        if result.status == "not_found":
+            out["hint"] = NOT_FOUND_HINT
+        elif result.status == "already_free":
+            out["version"] = result.version
+            ended = result.ended
+            out["hint"] = (
+                NOT_CLAIMED_HINT
+                if ended is None
+                else LAPSED_HINT.format(outcome=ended.outcome, at=ended.at)
+            )
+        else:
+            out.update(version=result.version, outcome=result.outcome)
+            if result.moved_to:
+                out["moved_to"] = result.moved_to
+        return out
+    if isinstance(result, StatusResult):
+        if result.holder is None:
+            return {"status": "available", "resource": result.resource,
+                    **previous_fields(result.previous)}  # fmt: skip
+        h = result.holder
+        held = {"status": "claimed", "resource": result.resource, "held_by": h.agent_id,
+                "agent_name": h.name, "agent_model": h.model, "claimed_at": h.claimed_at,
+                "version": result.version}  # fmt: skip
+        _held_as(held, h)
+        if h.lease_ends_at is not None:
+            held["lease_ends_at"] = utc_iso(h.lease_ends_at)
+        return held
+    if isinstance(result, WaitResult):
+        if result.holder is None:
+            return {"status": "available", "resource": result.resource,
+                    **previous_fields(result.previous),
+                    "elapsed_seconds": result.elapsed_seconds}  # fmt: skip
+        h = result.holder
+        return {"status": "timeout", "resource": result.resource, "held_by": h.agent_id,
+                "agent_name": h.name, "elapsed_seconds": result.elapsed_seconds,
+                "hint": TIMEOUT_HINT}  # fmt: skip
+    if isinstance(result, Registration):
+        registered: Reply = {"status": "registered", "agent_id": result.agent_id,
+                             "name": result.name,
+                             "registered_at": result.registered_at}  # fmt: skip
+        if result.model:
+            registered["model"] = result.model
+        return registered
+    raise TypeError(f"not a Coordinator result: {type(result).__name__}")
 
 
 class ClaimHandlers:
@@ -42,62 +212,122 @@ class ClaimHandlers:
 
     async def register(self, call: ToolCall) -> Reply:
         a = call.args
-        reply: Reply = await self.app.write(
+        done: Registration = await self.app.write(
             lambda: self.coordinator.register(
                 a["name"], a["model"], a["purpose"], principal=call.by
             )
         )
-        self.app.note_agent(call.connection, reply["agent_id"], registered=True)
-        return reply
+        self.app.note_agent(call.connection, done.agent_id, registered=True)
+        return reply(done)
 
     async def claim(self, call: ToolCall) -> Reply:
         a = call.args
-        resource = a["resource"]
+        named = one_or_many("agenthold_claim", a, strings=True)
+        wanted: list[Any] = list(named)
         if call.principal is not None:  # resolved once here, for the scope check and the claim
-            resource = self.coordinator.resolver.resolve(resource)
-            require_claim(call.principal, resource.uri, resource.workspace)
-        reply: Reply = await self.app.write(
-            lambda: self.coordinator.claim(resource, a["agent_id"], principal=call.by)
+            wanted = [self.coordinator.target(r) for r in named]
+            for found in wanted:
+                require_claim(call.principal, found.uri, found.workspace)
+        done = await self.app.write(
+            lambda: self.coordinator.claim_many(wanted, a["agent_id"], principal=call.by)
         )
         self.app.note_agent(call.connection, a["agent_id"])
-        return reply
+        return reply(done if a["resources"] is not None else done.results[0])
 
     async def release(self, call: ToolCall) -> Reply:
         a = call.args
-        reply: Reply = await self.app.write(
-            lambda: self.coordinator.release(
-                a["resource"], a["agent_id"], a["outcome"], a["moved_to"], principal=call.by
-            )
+        if a["resources"] is None:
+            items: list[tuple[str, str, str | None]] = [
+                (one_or_many("agenthold_release", a, strings=True)[0], a["outcome"], a["moved_to"])
+            ]
+        else:
+            if a["outcome"] != "released" or a["moved_to"] is not None:
+                raise ToolError(
+                    "with resources, give each one's outcome and moved_to inside its object",
+                    'Pass resources as [{"resource": ..., "outcome": ..., "moved_to": ...}].',
+                )
+            items = [_release_item(x) for x in one_or_many("agenthold_release", a, strings=False)]
+        done = await self.app.write(
+            lambda: self.coordinator.release_many(items, a["agent_id"], principal=call.by)
         )
         self.app.note_agent(call.connection, a["agent_id"])
-        return reply
+        return reply(done if a["resources"] is not None else done.results[0])
 
     async def status(self, call: ToolCall) -> Reply:
-        reply: Reply = await self.app.read(self.coordinator.status, call.args["resource"])
-        return reply
+        a = call.args
+        named = one_or_many("agenthold_status", a, strings=True)
+        if a["resources"] is None:
+            return reply(await self.app.read(self.coordinator.status, named[0]))
+        return statuses(await self.app.read(self.coordinator.status_many, named))
 
     async def wait(self, call: ToolCall) -> Reply:
-        resource: Resource = self.coordinator.resolver.resolve(call.args["resource"])
+        resource = self.coordinator.target(call.args["resource"])
         timeout = call.args["timeout_seconds"]
         start = time.monotonic()
         coordinator = self.coordinator
 
         async def look() -> tuple[Reply | None, Iterable[tuple[str, ...]], float | None]:
             probe = await self.app.read(coordinator.probe, resource)
-            elapsed = round(time.monotonic() - start, 3)
-            if probe.available is not None:
-                return {**probe.available, "elapsed_seconds": elapsed}, probe.topics, None
+            if probe.available:
+                return reply(waited(resource, probe, time.monotonic() - start)), probe.topics, None
             return None, probe.topics, probe.lease_ends_at
 
         async def give_up() -> Reply:
             probe = await self.app.read(coordinator.probe, resource)
-            elapsed = round(time.monotonic() - start, 3)
-            if probe.available is not None:
-                return {**probe.available, "elapsed_seconds": elapsed}
-            return timeout_reply(resource, probe, elapsed)
+            return reply(waited(resource, probe, time.monotonic() - start))
 
         progress = call.progress(timeout, f"{resource.uri} to be released")
         return await self.app.wait_for(look, give_up, timeout, progress)
+
+
+def one_or_many(tool: str, args: dict[str, Any], *, strings: bool) -> list[Any]:
+    """The resources a call names: ``resource`` or the list ``resources``, never both."""
+    one, many = args.get("resource"), args.get("resources")
+    if one is None and many is None:
+        raise ToolError(
+            f"{tool} needs the argument 'resource' ({RESOURCE.description}), or 'resources' "
+            "(a list)",
+            f"Call {tool} again with resource, or resources for several.",
+        )
+    if one is not None and many is not None:
+        raise ToolError(
+            f"{tool} takes resource or resources, not both",
+            f"Call {tool} again with resource (one) or resources (a list).",
+        )
+    if one is not None:
+        return [one]
+    what = "strings" if strings else "objects"
+    if not isinstance(many, list) or not 1 <= len(many) <= MAX_SET:
+        raise ToolError(
+            f"resources must be a list of 1 to {MAX_SET} {what}, got {short(many)}",
+            f"Pass resources as a JSON array of {what}.",
+        )
+    if strings and not all(isinstance(r, str) for r in many):
+        raise ToolError(
+            f"every item of resources must be a string, got {short(many)}",
+            "Pass resources as a JSON array of paths or URIs.",
+        )
+    return many
+
+
+def _release_item(item: Any) -> tuple[str, str, str | None]:
+    hint = 'Give each item as {"resource": ..., "outcome": ..., "moved_to": ...}.'
+    if not isinstance(item, dict) or not isinstance(item.get("resource"), str):
+        raise ToolError(f"each item of resources must be an object with a resource, got "
+                        f"{short(item)}", hint)  # fmt: skip
+    extra = sorted(set(item) - {"resource", "outcome", "moved_to"})
+    if extra:
+        raise ToolError(f"an item of resources does not take {', '.join(map(repr, extra))}", hint)
+    outcome = item.get("outcome") or "released"
+    if outcome not in OUTCOMES:
+        raise ToolError(
+            f"outcome must be one of {', '.join(OUTCOMES)}; got {short(outcome)}",
+            f"Use one of: {', '.join(OUTCOMES)}.",
+        )
+    moved_to = item.get("moved_to")
+    if moved_to is not None and not isinstance(moved_to, str):
+        raise ToolError(f"moved_to must be a string, got {short(moved_to)}", hint)
+    return item["resource"], outcome, moved_to
 
 
 def standard_tools(app: App) -> list[ToolSpec]:
@@ -106,15 +336,14 @@ def standard_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_register",
             "Register as an agent",
-            "Register yourself and get an agent_id. Call this once, before your first claim, "
-            "and pass the agent_id to agenthold_claim and agenthold_release from then on. The "
-            "id keeps working across reconnects and restarts; register again only if a call "
-            "says the agent_id is unknown.",
+            "Register once, before your first claim, and pass the agent_id it returns to every "
+            "later call. It keeps working across reconnects; register again only if a call "
+            "says it is unknown.",
             (
                 Param(
                     "name",
                     "string",
-                    "a short name for yourself, e.g. editor or reviewer",
+                    "a short name for yourself, e.g. editor",
                     max_length=MAX_AGENT_NAME,
                 ),
                 Param(
@@ -128,7 +357,7 @@ def standard_tools(app: App) -> list[ToolSpec]:
                 Param(
                     "purpose",
                     "string",
-                    "what you are working on, in a few words",
+                    "what you are working on",
                     False,
                     "",
                     max_length=MAX_PURPOSE,
@@ -142,15 +371,14 @@ def standard_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_claim",
             "Claim a file or resource",
-            "Claim a file or other shared resource BEFORE you modify, create, delete or move "
-            "it, so no other agent changes it at the same time. Reading needs no claim. "
-            "Replies: 'claimed' (it is yours until you release it; if previous_outcome is "
-            "present, follow the hint: the last holder modified, created, deleted or moved it, "
-            "or left without finishing), 'already_claimed' (you hold it already), or 'busy' "
-            "(another agent holds it: do not touch it; work on something else, or call "
-            "agenthold_wait and then claim again). To rename a file, claim both the old and "
-            "the new path first.",
-            (RESOURCE, AGENT_ID),
+            "Claim a resource BEFORE you modify, create, delete or move it; reading needs no "
+            "claim. 'claimed': it is yours until you release it (if previous_outcome is "
+            "present, follow the hint); 'already_claimed': you hold it; 'busy': another agent "
+            "holds it or a directory or glob covering it: leave it alone, work on something "
+            "else or call agenthold_wait, then claim again. A path ending in / claims a "
+            "directory; * ? [abc] and ** (any depth) make a glob. resources claims a list: "
+            "all or none. To rename, claim the old and the new path.",
+            (RESOURCE, RESOURCES, AGENT_ID),
             read_only=False,
             destructive=False,
             idempotent=True,
@@ -159,29 +387,28 @@ def standard_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_release",
             "Release a claim, saying what you did",
-            "Release a resource you claimed as soon as you are done, and say honestly what "
-            "you did: 'modified' (changed it in place), 'created' (it did not exist before), "
-            "'deleted' (it no longer exists), 'moved' (it now lives elsewhere; give the new "
-            "location in moved_to), or 'released' (you did not change it). The next agent to "
-            "claim it is told. To rename old to new: claim both, rename, then release old with "
-            "outcome 'moved' and moved_to the new path, and release new with outcome 'created'.",
+            "Release what you claimed as soon as you are done, saying what you did: 'modified', "
+            "'created', 'deleted', 'moved' (give moved_to) or 'released' (no change); the next "
+            "holder is told. To rename old to new: release old as moved (moved_to new) and new "
+            "as created. resources releases a list of {resource, outcome, moved_to}.",
             (
                 RESOURCE,
+                Param(
+                    "resources",
+                    "array",
+                    "instead of resource: a list of objects {resource, outcome, moved_to}",
+                    required=False,
+                ),
                 AGENT_ID,
                 Param(
                     "outcome",
                     "string",
-                    "what you did to the resource",
+                    "what you did to it",
                     False,
                     "released",
                     enum=("released", "modified", "created", "deleted", "moved"),
                 ),
-                Param(
-                    "moved_to",
-                    "string",
-                    "the new path or URI, only with outcome 'moved'",
-                    required=False,
-                ),
+                Param("moved_to", "string", "the new path, with outcome 'moved'", required=False),
             ),
             read_only=False,
             destructive=False,
@@ -191,11 +418,10 @@ def standard_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_status",
             "Check a resource",
-            "See whether a resource is claimed, without claiming it and without registering. "
-            "Replies 'claimed' (held_by, agent_name, claimed_at) or 'available' (with "
-            "previous_outcome and a hint when the last holder changed, moved or deleted it, "
-            "or left without finishing).",
-            (RESOURCE,),
+            "See who holds a resource (or a directory or glob covering it) without claiming "
+            "it: 'claimed' (held_by, held_as) or 'available' (with previous_outcome when there "
+            "is something to know). resources checks a list at once.",
+            (RESOURCE, RESOURCES),
             read_only=True,
             destructive=False,
             idempotent=True,
@@ -204,13 +430,11 @@ def standard_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_wait",
             "Wait for a resource to be released",
-            "Wait until a claimed resource is released, then claim it with agenthold_claim "
-            "(waiting does not claim it for you). Replies 'available' the moment the holder "
-            "releases it or its claim ends, with previous_outcome when there is something to "
-            "know (read the resource again if it was modified; use moved_to if it moved), or "
-            "'timeout' when timeout_seconds pass first. Your turn is blocked while you wait: "
-            "wait only when you have nothing else to do.",
-            (RESOURCE, WAIT_TIMEOUT),
+            "Wait until a claimed resource is released; waiting does not claim it, so claim it "
+            "next. 'available' (with previous_outcome: read it again if it was modified, use "
+            "moved_to if it moved) or 'timeout'. Your turn is blocked while you wait: wait "
+            "only when you have nothing else to do.",
+            (RESOURCE_ONE, WAIT_TIMEOUT),
             read_only=True,
             destructive=False,
             idempotent=True,
@@ -224,13 +448,14 @@ def instructions(coordinator: Coordinator) -> str:
     lines = [
         "agenthold keeps agents that work on the same files from overwriting each other.",
         "1. Call agenthold_register once, at the start, and keep the agent_id it returns.",
-        "2. Before you modify, create, delete or move a file or shared resource, call "
-        "agenthold_claim. 'busy' means another agent is working on it: leave it alone, work on "
-        "something else or call agenthold_wait, then claim it again.",
+        "2. Before you modify, create, delete or move a file, call agenthold_claim (a "
+        "directory as src/api/, a glob as src/**/*.py, several at once with resources). 'busy' "
+        "means another agent is working on it: leave it alone, work on something else or call "
+        "agenthold_wait, then claim it again.",
         "3. As soon as you are done, call agenthold_release with what you did: modified, "
         "created, deleted, moved (with moved_to) or released (no change).",
-        "4. To rename a file: claim the old and the new path, rename, then release the old "
-        "path as moved (moved_to the new path) and the new path as created.",
+        "4. To rename: claim the old and the new path, rename, then release the old as moved "
+        "(moved_to the new path) and the new as created.",
         "Reading needs no claim. Paths are relative to a workspace:",
     ]
     for ws in coordinator.resolver.workspaces:

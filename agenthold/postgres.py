@@ -12,8 +12,11 @@ imports nothing of agenthold but ``store``. Decisions behind it:
 - One clock. ``serialize`` and ``now`` return ``clock_timestamp()`` of the server, so leases are
   judged alike by hosts whose clocks disagree.
 - Connections come from a psycopg pool in autocommit mode; transactions are explicit BEGIN and
-  COMMIT, and a pooled connection found dead at BEGIN is replaced once, so a restarted server
-  costs no call an error. A server that is down gives UnavailableError with a hint.
+  COMMIT, and a pooled connection found dead at BEGIN (sent with a write's first statement) is
+  replaced once, so a restarted server costs no call an error. A server that is down gives
+  UnavailableError with a hint and libpq's reason, within DOWN_WAIT once the pool has seen it
+  fail; the pool reconnects in the background (psycopg_pool's backoff) and calls succeed again
+  as soon as it has.
 - Change feed: commits NOTIFY channel ``agenthold`` with their topics (JSON, or ``*`` "look
   again, everyone" when it would pass the 8,000-byte limit) in the same round trip as COMMIT.
   Each process keeps one listening connection per database, outside the pool, while anyone
@@ -24,24 +27,29 @@ imports nothing of agenthold but ``store``. Decisions behind it:
   Identity ids do not commit in order, so readers of new events (``log --follow``) take the rows
   of transactions older than their snapshot's xmin, window by window: every such transaction has
   ended, so no row can still appear below the window, and none is read twice.
+- fork(): a child process that goes on using a store inherited from its parent gets new
+  sessions of its own on first use; the parent's are kept in the child, never used or closed.
 - A password given in the URL is never shown: ``path`` (what errors and logs print) drops it.
   libpq's environment variables (PGHOST, PGUSER, PGPASSWORD...) and ~/.pgpass work as usual.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from psycopg import errors, sql
+from psycopg import errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agenthold.store import (
@@ -68,6 +76,8 @@ MAX_PAYLOAD = 7900  # bytes; PostgreSQL refuses NOTIFY payloads of 8,000 bytes o
 BACKSTOP = 2.0  # seconds: waiters look again this often even if no notification came
 LISTEN_TICK = 0.25  # seconds the listener waits for notifications before its housekeeping
 POOL_SIZE = 10
+DOWN_WAIT = 0.5  # seconds a call waits for a connection while the server cannot be reached
+RECONNECT_FOR = 86400.0  # seconds the pool keeps trying to reconnect (backing off) after a loss
 SCHEMA_LOCK = "agenthold\x1fschema"
 UNREACHABLE_HINT = (
     "Check that the PostgreSQL server is running and reachable; agenthold reconnects by itself "
@@ -88,6 +98,7 @@ def redact(url: str) -> str:
         return "postgresql://…"
 
 
+@functools.lru_cache(maxsize=4096)
 def lock_key(name: str) -> int:
     """The advisory-lock key (a signed 64-bit integer) of a name: the same in every process."""
     digest = hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest()
@@ -107,19 +118,41 @@ def _pg(text: str) -> str:
 
 
 class _Connection:
-    """What ``snapshot`` and ``write`` yield: ``execute`` and ``executemany`` with ``?``."""
+    """What ``snapshot`` and ``write`` yield: ``execute`` and ``executemany`` with ``?``.
 
-    __slots__ = ("raw",)
+    A write's BEGIN is deferred (``begin``) and sent with its first statement: ``serialize``,
+    the first statement of every write, sends both in one round trip."""
 
-    def __init__(self, raw: psycopg.Connection[Any]) -> None:
+    __slots__ = ("begin", "db", "raw")
+
+    def __init__(
+        self,
+        raw: psycopg.Connection[Any],
+        db: PostgresDatabase | None = None,
+        begin: str | None = None,
+    ) -> None:
         self.raw = raw
+        self.db = db
+        self.begin = begin
+
+    def start(self, first: str | None = None) -> psycopg.Cursor[Any] | None:
+        """Send the deferred BEGIN, with ``first`` (SQL without parameters) in the same round
+        trip; returns the cursor positioned on ``first``'s result."""
+        if self.begin is None:
+            return self.raw.execute(first) if first is not None else None
+        assert self.db is not None
+        return self.db._start(self, first)
 
     def execute(self, text: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        if self.begin is not None:
+            self.start()
         return self.raw.execute(_pg(text), params)
 
     def executemany(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
         rows = list(rows)
         if rows:
+            if self.begin is not None:
+                self.start()
             with self.raw.cursor() as cursor:
                 cursor.executemany(_pg(text), rows)
 
@@ -132,6 +165,14 @@ def _lost(conn: psycopg.Connection[Any], exc: psycopg.Error) -> bool:
     return isinstance(exc, psycopg.OperationalError) and not isinstance(
         exc, (errors.LockNotAvailable, errors.QueryCanceled)
     )
+
+
+def _quote(text: str) -> str:
+    """``text`` as an SQL string literal (standard_conforming_strings is on in every session
+    of the pool: backslashes are plain characters, a quote is doubled)."""
+    if "\x00" in text:
+        raise InvalidInputError("a NUL character cannot be sent to PostgreSQL")
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _first_line(exc: BaseException) -> str:
@@ -241,9 +282,34 @@ class _Feed(_ChangeFeed):
     def _stop(self) -> None:
         self._poller = None  # the thread closes its connection as it ends
 
+    def reset_after_fork(self) -> None:
+        if self._listen is not None:
+            _inherited.append(self._listen)  # the parent's session: never used or closed here
+            self._listen = None
+        super().reset_after_fork()
+
 
 _feeds: dict[str, _Feed] = {}
 _feeds_lock = threading.Lock()
+_open_databases: weakref.WeakSet[PostgresDatabase] = weakref.WeakSet()
+# What a forked child inherited (pools, listening connections): sessions of the parent, kept so
+# that garbage collection never closes them (which would end them for the parent too).
+_inherited: list[Any] = []
+
+
+def _after_fork_in_child() -> None:
+    """Connections and threads do not survive fork(): a child that goes on using a store opens
+    sessions of its own and leaves its parent's alone."""
+    global _feeds_lock
+    _feeds_lock = threading.Lock()
+    for feed in _feeds.values():
+        feed.reset_after_fork()
+    for db in list(_open_databases):
+        db._reset_after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class PostgresDatabase:
@@ -273,22 +339,39 @@ class PostgresDatabase:
         self.read_only = read_only
         self.durability = durability  # commits are as durable as the server is set up to make them
         self._closed = False
+        self._unreachable: str | None = None  # why the pool's last connection attempt failed
         self._check_server()
-        self._pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-            url,
-            min_size=1,
-            max_size=max(1, pool_size),
-            kwargs={"autocommit": True, "connect_timeout": 5},
-            configure=self._configure,
-            open=True,
-            name="agenthold",
-        )
+        self._pool_size = max(1, pool_size)
+        self._pool = self._new_pool(open=True)
+        self._reopen: threading.Lock | None = None  # set in a forked child: open a new pool
         with _feeds_lock:
             feed = _feeds.get(url)
             if feed is None:
                 feed = _feeds[url] = _Feed(url, self.path)
             feed.users += 1
         self._feed = feed
+        _open_databases.add(self)
+
+    def _new_pool(self, *, open: bool) -> ConnectionPool[psycopg.Connection[Any]]:
+        return ConnectionPool(
+            self.url,
+            connection_class=self._connection_class(),
+            min_size=1,
+            max_size=self._pool_size,
+            kwargs={"autocommit": True, "connect_timeout": 5},
+            configure=self._configure,
+            open=open,
+            name="agenthold",
+            reconnect_timeout=RECONNECT_FOR,
+        )
+
+    def _reset_after_fork(self) -> None:
+        """In a forked child: the pool's connections are the parent's sessions. Keep them,
+        unused and unclosed (closing would end the parent's sessions), and open a pool of this
+        process's own on first use."""
+        _inherited.append(self._pool)
+        self._pool = self._new_pool(open=False)
+        self._reopen = threading.Lock()
 
     # -- opening -----------------------------------------------------------------------------
 
@@ -303,8 +386,28 @@ class PostgresDatabase:
             ) from None
         conn.close()
 
+    def _connection_class(self) -> type[psycopg.Connection[Any]]:
+        """The pool's connections, noting whether the server could be reached: while it cannot,
+        calls are answered ``unavailable`` at once (with libpq's reason) instead of each
+        waiting for a connection that cannot come."""
+        db = self
+
+        class Pooled(psycopg.Connection[Any]):
+            @classmethod
+            def connect(cls, conninfo: str = "", **kwargs: Any) -> Pooled:
+                try:
+                    conn = super().connect(conninfo, **kwargs)
+                except psycopg.Error as exc:
+                    db._unreachable = db._scrub(exc)
+                    raise
+                db._unreachable = None
+                return conn
+
+        return Pooled
+
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         conn.execute(f"SET lock_timeout = {max(1, int(self.busy_timeout * 1000))}")
+        conn.execute("SET standard_conforming_strings = on")  # what _quote relies on
         if self.read_only:
             conn.execute("SET default_transaction_read_only = on")
 
@@ -407,9 +510,24 @@ class PostgresDatabase:
     def _getconn(self) -> psycopg.Connection[Any]:
         if self._closed:
             raise AgentholdError("the store is closed")
+        if self._reopen is not None:
+            with self._reopen:
+                if self._reopen is not None:
+                    self._pool.open()
+                    self._reopen = None
+        down = self._unreachable
         try:
-            return self._pool.getconn(timeout=max(0.5, min(self.busy_timeout, 5.0)))
-        except (PoolTimeout, psycopg.Error) as exc:
+            return self._pool.getconn(
+                timeout=DOWN_WAIT if down else max(DOWN_WAIT, min(self.busy_timeout, 5.0))
+            )
+        except PoolTimeout as exc:
+            down = self._unreachable or down
+            if down is None:
+                raise self._error(exc) from None
+            error = UnavailableError(f"PostgreSQL at {self.path} is unreachable: {down}")
+            error.hint = UNREACHABLE_HINT
+            raise error from None
+        except psycopg.Error as exc:
             raise self._error(exc) from None
 
     def _begin(self, statement: str | None) -> psycopg.Connection[Any]:
@@ -434,6 +552,29 @@ class PostgresDatabase:
         administrator): check the idle others now, so the retry gets a live one."""
         with suppress(psycopg.Error, PoolTimeout):
             self._pool.check()
+
+    def _start(self, tx: _Connection, first: str | None) -> psycopg.Cursor[Any] | None:
+        """Send ``tx``'s deferred BEGIN (with ``first``, if given, in the same round trip).
+        A connection the server dropped since its last use is replaced once: nothing was done
+        on it. Any other error leaves the transaction begun (so it is rolled back)."""
+        assert tx.begin is not None
+        statement = tx.begin if first is None else f"{tx.begin}; {first}"
+        for attempt in (1, 2):
+            try:
+                cursor = tx.raw.execute(statement)
+            except psycopg.Error as exc:
+                if attempt == 2 or not _lost(tx.raw, exc):
+                    tx.begin = None
+                    raise
+                self._pool.putconn(tx.raw)  # a broken connection is discarded by the pool
+                self._drop_dead()
+                tx.raw = self._getconn()
+                continue
+            tx.begin = None
+            if first is not None:
+                cursor.nextset()
+            return cursor
+        raise AssertionError("unreachable")  # pragma: no cover
 
     @contextmanager
     def _transaction(self, begin: str) -> Iterator[psycopg.Connection[Any]]:
@@ -492,24 +633,27 @@ class PostgresDatabase:
     def write(self) -> Iterator[tuple[_Connection, list[Topic]]]:
         """A write transaction, committed when the block ends normally (with the NOTIFY of the
         topics appended to the yielded list, in the same round trip) and rolled back if it
-        raises."""
+        raises. BEGIN goes with the first statement (see ``_Connection``)."""
         if self.read_only:
             raise UnavailableError("the store was opened read-only; it cannot write")
-        conn = self._begin("BEGIN")
+        tx = _Connection(self._getconn(), self, "BEGIN")
         changed: list[Topic] = []
         try:
             try:
-                yield _Connection(conn), changed
+                yield tx, changed
             except BaseException as exc:
                 with suppress(psycopg.Error):
-                    if not conn.broken:
-                        conn.execute("ROLLBACK")
+                    if tx.begin is None and not tx.raw.broken:
+                        tx.raw.execute("ROLLBACK")
                 if isinstance(exc, psycopg.Error):
                     raise self._error(exc) from None
                 raise
+            if tx.begin is not None:  # nothing was sent: nothing to commit
+                return
+            conn = tx.raw
             try:
                 if changed:
-                    conn.execute(self._notify_sql(changed, conn) + "; COMMIT")
+                    conn.execute(self._notify_sql(changed) + "; COMMIT")
                 else:
                     conn.execute("COMMIT")
             except psycopg.Error as exc:
@@ -524,31 +668,33 @@ class PostgresDatabase:
                 error.hint = "Read the data again to see whether the write was made, then retry."
                 raise error from None
         finally:
-            self._pool.putconn(conn)
+            self._pool.putconn(tx.raw)
         self._feed.notify(changed)
 
     @staticmethod
-    def _notify_sql(changed: list[Topic], conn: psycopg.Connection[Any]) -> str:
+    def _notify_sql(changed: list[Topic]) -> str:
         payload = json.dumps(list(dict.fromkeys(changed)), ensure_ascii=False)
         if len(payload.encode("utf-8")) > MAX_PAYLOAD:
             payload = "*"  # too long for NOTIFY: every waiter looks again
-        return f"NOTIFY {CHANNEL}, " + sql.Literal(payload).as_string(conn)
+        return f"NOTIFY {CHANNEL}, {_quote(payload)}"
 
     def serialize(self, conn: Any, exclusive: Sequence[str], shared: Sequence[str] = ()) -> float:
         """Take transaction-scoped advisory locks on ``shared`` then ``exclusive`` names (each
         sorted, so every writer takes them in the same order) and return the server's clock,
-        read once they are held."""
-        keys_shared = sorted(lock_key(n) for n in shared)
-        keys_excl = sorted(lock_key(n) for n in exclusive)
-        locks = ["pg_advisory_xact_lock_shared(%s::int8)" for _ in keys_shared] + [
-            "pg_advisory_xact_lock(%s::int8)" for _ in keys_excl
+        read once they are held. The first statement of a write: its BEGIN goes with it."""
+        # the keys are integers, written into the statement: without parameters it can go
+        # with BEGIN in one round trip
+        locks = [
+            f"pg_advisory_xact_lock_shared('{k}'::int8)" for k in sorted(map(lock_key, shared))
         ]
+        locks += [f"pg_advisory_xact_lock('{k}'::int8)" for k in sorted(map(lock_key, exclusive))]
         query = (
             "SELECT extract(epoch FROM clock_timestamp())::float8 FROM (SELECT "
             + ", ".join(locks)
             + ") AS l"
         )
-        row = conn.raw.execute(query, (*keys_shared, *keys_excl)).fetchone()
+        cursor = conn.start(query)
+        row = cursor.fetchone()
         return float(row[0])
 
     def now(self) -> float:
@@ -559,7 +705,7 @@ class PostgresDatabase:
         the xmin of the last read) not before that: no row can still commit below the window,
         and no row is in two windows."""
         xmin = int(
-            conn.raw.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").fetchone()[0]
+            conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").fetchone()[0]
         )
         if after is None:
             return "xid < ?::xid8", (str(xmin),), xmin

@@ -88,6 +88,8 @@ MAX_WRITER_LENGTH = 256
 MAX_DEPTH = 256  # nesting of lists and objects inside one value
 DEFAULT_MAX_VALUE_BYTES = 1_048_576  # UTF-8 size of a value's compact JSON text
 MAX_WAIT_SECONDS = 86_400.0  # longest watch the library accepts (the MCP tools allow 300 s)
+DEFAULT_PAGE_LIMIT = 100  # records in a page of list_page
+MAX_PAGE_BYTES = 4 * 1024 * 1024  # stored text in a page, past its first record
 POLL_INTERVAL = 0.002  # how often the poller checks for commits by other processes
 FEED_LINGER = 1.0  # seconds the poller goes on after the last subscriber left
 
@@ -281,6 +283,7 @@ class Export:
     namespace: str
     exported_at: str
     records: tuple[ExportedRecord, ...]
+    next_after: str | None = None  # a page of a larger export: where the next one starts
 
     @property
     def record_count(self) -> int:
@@ -2152,6 +2155,10 @@ _LIST = (
     "SELECT key, value, version, updated_by, updated_at FROM state "
     "WHERE namespace = ? AND deleted = 0 ORDER BY key"
 )
+_LIST_PAGE = (  # keys are never empty, so after = '' starts at the first
+    "SELECT key, value, version, updated_by, updated_at FROM state "
+    "WHERE namespace = ? AND deleted = 0 AND key > ? ORDER BY key LIMIT ?"
+)
 _HISTORY = (
     "SELECT version, value, updated_by, updated_at, event_type, principal FROM state_history "
     "WHERE namespace = ? AND key = ? ORDER BY version DESC LIMIT ?"
@@ -2241,6 +2248,33 @@ class StateStore:
             for k, v, ver, by, at in self.db.fetchall(_LIST, (namespace,))
         ]
 
+    def list_page(
+        self,
+        namespace: str,
+        *,
+        after: str = "",
+        limit: int = DEFAULT_PAGE_LIMIT,
+        max_bytes: int = MAX_PAGE_BYTES,
+    ) -> tuple[list[Record], str | None]:
+        """One page of ``list_keys``: the live records with keys after ``after``, at most
+        ``limit`` of them and, past the first, no more than about ``max_bytes`` of stored values;
+        and the key to pass as ``after`` for the next page (None: there is none). A namespace
+        of any size is listed in bounded pieces this way."""
+        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        if after:
+            check_text("after", after, MAX_KEY_LENGTH)
+        check_int("limit", limit, minimum=1)
+        check_int("max_bytes", max_bytes, minimum=1)
+        rows = self.db.fetchall(_LIST_PAGE, (namespace, after, min(limit, 2**62) + 1))
+        records: list[Record] = []
+        size = 0
+        for k, v, ver, by, at in rows[:limit]:
+            size += len(v)
+            if records and size > max_bytes:
+                return records, records[-1].key
+            records.append(_record(namespace, k, _decode(v), ver, by, at))
+        return records, (records[-1].key if len(rows) > limit else None)
+
     def list_namespaces(self) -> list[NamespaceInfo]:
         """Return every namespace with live records and how many it holds, sorted by name."""
         rows = self.db.fetchall(
@@ -2306,30 +2340,60 @@ class StateStore:
         rows = self.db.fetchall(_HISTORY, (namespace, key, min(limit, 2**62)))
         return [_history_entry(v, _decode(val), *rest) for v, val, *rest in rows]
 
-    def export(self, namespace: str) -> Export:
+    def export(
+        self,
+        namespace: str,
+        *,
+        after: str = "",
+        limit: int | None = None,
+        max_bytes: int | None = None,
+    ) -> Export:
         """Return the live records of ``namespace`` with their full histories, read in one
-        snapshot so no write can slip between the records and their histories."""
+        snapshot so no write can slip between the records and their histories.
+
+        Paged like ``list_page`` when ``limit`` or ``max_bytes`` is given: the keys after
+        ``after``, at most ``limit`` of them and, past the first key, about ``max_bytes`` of
+        stored values and history at most; ``next_after`` says where the next page starts.
+        Each page is one snapshot; pages taken one after another are not one."""
         check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        if after:
+            check_text("after", after, MAX_KEY_LENGTH)
+        paged = limit is not None or max_bytes is not None
+        if limit is not None:
+            check_int("limit", limit, minimum=1)
+        if max_bytes is not None:
+            check_int("max_bytes", max_bytes, minimum=1)
+        page = min(limit, 2**62) + 1 if limit is not None else 2**62
         with self.db.snapshot() as conn:
             exported_at = utc_iso()
-            live = conn.execute(_LIST, (namespace,)).fetchall()
+            live = conn.execute(_LIST_PAGE, (namespace, after, page)).fetchall()
+            more = limit is not None and len(live) > limit
+            live = live[:limit] if limit is not None else live
+            last = live[-1][0] if live else after
             rows = conn.execute(
                 "SELECT h.key, h.version, h.value, h.updated_by, h.updated_at, h.event_type, "
                 "h.principal FROM state_history AS h JOIN state AS s "
                 "ON s.namespace = h.namespace AND s.key = h.key "
-                "WHERE s.namespace = ? AND s.deleted = 0 ORDER BY h.key, h.version DESC",
-                (namespace,),
+                "WHERE s.namespace = ? AND s.deleted = 0 AND h.key > ? AND h.key <= ? "
+                "ORDER BY h.key, h.version DESC",
+                (namespace, after, last),
             ).fetchall()
         histories: dict[str, list[HistoryEntry]] = {}
+        sizes: dict[str, int] = {}
         for k, v, val, *rest in rows:
             histories.setdefault(k, []).append(_history_entry(v, _decode(val), *rest))
-        records = tuple(
-            ExportedRecord(
-                _record(namespace, k, _decode(v), ver, by, at), tuple(histories.get(k, ()))
-            )
-            for k, v, ver, by, at in live
-        )
-        return Export(namespace, exported_at, records)
+            sizes[k] = sizes.get(k, 0) + len(val or "")
+        records: list[ExportedRecord] = []
+        size = 0
+        for k, v, ver, by, at in live:
+            size += len(v) + sizes.get(k, 0)
+            if records and max_bytes is not None and size > max_bytes:
+                more = True
+                break
+            record = _record(namespace, k, _decode(v), ver, by, at)
+            records.append(ExportedRecord(record, tuple(histories.get(k, ()))))
+        next_after = records[-1].record.key if paged and more and records else None
+        return Export(namespace, exported_at, tuple(records), next_after)
 
     def changed_since(self, namespace: str, key: str, since_version: int) -> Record | None:
         """Return the key's state if its version is above ``since_version``: the live record,

@@ -14,7 +14,14 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from agenthold.store import ConflictError, NotFoundError, Record, key_topic
+from agenthold.store import (
+    MAX_KEY_LENGTH,
+    MAX_PAGE_BYTES,
+    ConflictError,
+    NotFoundError,
+    Record,
+    key_topic,
+)
 from agenthold.toolkit import WAIT_TIMEOUT, App, Param, Reply, ToolCall, ToolError, ToolSpec
 
 MAX_HISTORY_LIMIT = 1000
@@ -22,6 +29,16 @@ MAX_VERSION = 2**63 - 1  # SQLite's largest integer: no key's version can be abo
 
 NAMESPACE = Param("namespace", "string", "the namespace: a group of keys, e.g. order-1234")
 KEY = Param("key", "string", "the key within the namespace")
+MAX_PAGE = 1000
+PAGE_LIMIT = Param(
+    "limit", "integer", f"records in this page (1 to {MAX_PAGE})", False, 100, minimum=1,
+    maximum=MAX_PAGE,
+)  # fmt: skip
+CURSOR = Param(
+    "cursor", "string", "next_cursor of the previous page, to read on from there", False,
+    max_length=MAX_KEY_LENGTH,
+)  # fmt: skip
+MORE_HINT = "More records remain: call again with cursor set to next_cursor."
 
 ADVANCED_NAMES = frozenset(
     {"agenthold_get", "agenthold_set", "agenthold_list", "agenthold_history",
@@ -68,14 +85,22 @@ class StoreHandlers:
         return {"status": "ok", **done.to_dict()}
 
     async def list(self, call: ToolCall) -> Reply:
-        ns = call.args["namespace"]
-        records = await self.app.read(self.store.list_keys, ns)
-        return {
+        a = call.args
+        records, after = await self.app.read(
+            lambda: self.store.list_page(
+                a["namespace"], after=a["cursor"] or "", limit=a["limit"], max_bytes=MAX_PAGE_BYTES
+            )
+        )
+        reply: Reply = {
             "status": "ok",
-            "namespace": ns,
+            "namespace": a["namespace"],
             "count": len(records),
             "records": [_without_namespace(r) for r in records],
+            "next_cursor": after,
         }
+        if after is not None:
+            reply["hint"] = MORE_HINT
+        return reply
 
     async def history(self, call: ToolCall) -> Reply:
         a = call.args
@@ -161,8 +186,16 @@ class StoreHandlers:
         }
 
     async def export(self, call: ToolCall) -> Reply:
-        snapshot = await self.app.read(self.store.export, call.args["namespace"])
-        return {"status": "ok", **snapshot.to_dict()}
+        a = call.args
+        snapshot = await self.app.read(
+            lambda: self.store.export(
+                a["namespace"], after=a["cursor"] or "", limit=a["limit"], max_bytes=MAX_PAGE_BYTES
+            )
+        )
+        reply: Reply = {"status": "ok", **snapshot.to_dict(), "next_cursor": snapshot.next_after}
+        if snapshot.next_after is not None:
+            reply["hint"] = MORE_HINT
+        return reply
 
 
 def _expected_version(tool: str, args: dict[str, Any], hint: str) -> int | None:
@@ -271,9 +304,9 @@ def advanced_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_list",
             "List a namespace",
-            "List every live value in a namespace, sorted by key, with versions, writers and "
-            "times.",
-            (NAMESPACE,),
+            "List the live values of a namespace, sorted by key, with versions, writers and "
+            "times, a page at a time: while next_cursor is not null, call again with it.",
+            (NAMESPACE, PAGE_LIMIT, CURSOR),
             read_only=True,
             destructive=False,
             idempotent=True,
@@ -359,9 +392,10 @@ def advanced_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_export",
             "Export a namespace with its history",
-            "Return every live value of a namespace with its complete history, read as one "
-            "consistent snapshot. It can be large; prefer agenthold_list for a quick look.",
-            (NAMESPACE,),
+            "Return the live values of a namespace with their complete histories, a page of "
+            "keys at a time (each page one consistent snapshot); while next_cursor is not "
+            "null, call again with it. Prefer agenthold_list for a quick look.",
+            (NAMESPACE, PAGE_LIMIT, CURSOR),
             read_only=True,
             destructive=False,
             idempotent=True,

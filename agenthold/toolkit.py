@@ -45,7 +45,7 @@ class ToolError(Exception):
 @dataclass(frozen=True)
 class Param:
     name: str
-    kind: Literal["string", "integer", "number", "boolean", "json"]
+    kind: Literal["string", "integer", "number", "boolean", "array", "json"]
     description: str
     required: bool = True
     default: Any = None
@@ -82,6 +82,8 @@ class Param:
         ok: bool
         if kind == "string":
             ok = isinstance(value, str)
+        elif kind == "array":
+            ok = isinstance(value, list)
         elif kind == "boolean":
             ok = isinstance(value, bool)
         elif kind == "integer":
@@ -127,7 +129,9 @@ def _bound(limit: float) -> str:
 
 
 def _a(kind: str) -> str:
-    return {"integer": "an integer", "json": "a JSON value"}.get(kind, f"a {kind}")
+    return {"integer": "an integer", "array": "an array", "json": "a JSON value"}.get(
+        kind, f"a {kind}"
+    )
 
 
 def _json_type(value: Any) -> str:
@@ -297,9 +301,21 @@ class App(Protocol):
         """Remember that ``connection`` named ``agent_id`` (its lease ends with it)."""
 
 
+MAX_REPLY_CHARS = 16 * 1024 * 1024  # of JSON text: larger replies are refused, not sent
+
+
 def result(reply: Reply) -> types.CallToolResult:
+    text = _dumps(reply)
+    if len(text) > MAX_REPLY_CHARS:  # pages keep replies well below; this bounds the rest
+        return error_result(
+            "reply_too_large",
+            f"the reply would be {len(text) / 2**20:.1f} MiB of JSON, over the "
+            f"{MAX_REPLY_CHARS // 2**20} MiB a reply may be; nothing was sent",
+            "Ask for less: a smaller limit, or one page at a time with cursor where the tool "
+            "takes one.",
+        )
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=_dumps(reply))],
+        content=[types.TextContent(type="text", text=text)],
         structured_content=reply,
     )
 

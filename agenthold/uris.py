@@ -295,6 +295,21 @@ class Resolver:
             )
         return resource
 
+    def resolve_both(self, text: str) -> tuple[Resource, Resource | InvalidInputError]:
+        """``text`` as written (``follow_links=False``) and as resolved through its links, or
+        the error resolving through them gives; in one pass over the text."""
+        named = self.resolve(text, follow_links=False)
+        if named.kind != "file":
+            return named, named
+        try:
+            followed = self._follow(named, text.strip())
+        except InvalidInputError as exc:
+            exc.hint = exc.hint or RESOURCE_HINT
+            return named, exc
+        if len(followed.uri) > MAX_INPUT_LENGTH:
+            return named, self.resolve(text)  # pragma: no cover - raises the length error
+        return named, followed
+
     def filesystem_path(self, resource: Resource) -> str | None:
         """The absolute path on disk of a file resource; None for a custom resource.
 

@@ -23,6 +23,12 @@ and synchronous NORMAL):
    another thread of this process is measured the same way, for comparison: it wakes the waiter
    directly, while a release by another process is seen by the change feed's poller.
 
+3. Directory and glob claims, and sets (issue 15), as claim + release pairs per second through
+   ``Coordinator``, with the plain pair of (1) on an empty database as the baseline of the same
+   run: the pair on a file while another agent holds 1,000 directory and glob claims elsewhere in
+   the tree (half ``d<i>/``, half ``g<i>/**/*.py``), and a pair of ``claim_many`` and
+   ``release_many`` of 20 files at once, against 20 single pairs' worth of time for one.
+
 The exit status is 1 only when a correctness check fails (a wait that did not see its release);
 a missed speed target is reported, not fatal, since speed depends on the machine and its load.
 """
@@ -131,7 +137,7 @@ def library_loop(coord: Coordinator, agent_id: str) -> Loop:
     def run(n: int) -> None:
         claim, release = coord.claim, coord.release
         for _ in range(n):
-            if claim(RESOURCE, agent_id)["status"] != "claimed":
+            if claim(RESOURCE, agent_id).status != "claimed":
                 raise RuntimeError("the benchmark's own claim was refused")
             release(RESOURCE, agent_id)
 
@@ -155,8 +161,8 @@ def measure_pairs(tmp: Path, sizes: Sizes) -> dict[str, float]:
     raw_db = coordinator(tmp / "pairs-raw.db", root)
     loops: dict[str, Loop] = {}
     for name, coord in (("library", plain), ("library_ttl", timed)):
-        loops[name] = library_loop(coord, coord.register(name)["agent_id"])
-    raw_agent = raw_db.register("raw")["agent_id"]
+        loops[name] = library_loop(coord, coord.register(name).agent_id)
+    raw_agent = raw_db.register("raw").agent_id
     resource = raw_db.resolver.resolve(RESOURCE)
     raw_db.claim(RESOURCE, raw_agent)  # create the claim row; the raw loop then reuses it
     raw_db.release(RESOURCE, raw_agent)
@@ -174,6 +180,50 @@ def measure_pairs(tmp: Path, sizes: Sizes) -> dict[str, float]:
 
 
 # --------------------------------------------------------------------------------------------
+# 3: directory and glob claims, and sets
+# --------------------------------------------------------------------------------------------
+
+HELD_PATTERNS = 1_000
+SET_SIZE = 20
+
+
+def measure_patterns(tmp: Path, sizes: Sizes) -> dict[str, float]:
+    root = tmp / "workspace"
+    root.mkdir(exist_ok=True)
+    plain = coordinator(tmp / "patterns-plain.db", root)
+    crowded = coordinator(tmp / "patterns.db", root)
+    others = crowded.register("others").agent_id
+    for i in range(HELD_PATTERNS):
+        pattern = f"d{i}/" if i % 2 else f"g{i}/**/*.py"
+        if crowded.claim(pattern, others).status != "claimed":
+            raise RuntimeError(f"the benchmark's own claim of {pattern} was refused")
+    files = [f"src/f{i}.py" for i in range(SET_SIZE)]
+    releases = [(f, "released") for f in files]
+    loops: dict[str, Loop] = {
+        "plain": library_loop(plain, plain.register("plain").agent_id),
+        "with_patterns": library_loop(crowded, crowded.register("crowded").agent_id),
+    }
+    setter = plain.register("setter").agent_id
+
+    def set_loop(n: int) -> None:
+        for _ in range(n):
+            if plain.claim_many(files, setter).status != "claimed":
+                raise RuntimeError("the benchmark's own set claim was refused")
+            plain.release_many(releases, setter)
+
+    loops["set_of_20"] = set_loop
+    try:
+        for loop in loops.values():
+            loop(20)
+        n = max(20, sizes.pairs // 5)
+        rates = best_rates(loops, n, sizes.repeats)
+    finally:
+        plain.store.close()
+        crowded.store.close()
+    return rates
+
+
+# --------------------------------------------------------------------------------------------
 # 2: wake-up latency of wait
 # --------------------------------------------------------------------------------------------
 
@@ -182,12 +232,12 @@ def releaser(path: str, root: str, conn: Any) -> None:
     """Another process: holds the resource when told to, and releases it after a delay,
     answering with its time.time() right after the release committed."""
     coord = coordinator(Path(path), Path(root))
-    agent = coord.register("releaser")["agent_id"]
+    agent = coord.register("releaser").agent_id
     conn.send("ready")
     while True:
         command = conn.recv()
         if command[0] == "claim":
-            conn.send(coord.claim(RESOURCE, agent)["status"])
+            conn.send(coord.claim(RESOURCE, agent).status)
         elif command[0] == "release":
             time.sleep(command[1])
             coord.release(RESOURCE, agent, "modified")
@@ -225,9 +275,13 @@ def one_wake(coord: Coordinator, release_at: Callable[[], float]) -> tuple[float
     released = release_at()
     thread.join()
     returned, reply = result[0]
-    if reply["status"] != "available" or reply.get("previous_outcome") != "modified":
+    if (
+        reply.status != "available"
+        or reply.previous is None
+        or reply.previous.outcome != "modified"
+    ):
         raise RuntimeError(f"the wait did not see its release: {reply}")
-    return returned - released, reply["elapsed_seconds"] > 0.002
+    return returned - released, reply.elapsed_seconds > 0.002
 
 
 def measure_wake(tmp: Path, sizes: Sizes) -> dict[str, Any]:
@@ -263,7 +317,7 @@ def measure_wake(tmp: Path, sizes: Sizes) -> dict[str, Any]:
                 early += 1
         out["process"] = summary(latencies, early)
 
-        agent = coord.register("thread")["agent_id"]
+        agent = coord.register("thread").agent_id
 
         def by_thread() -> float:
             time.sleep(rng.uniform(0.005, 0.015))
@@ -295,7 +349,18 @@ def measure_wake(tmp: Path, sizes: Sizes) -> dict[str, Any]:
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     pairs, wake = results["pairs"], results["wake"]["process"]
+    patterns = results["patterns"]
     checks = [
+        (
+            f"a claim among {HELD_PATTERNS:,} directory/glob claims: within 2x of a plain one",
+            patterns["with_patterns"] * 2 >= patterns["plain"],
+            f"{patterns['plain'] / patterns['with_patterns']:.2f}x",
+        ),
+        (
+            f"a claim of {SET_SIZE} resources at once: at most 3x one claim",
+            patterns["set_of_20"] * 3 >= patterns["plain"],
+            f"{patterns['plain'] / patterns['set_of_20']:.2f}x",
+        ),
         (
             "claim + release >= 5,000 pairs/s",
             pairs["library"] >= 5_000,
@@ -341,6 +406,26 @@ def report(results: dict[str, Any]) -> str:
         ),
         "",
     ]
+    pat = results["patterns"]
+    out += [
+        table(
+            [
+                ["directory and glob claims, sets (file database)", "pairs/s", "of plain"],
+                ["plain claim + release of one file (baseline)", f"{pat['plain']:,.0f}", "100%"],
+                [
+                    f"the same, {HELD_PATTERNS:,} directory/glob claims held elsewhere",
+                    f"{pat['with_patterns']:,.0f}",
+                    f"{pat['with_patterns'] / pat['plain']:.0%}",
+                ],
+                [
+                    f"claim_many + release_many of {SET_SIZE} files",
+                    f"{pat['set_of_20']:,.0f}",
+                    f"{pat['set_of_20'] / pat['plain']:.0%}",
+                ],
+            ]
+        ),
+        "",
+    ]
     rows = [["wake-up latency of wait (release committed -> wait returned)"]]
     rows[0] += ["median", "p99", "max", "trials"]
     for key, label in (
@@ -373,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="agenthold-claims-bench-") as tmp:
             results["pairs"] = measure_pairs(Path(tmp), sizes)
             results["wake"] = measure_wake(Path(tmp), sizes)
+            results["patterns"] = measure_patterns(Path(tmp), sizes)
     except RuntimeError as exc:
         print(f"correctness check failed: {exc}", file=sys.stderr)
         return 1

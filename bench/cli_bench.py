@@ -65,8 +65,8 @@ def make_demo(path: str | os.PathLike[str], *, pause: float = 0.0) -> None:
         raise SystemExit(f"{path} exists; give a new path")
     store = StateStore(path)
     coord = Coordinator(store)
-    editor = coord.register("editor-agent", "claude-sonnet-4", "drafts chapter 1")["agent_id"]
-    reviewer = coord.register("review-bot", "gpt-4o", "reviews the API")["agent_id"]
+    editor = coord.register("editor-agent", "claude-sonnet-4", "drafts chapter 1").agent_id
+    reviewer = coord.register("review-bot", "gpt-4o", "reviews the API").agent_id
     store.set("orders", "order-1", {"status": "received", "total": 80.99}, updated_by="intake")
     store.set("orders", "order-2", {"status": "received", "total": 12.5}, updated_by="intake")
     coord.claim("src/old_api.py", reviewer)
@@ -93,9 +93,9 @@ def make_demo(path: str | os.PathLike[str], *, pause: float = 0.0) -> None:
         "notes", "café", {"text": "naïve → naive ✓", "lang": "日本語"}, updated_by="editor-agent"
     )
     ttl = Coordinator(store, claim_ttl=max(0.2, pause))
-    refactor = ttl.register("refactor-agent", "claude-haiku", "splits utils.py")["agent_id"]
+    refactor = ttl.register("refactor-agent", "claude-haiku", "splits utils.py").agent_id
     ttl.claim("src/utils.py", refactor)
-    tester = coord.register("test-runner", "", "runs the test suite")["agent_id"]
+    tester = coord.register("test-runner", "", "runs the test suite").agent_id
     coord.claim("custom://test-lock", tester)
     time.sleep(pause)
     coord.claim("custom://chapter-1", editor)

@@ -8,6 +8,7 @@ a pass/FAIL line per property; the exit status is 1 if any property failed.
     python bench/torture.py --scenario soak --iterations 20000 --seconds 600
     python bench/torture.py --ci                     # the sizes tests/test_torture.py runs
     python bench/torture.py --json --keep DIR        # the reports as JSON; keep the files
+    python bench/torture.py --db postgresql://user@/db?host=/run/postgresql   # on PostgreSQL
 
 Scenarios (the checkers are in torture_checks.py, the worker processes in torture_workers.py,
 and tests/test_torture.py runs these same functions at CI sizes):
@@ -47,6 +48,11 @@ soak        One ``agenthold --transport http`` server (standard tools, --reap-id
             history row per write.
 
 ``--seconds`` caps the crash and soak runs too: they stop early and report what they did.
+
+``--db URL`` runs the scenarios on PostgreSQL: each in a new schema of that database (dropped
+afterwards unless --keep), checked by the same checkers reading it with plain psycopg; instead of
+PRAGMA integrity_check, amcheck verifies the indexes. A killed writer on PostgreSQL is a killed
+client: the server rolls back its open transaction.
 """
 
 from __future__ import annotations
@@ -90,6 +96,7 @@ from torture_checks import (  # noqa: E402
     check_live_rows,
     connect,
     growth,
+    is_postgres,
     read_lines,
 )
 from torture_workers import (  # noqa: E402
@@ -100,6 +107,48 @@ from torture_workers import (  # noqa: E402
 
 from agenthold.claims import Coordinator  # noqa: E402
 from agenthold.store import StateStore  # noqa: E402
+
+Database = Path | str  # a SQLite file, or the postgresql:// URL of a schema of its own
+
+
+def database(work: Path, name: str, url: str | None) -> Database:
+    """Where a scenario's data lives: ``work/name.db``, or a new schema in ``url``'s
+    database (whose name is noted in ``work``, so that ``drop_schemas`` can remove it)."""
+    if url is None:
+        return work / f"{name}.db"
+    import psycopg
+
+    schema = f"torture_{name}_{os.getpid()}_{random.randrange(10**6)}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    with (work.parent / "schemas").open("a") as out:
+        out.write(schema + "\n")
+    joiner = "&" if "?" in url else "?"
+    return f"{url}{joiner}options=-csearch_path%3D{schema}"
+
+
+def drop_schemas(work: Path, url: str) -> None:
+    import psycopg
+
+    listed = work / "schemas"
+    if not listed.exists():
+        return
+    with psycopg.connect(url, autocommit=True) as conn:
+        for schema in listed.read_text().split():
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def db_size(db: Database) -> str:
+    if not is_postgres(db):
+        return f"{Path(db).stat().st_size / 1e6:.1f} MB"
+    import psycopg
+
+    with psycopg.connect(str(db), autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c "
+            "WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'"
+        ).fetchone()
+    return f"{int(row[0] or 0) / 1e6:.1f} MB (tables and indexes)"
 
 
 @dataclass(frozen=True)
@@ -254,14 +303,16 @@ class Tally:
 MAX_KILL_DELAY = 0.25  # seconds: a writer is killed this long at most after it said "ready"
 
 
-def run_crash(work: Path, *, kills: int, seed: int, seconds: float | None = None) -> Report:
+def run_crash(
+    work: Path, *, kills: int, seed: int, seconds: float | None = None, url: str | None = None
+) -> Report:
     """Kill a writer ``kills`` times (fewer if ``seconds`` run out) and check after each."""
     rng = random.Random(f"{seed}-crash")
-    db = work / "crash.db"
+    db = database(work, "crash", url)
     report = Report("crash", f"crash consistency: a writer killed with SIGKILL (seed {seed})")
     with StateStore(db) as store:
         coord = Coordinator(store)
-        agents = ",".join(coord.register(f"crash-writer-{i}")["agent_id"] for i in range(2))
+        agents = ",".join(coord.register(f"crash-writer-{i}").agent_id for i in range(2))
     tally = Tally()
     acks = Acks()
     started = time.monotonic()
@@ -320,7 +371,7 @@ def run_crash(work: Path, *, kills: int, seed: int, seconds: float | None = None
     most = max(unacked, default=0)
     report.figure("most after one kill (a clear_namespace commits several)", most)
     report.figure("history rows / claim events in the end", f"{history:,} / {events:,}")
-    report.figure("database size", f"{db.stat().st_size / 1e6:.1f} MB")
+    report.figure("database size", db_size(db))
     report.figure("seconds", elapsed)
     return report
 
@@ -331,11 +382,17 @@ def run_crash(work: Path, *, kills: int, seed: int, seconds: float | None = None
 
 
 def run_contention(
-    work: Path, *, processes: int, threads: int, seconds: float, seed: int
+    work: Path,
+    *,
+    processes: int,
+    threads: int,
+    seconds: float,
+    seed: int,
+    url: str | None = None,
 ) -> Report:
     """Run the contention workers together and check their merged record."""
     rng = random.Random(f"{seed}-contention")
-    db = work / "contention.db"
+    db = database(work, "contention", url)
     report = Report(
         "contention",
         f"contention: {processes} processes x {threads} threads for {seconds:g} s (seed {seed})",
@@ -427,7 +484,7 @@ class Server:
     --disconnect-grace is longer than the claim TTL, so a legacy session that closes never
     shortens a lease: leases end by the TTL alone, one "expired" release per vanished agent."""
 
-    def __init__(self, work: Path, db: Path, tools: str, reap_idle: str) -> None:
+    def __init__(self, work: Path, db: Database, tools: str, reap_idle: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self.tools = tools
@@ -541,21 +598,29 @@ class Soak:
 
 
 def run_soak(
-    work: Path, *, cycles: int, agents: int, seed: int, seconds: float | None = None
+    work: Path,
+    *,
+    cycles: int,
+    agents: int,
+    seed: int,
+    seconds: float | None = None,
+    url: str | None = None,
 ) -> Report:
     import anyio
 
-    return anyio.run(_soak, work, cycles, agents, seed, seconds)
+    return anyio.run(_soak, work, cycles, agents, seed, seconds, url)
 
 
-async def _soak(work: Path, cycles: int, agents: int, seed: int, seconds: float | None) -> Report:
+async def _soak(
+    work: Path, cycles: int, agents: int, seed: int, seconds: float | None, url: str | None
+) -> Report:
     import anyio
 
     report = Report(
         "soak",
         f"soak: one HTTP server, {agents:,} agents over {cycles:,} cycles (seed {seed})",
     )
-    db = work / "soak.db"
+    db = database(work, "soak", url)
     StateStore(db).close()  # both servers start on a ready database
     claims = Server(work, db, "standard", f"{REAP_IDLE:g}")
     writes = Server(work, db, "advanced", "off")
@@ -608,7 +673,7 @@ async def _soak(work: Path, cycles: int, agents: int, seed: int, seconds: float 
     return report
 
 
-async def fill_thread_pools(db: Path, *servers: Server) -> None:
+async def fill_thread_pools(db: Database, *servers: Server) -> None:
     """Fill each server's pool of worker threads to its limit before anything is sampled.
 
     A server runs each write in a worker thread. Its pool grows to the most writes it has had
@@ -621,8 +686,19 @@ async def fill_thread_pools(db: Path, *servers: Server) -> None:
     registered, a delete of a key that does not exist."""
     import anyio
 
-    lock = sqlite3.connect(db, isolation_level=None, timeout=60)
-    lock.execute("BEGIN IMMEDIATE")
+    lock: Any
+    if is_postgres(db):  # the locks the warm-up writes take (see PostgresDatabase.serialize)
+        import psycopg
+
+        from agenthold.postgres import lock_key
+
+        lock = psycopg.connect(str(db), autocommit=True)
+        lock.execute("BEGIN")
+        for name in ("claims", "state\x1fwarm-up"):
+            lock.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(name),))
+    else:
+        lock = sqlite3.connect(db, isolation_level=None, timeout=60)
+        lock.execute("BEGIN IMMEDIATE")
     try:
         async with anyio.create_task_group() as tg:
             for server in servers:
@@ -768,7 +844,7 @@ def due_by(book: Soak, agent: str) -> float:
     return book.last_call.get(agent, 0.0) + idle + REAP_EVERY + SLACK
 
 
-def agent_rows(db: Path) -> set[str]:
+def agent_rows(db: Database) -> set[str]:
     conn = connect(db)
     try:
         return {a for (a,) in conn.execute("SELECT agent_id FROM agents")}
@@ -776,7 +852,7 @@ def agent_rows(db: Path) -> set[str]:
         conn.close()
 
 
-def soak_checks(report: Report, book: Soak, db: Path, at_end: set[str], ended: float) -> None:
+def soak_checks(report: Report, book: Soak, db: Database, at_end: set[str], ended: float) -> None:
     checks = report.checks
     checks.expect("every call was answered without an error", book.errors, "0 errors")
     checks.expect(
@@ -859,7 +935,7 @@ def soak_checks(report: Report, book: Soak, db: Path, at_end: set[str], ended: f
     )
 
 
-def soak_figures(report: Report, book: Soak, db: Path, elapsed: float) -> None:
+def soak_figures(report: Report, book: Soak, db: Database, elapsed: float) -> None:
     report.figure("cycles", book.next_cycle)
     report.figure("cycles per second", book.next_cycle / elapsed if elapsed else 0.0)
     report.figure("agents registered (all distinct)", len(book.registered))
@@ -869,7 +945,7 @@ def soak_figures(report: Report, book: Soak, db: Path, elapsed: float) -> None:
     report.figure("busy answers", book.answers["claim busy"])
     for name, value in book.agent_figures:
         report.figure(name, value)
-    report.figure("database size", f"{db.stat().st_size / 1e6:.1f} MB")
+    report.figure("database size", db_size(db))
     report.figure("seconds (cycles only)", elapsed)
     driver, standard, advanced = book.cpu
     report.figure(
@@ -902,11 +978,18 @@ def render(report: Report) -> str:
     return "\n".join(out)
 
 
-def run(scenario: str, work: Path, sizes: Sizes, seed: int, seconds: float | None) -> Report:
+def run(
+    scenario: str,
+    work: Path,
+    sizes: Sizes,
+    seed: int,
+    seconds: float | None,
+    url: str | None = None,
+) -> Report:
     place = work / scenario
     place.mkdir()
     if scenario == "crash":
-        return run_crash(place, kills=sizes.kills, seed=seed, seconds=seconds)
+        return run_crash(place, kills=sizes.kills, seed=seed, seconds=seconds, url=url)
     if scenario == "contention":
         return run_contention(
             place,
@@ -914,8 +997,11 @@ def run(scenario: str, work: Path, sizes: Sizes, seed: int, seconds: float | Non
             threads=sizes.threads,
             seconds=seconds or sizes.seconds,
             seed=seed,
+            url=url,
         )
-    return run_soak(place, cycles=sizes.cycles, agents=sizes.agents, seed=seed, seconds=seconds)
+    return run_soak(
+        place, cycles=sizes.cycles, agents=sizes.agents, seed=seed, seconds=seconds, url=url
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -936,7 +1022,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ci", action="store_true", help="the sizes of tests/test_torture.py")
     parser.add_argument("--json", action="store_true", help="print the reports as JSON")
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep the files")
+    parser.add_argument(
+        "--db", metavar="URL", help="run on PostgreSQL: a postgresql:// URL (a schema per scenario)"
+    )
     args = parser.parse_args(argv)
+    if args.db is not None and not is_postgres(args.db):
+        parser.error(f"--db must be a postgresql:// URL, got {args.db!r}")
     base = CI if args.ci else LONG
     sizes = Sizes(
         kills=args.iterations or base.kills,
@@ -961,8 +1052,10 @@ def main(argv: list[str] | None = None) -> int:
             work.mkdir(parents=True, exist_ok=True)
         else:
             work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="agenthold-tt-")))
+        if args.db and not args.keep:
+            stack.callback(drop_schemas, work, args.db)
         for scenario in scenarios:
-            report = run(scenario, work, sizes, seed, args.seconds)
+            report = run(scenario, work, sizes, seed, args.seconds, args.db)
             reports.append(report)
             if not args.json:
                 print(render(report), flush=True)

@@ -4,8 +4,11 @@ concurrent calls, and across a soak run. Used by the benchmark and by tests/test
 Decisions behind it:
 - A checker never stops at the first problem: it returns one Check per property, each with a
   count of what it looked at and the first few violations, so a failed run says what broke.
-- Properties are checked against the database itself (read with plain sqlite3, nothing of
-  agenthold), so a bug in the library cannot hide behind the library's own reading of its data.
+- Properties are checked against the database itself (read with plain sqlite3, or plain
+  psycopg for a ``postgresql://`` URL: nothing of agenthold), so a bug in the library cannot
+  hide behind the library's own reading of its data. The same SQL serves both engines. "Commit
+  order" of one key's (or the claims') rows is the order of their ids on PostgreSQL too: their
+  writers take turns under an advisory lock, and each takes its id after the last committed.
 - Times in contention records are time.monotonic() readings from several processes; on Linux
   that is CLOCK_MONOTONIC, shared by the whole system, so they can be compared directly.
 """
@@ -55,13 +58,35 @@ class Checks:
         return [c for c in self.items if not c.passed]
 
 
-def connect(db: Path) -> sqlite3.Connection:
+def is_postgres(db: Path | str) -> bool:
+    return isinstance(db, str) and db.startswith(("postgresql://", "postgres://"))
+
+
+class PgConnection:
+    """A psycopg connection read with the checkers' SQL (``?`` placeholders), autocommit."""
+
+    dialect = "postgresql"
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.raw = psycopg.connect(url, autocommit=True)
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        return self.raw.execute(sql.replace("?", "%s"), params)
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def connect(db: Path | str) -> Any:
+    """A plain connection to ``db``: sqlite3 for a file, psycopg for a postgresql:// URL."""
+    if is_postgres(db):
+        return PgConnection(str(db))
     return sqlite3.connect(db, isolation_level=None)
 
 
-def history_by_version(
-    conn: sqlite3.Connection, namespace: str
-) -> dict[tuple[str, int], tuple[str, str | None]]:
+def history_by_version(conn: Any, namespace: str) -> dict[tuple[str, int], tuple[str, str | None]]:
     """Every history row of ``namespace``: (key, version) -> (event type, the value's JSON
     text, or None for a delete)."""
     return {
@@ -93,7 +118,10 @@ def read_lines(paths: Iterable[Path]) -> list[dict[str, Any]]:
 # --------------------------------------------------------------------------------------------
 
 
-def check_integrity(conn: sqlite3.Connection, checks: Checks) -> None:
+def check_integrity(conn: Any, checks: Checks) -> None:
+    if isinstance(conn, PgConnection):
+        check_pg_indexes(conn, checks)
+        return
     result = [r[0] for r in conn.execute("PRAGMA integrity_check")]
     checks.expect(
         "PRAGMA integrity_check is ok",
@@ -102,7 +130,33 @@ def check_integrity(conn: sqlite3.Connection, checks: Checks) -> None:
     )
 
 
-def check_live_rows(conn: sqlite3.Connection, namespace: str, checks: Checks) -> None:
+def check_pg_indexes(conn: PgConnection, checks: Checks) -> None:
+    """PostgreSQL's counterpart of integrity_check: amcheck's bt_index_check on every index of
+    agenthold's tables (in the schema of the URL). Where the extension cannot be created (not a
+    superuser, no contrib package), the check says it was not made."""
+    try:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS amcheck SCHEMA public")
+    except Exception as exc:
+        checks.expect(f"indexes not checked (amcheck unavailable: {type(exc).__name__})", [], "")
+        return
+    indexes = [
+        name
+        for (name,) in conn.execute(
+            "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "JOIN pg_class t ON t.oid = i.indrelid JOIN pg_am a ON a.oid = c.relam "
+            "WHERE t.relnamespace = current_schema()::regnamespace AND a.amname = 'btree'"
+        )
+    ]
+    broken = []
+    for name in indexes:
+        try:
+            conn.execute("SELECT public.bt_index_check(?::regclass, true)", (name,))
+        except Exception as exc:
+            broken.append(f"{name}: {exc}")
+    checks.expect("amcheck finds every btree index sound", broken, f"{len(indexes)} indexes")
+
+
+def check_live_rows(conn: Any, namespace: str, checks: Checks) -> None:
     """Each key's live row is its newest history entry (version, value and deleted flag), and
     in commit order its history versions run 1, 2, 3... (a delete's tombstone included)."""
     out_of_step = [
@@ -110,7 +164,7 @@ def check_live_rows(conn: sqlite3.Connection, namespace: str, checks: Checks) ->
         for key, previous, version in conn.execute(
             "SELECT key, previous, version FROM (SELECT key, version, LAG(version, 1, 0) "
             "OVER (PARTITION BY key ORDER BY id) AS previous FROM state_history "
-            "WHERE namespace = ?) WHERE version != previous + 1",
+            "WHERE namespace = ?) AS h WHERE version != previous + 1",
             (namespace,),
         )
     ]
@@ -148,7 +202,7 @@ def check_live_rows(conn: sqlite3.Connection, namespace: str, checks: Checks) ->
     )
 
 
-def check_claim_tables(conn: sqlite3.Connection, checks: Checks) -> None:
+def check_claim_tables(conn: Any, checks: Checks) -> None:
     """No claim is half-applied: each resource's row in ``claims`` says what its newest
     ``claim_events`` row says (held by that agent iff it was a claim; the same version; the
     same outcome and last holder after a release), and in commit order its event versions
@@ -158,7 +212,7 @@ def check_claim_tables(conn: sqlite3.Connection, checks: Checks) -> None:
         for resource, previous, version in conn.execute(
             "SELECT resource, previous, version FROM (SELECT resource, version, "
             "LAG(version, 1, 0) OVER (PARTITION BY resource ORDER BY id) AS previous "
-            "FROM claim_events WHERE resource IS NOT NULL) WHERE version != previous + 1"
+            "FROM claim_events WHERE resource IS NOT NULL) AS e WHERE version != previous + 1"
         )
     ]
     newest = {
@@ -235,7 +289,7 @@ class Acks:
         return len(self.writes) + len(self.claims)
 
 
-def check_after_kill(db: Path, acks: Acks, namespace: str) -> tuple[Checks, dict[str, int]]:
+def check_after_kill(db: Path | str, acks: Acks, namespace: str) -> tuple[Checks, dict[str, int]]:
     """What must hold after a writer was killed: the file is sound; every change the writer
     acknowledged is there (a write or delete in the history with its version and value, a
     claim or release in claim_events with its version, agent and outcome); live rows agree
@@ -295,7 +349,7 @@ def check_after_kill(db: Path, acks: Acks, namespace: str) -> tuple[Checks, dict
 
 
 def check_contention(
-    db: Path,
+    db: Path | str,
     records: list[dict[str, Any]],
     *,
     namespace: str,

@@ -116,25 +116,29 @@ class CrashWriter:
 
     def claim(self, resource: str, agent: str) -> None:
         reply = self.coord.claim(resource, agent)
-        if reply["status"] == "claimed":
+        if reply.status == "claimed":
             self.holders[resource] = agent
             self.ack(
-                {"op": "claimed", "resource": resource, "agent": agent, "version": reply["version"]}
+                {"op": "claimed", "resource": resource, "agent": agent, "version": reply.version}
             )
-        elif reply["status"] == "busy" and reply["held_by"] != self.holders.get(resource):
+        elif (
+            reply.status == "busy"
+            and reply.holder
+            and reply.holder.agent_id != self.holders.get(resource)
+        ):
             raise AssertionError(f"busy reply names an unexpected holder: {reply}")
 
     def release(self, resource: str, outcome: str) -> None:
         agent = self.holders.pop(resource)
         reply = self.coord.release(resource, agent, outcome)
-        if reply["status"] != "released":
+        if reply.status != "released":
             raise AssertionError(f"the holder's release was refused: {reply}")
         self.ack(
             {
                 "op": "released",
                 "resource": resource,
                 "agent": agent,
-                "version": reply["version"],
+                "version": reply.version,
                 "outcome": outcome,
             }
         )
@@ -213,7 +217,7 @@ class Contender:
         self.store, self.coord, self.rng, self.rec = store, coord, rng, rec
         self.writer = f"p{rec.proc}-t{rec.thread}"
         t0 = time.monotonic()
-        self.agent = coord.register(self.writer)["agent_id"]
+        self.agent = coord.register(self.writer).agent_id
         rec.add("register", t0, agent=self.agent)
 
     def get(self, key: str) -> tuple[int, Any] | None:
@@ -299,17 +303,17 @@ class Contender:
             t0,
             resource=resource,
             agent=self.agent,
-            outcome=reply["status"],
-            version=reply.get("version"),
-            held_by=reply.get("held_by"),
+            outcome=reply.status,
+            version=reply.version,
+            held_by=reply.holder and reply.holder.agent_id,
         )
-        if reply["status"] == "busy":
+        if reply.status == "busy":
             if self.rng.random() < 0.5:
                 t0 = time.monotonic()
                 waited = self.coord.wait(resource, 0.05)
-                self.rec.add("wait", t0, resource=resource, outcome=waited["status"])
+                self.rec.add("wait", t0, resource=resource, outcome=waited.status)
             return
-        if reply["status"] != "claimed":
+        if reply.status != "claimed":
             raise AssertionError(f"unexpected claim reply {reply}")
         start = claim["t1"]  # the hold begins when the "claimed" answer is in hand
         time.sleep(self.rng.uniform(0, 0.003))
@@ -320,8 +324,8 @@ class Contender:
             end,
             resource=resource,
             agent=self.agent,
-            outcome=released["status"],
-            version=released.get("version"),
+            outcome=released.status,
+            version=released.version,
         )
         self.rec.add(
             "hold",
@@ -332,8 +336,8 @@ class Contender:
             end=end,
             claim_t0=claim["t0"],
             release_t1=self.rec.records[-1]["t1"],
-            claim_version=reply["version"],
-            release_version=released.get("version"),
+            claim_version=reply.version,
+            release_version=released.version,
         )
 
     def pause(self) -> None:

@@ -36,6 +36,7 @@ from mcp.types import CallToolResult
 from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp
 
+from agenthold.claim_tools import reply
 from agenthold.claims import Coordinator
 from agenthold.cli import listen
 from agenthold.http import _Uvicorn, web_config
@@ -57,11 +58,34 @@ ERROR_KEYS = {"status", "error", "message", "hint"}
 # --------------------------------------------------------------------------------------------
 
 
-def coordinator_at(store: StateStore, root: Path, *, claim_ttl: float | None = None) -> Coordinator:
-    """A Coordinator on ``store`` whose one workspace, "default", is ``root``."""
-    return Coordinator(
-        store, resolver=Resolver([Workspace("default", str(root))]), claim_ttl=claim_ttl
-    )
+class WireCoordinator(Coordinator):
+    """A Coordinator whose register, claim, release, status and wait answer with the reply an
+    agent reads (``claim_tools.reply`` of the typed result), for the tests written against
+    those replies: they check the library and the tools' wording of its results together."""
+
+    def register(self, *args: Any, **kwargs: Any) -> Any:
+        return reply(super().register(*args, **kwargs))
+
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        return reply(super().claim(*args, **kwargs))
+
+    def release(self, *args: Any, **kwargs: Any) -> Any:
+        return reply(super().release(*args, **kwargs))
+
+    def status(self, *args: Any, **kwargs: Any) -> Any:
+        return reply(super().status(*args, **kwargs))
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        return reply(super().wait(*args, **kwargs))
+
+
+def coordinator_at(
+    store: StateStore, root: Path, *, claim_ttl: float | None = None, replies: bool = False
+) -> Coordinator:
+    """A Coordinator on ``store`` whose one workspace, "default", is ``root`` (a
+    WireCoordinator, answering with tool replies, if ``replies``)."""
+    kind = WireCoordinator if replies else Coordinator
+    return kind(store, resolver=Resolver([Workspace("default", str(root))]), claim_ttl=claim_ttl)
 
 
 @contextlib.asynccontextmanager
@@ -166,6 +190,63 @@ async def sdk_client(
         ) as client,
     ):
         yield client
+
+
+@dataclass
+class TokenServer:
+    """An HTTP server with a token file of several principals (``tokens``: name to token) and
+    the all-access ``shared`` token beside it."""
+
+    url: str
+    tokens: dict[str, str]
+    db: Path
+    auth_file: Path
+    shared: str = "shared-token-for-everyone"
+
+    def client(self, who: str, mode: str) -> contextlib.AbstractAsyncContextManager[Client]:
+        token = self.shared if who == "shared" else self.tokens[who]
+        return sdk_client(self.url, mode=mode, headers={"Authorization": f"Bearer {token}"})
+
+
+@contextlib.asynccontextmanager
+async def token_server(
+    tmp_path: Path, scoped: dict[str, list[str] | None], *, tools: str, resolver: Resolver
+) -> AsyncIterator[TokenServer]:
+    """Serve ``tools`` over HTTP on 127.0.0.1 with a token file that gives each principal of
+    ``scoped`` a token and its scopes (None: every scope), on a fresh database."""
+    from agenthold.cli import ServeOptions
+    from agenthold.http import http_app
+    from agenthold.principals import TokenTable, add_token
+
+    auth_file = tmp_path / "tokens.json"
+    tokens = {name: add_token(auth_file, name, scopes)[0] for name, scopes in scoped.items()}
+    db = tmp_path / "state.db"
+    with StateStore(db) as store:
+        app = Agenthold(Coordinator(store, resolver=resolver), tools=tools, disconnect_grace=None)
+        opts = ServeOptions(
+            transport="http",
+            tools=tools,
+            auth_tokens=[TokenServer.shared],
+            auth_file=TokenTable(auth_file),
+        )
+        async with uvicorn_serving(app, http_app(app, opts), path=opts.path) as web:
+            yield TokenServer(web.url, tokens, db, auth_file)
+
+
+async def tools_seen(server: TokenServer, principals: list[str], mode: str) -> dict[str, set[str]]:
+    """The names tools/list shows each of ``principals``, one connection each."""
+    seen = {}
+    for who in principals:
+        async with server.client(who, mode) as c:
+            seen[who] = {t.name for t in (await c.list_tools()).tools}
+    return seen
+
+
+async def flagged_call(client: Client, tool: str, **arguments: Any) -> tuple[bool, dict[str, Any]]:
+    """(isError, the reply's JSON) of one call."""
+    done = await client.call_tool(tool, arguments)
+    assert done.structured_content is not None, done.content
+    return bool(done.is_error), done.structured_content
 
 
 def initialize_request(request_id: int = 1, client: str = "raw-test") -> dict[str, Any]:

@@ -12,21 +12,14 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import Client
-from support import child_env, sdk_client, uvicorn_serving
+from support import TokenServer, child_env, flagged_call, token_server, tools_seen
 
-from agenthold.claims import Coordinator
-from agenthold.cli import ServeOptions
-from agenthold.http import http_app
 from agenthold.message_tools import MESSAGES_NAMES
-from agenthold.principals import TokenTable, add_token
-from agenthold.server import Agenthold
-from agenthold.store import StateStore
 from agenthold.uris import Resolver, Workspace
 
 pytestmark = pytest.mark.anyio
@@ -41,41 +34,14 @@ SCOPED = {
 }
 
 
-@dataclass
-class Server:
-    url: str
-    tokens: dict[str, str]
-    db: Path
-    shared: str = "shared-token-for-everyone"
-
-    def client(self, who: str, mode: str) -> contextlib.AbstractAsyncContextManager[Client]:
-        token = self.shared if who == "shared" else self.tokens[who]
-        return sdk_client(self.url, mode=mode, headers={"Authorization": f"Bearer {token}"})
-
-
 @contextlib.asynccontextmanager
-async def serving(tmp_path: Path) -> AsyncIterator[Server]:
-    auth_file = tmp_path / "tokens.json"
-    tokens = {name: add_token(auth_file, name, scopes)[0] for name, scopes in SCOPED.items()}
-    db = tmp_path / "state.db"
-    with StateStore(db) as store:
-        coordinator = Coordinator(store, resolver=Resolver([Workspace("repo", str(tmp_path))]))
-        app = Agenthold(coordinator, tools="standard,messages", disconnect_grace=None)
-        opts = ServeOptions(
-            transport="http",
-            tools="standard,messages",
-            auth_tokens=[Server.shared],
-            auth_file=TokenTable(auth_file),
-        )
-        async with uvicorn_serving(app, http_app(app, opts), path=opts.path) as web:
-            yield Server(web.url, tokens, db)
+async def serving(tmp_path: Path) -> AsyncIterator[TokenServer]:
+    resolver = Resolver([Workspace("repo", str(tmp_path))])
+    async with token_server(tmp_path, SCOPED, tools="standard,messages", resolver=resolver) as s:
+        yield s
 
 
-async def call(client: Client, tool: str, **arguments: Any) -> tuple[bool, dict[str, Any]]:
-    """(isError, the reply's JSON) of one call."""
-    done = await client.call_tool(tool, arguments)
-    assert done.structured_content is not None, done.content
-    return bool(done.is_error), done.structured_content
+call = flagged_call
 
 
 async def ok(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
@@ -265,10 +231,7 @@ async def test_tools_list_shows_the_messages_tools_only_to_who_may_call_them(
     tmp_path: Path, mode: str
 ) -> None:
     async with serving(tmp_path) as server:
-        seen = {}
-        for who in ("alice", "standard-only", "bus-only", "team-a"):
-            async with server.client(who, mode) as c:
-                seen[who] = {t.name for t in (await c.list_tools()).tools}
+        seen = await tools_seen(server, ["alice", "standard-only", "bus-only", "team-a"], mode)
         async with server.client("standard-only", mode) as c:
             for tool in sorted(MESSAGES_NAMES):
                 assert_forbidden(await call(c, tool), "tools:messages")

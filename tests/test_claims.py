@@ -10,6 +10,7 @@ cross-process wake-ups are printed (run with -s to see them); bench/claims_bench
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -26,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import REPO, LineProcess, child_env, coordinator_at, run_threads
+from support import REPO, LineProcess, WireCoordinator, child_env, coordinator_at, run_threads
 
-from agenthold import claims
+from agenthold import claim_tools, claims
 from agenthold.claims import (
     OUTCOMES,
     Agent,
@@ -79,7 +80,7 @@ def open_coordinator(db_file: Path, root: Path) -> Iterator[Callable[..., Coordi
     def open_(claim_ttl: float | None = None) -> Coordinator:
         store = StateStore(db_file)
         stores.append(store)
-        return coordinator_at(store, root, claim_ttl=claim_ttl)
+        return coordinator_at(store, root, claim_ttl=claim_ttl, replies=True)
 
     yield open_
     for store in stores:
@@ -342,7 +343,7 @@ def test_claim_of_a_resource_another_agent_holds_is_busy_naming_the_holder(
         "held_by": holder,
         "agent_name": "editor",
         "claimed_at": claimed_at,
-        "hint": claims.BUSY_HINT,
+        "hint": claim_tools.BUSY_HINT,
     }
     assert "agenthold_wait" in reply["hint"]
     assert coord.status(RES)["version"] == 1
@@ -437,7 +438,7 @@ def test_release_outcome_is_told_to_status_wait_and_the_next_claimant(
     for seen in (coord.status(RES), coord.wait(RES, 1), coord.claim(RES, next_agent)):
         assert seen.items() >= expected.items()
         assert before - 0.01 <= unix(seen["previous_outcome_at"]) <= time.time()
-        assert seen["hint"] == claims.HINTS[outcome].format(moved_to=expected.get("moved_to"))
+        assert seen["hint"] == claim_tools.HINTS[outcome].format(moved_to=expected.get("moved_to"))
     assert coord.status(RES)["status"] == "claimed"
 
 
@@ -614,7 +615,7 @@ def test_wait_times_out_naming_the_holder(coord: Coordinator) -> None:
         "held_by": holder,
         "agent_name": "slow-editor",
         "elapsed_seconds": reply["elapsed_seconds"],
-        "hint": claims.TIMEOUT_HINT,
+        "hint": claim_tools.TIMEOUT_HINT,
     }
     assert 0.2 <= reply["elapsed_seconds"] < 2
 
@@ -776,7 +777,7 @@ def test_an_agent_id_from_another_database_is_unknown(
     coord: Coordinator, tmp_path: Path, root: Path
 ) -> None:
     with StateStore(tmp_path / "other.db") as other_store:
-        other = Coordinator(other_store, resolver=coord.resolver)
+        other = WireCoordinator(other_store, resolver=coord.resolver)
         foreign = register(other)
     with pytest.raises(UnknownAgentError):
         coord.claim(RES, foreign)
@@ -1247,7 +1248,7 @@ def test_without_a_resolver_paths_resolve_against_the_current_directory(
     coord: Coordinator, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(root)
-    default = Coordinator(coord.store)
+    default = WireCoordinator(coord.store)
     agent = register(default)
     assert default.claim(str(root / "src" / "a.py"), agent)["resource"] == URI
     assert coord.status(RES)["held_by"] == agent
@@ -1407,7 +1408,10 @@ def test_one_workspace_name_over_two_roots_keeps_the_two_files_apart(
     one.mkdir()
     two.mkdir()
     with StateStore(db_file) as first_store, StateStore(db_file) as second_store:
-        first, second = coordinator_at(first_store, one), coordinator_at(second_store, two)
+        first, second = (
+            coordinator_at(first_store, one, replies=True),
+            coordinator_at(second_store, two, replies=True),
+        )
         a, b = register(first, "a"), register(second, "b")
         assert first.claim("x.py", a)["status"] == "claimed"
         mine = second.claim("x.py", b)  # another file that happens to have the same name
@@ -1415,7 +1419,7 @@ def test_one_workspace_name_over_two_roots_keeps_the_two_files_apart(
         assert first.status("x.py")["held_by"] == a
         assert second.status("x.py")["held_by"] == b
         # ...while one root under two names is one file: a third server calls it "proj".
-        third = Coordinator(first_store, resolver=Resolver([Workspace("proj", str(one))]))
+        third = WireCoordinator(first_store, resolver=Resolver([Workspace("proj", str(one))]))
         busy = third.claim("file://proj/x.py", register(third, "c"))
         assert (busy["status"], busy["held_by"]) == ("busy", a)
 
@@ -1568,3 +1572,42 @@ def test_a_claim_on_a_name_that_later_became_a_symlink_is_released_by_its_holder
     assert coord.release("gone.md", holder)["status"] == "released"
     with pytest.raises(InvalidInputError, match="symbolic link"):
         coord.release("gone.md", other)
+
+
+# --------------------------------------------------------------------------------------------
+# The library's results are typed and carry no tool wording
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.backends
+def test_the_library_returns_typed_results_that_name_no_tool(
+    coord: Coordinator, root: Path
+) -> None:
+    plain = Coordinator(coord.store, resolver=coord.resolver)
+    registration = plain.register("typed", "m")
+    assert isinstance(registration, claims.Registration)
+    holder, other = registration.agent_id, plain.register("other").agent_id
+    claimed = plain.claim(RES, holder)
+    assert (claimed.status, claimed.resource, claimed.version) == ("claimed", URI, 1)
+    busy = plain.claim(RES, other)
+    assert busy.status == "busy" and busy.holder is not None
+    assert (busy.holder.agent_id, busy.holder.name, busy.version) == (holder, "typed", None)
+    status = plain.status(RES)
+    assert status.holder is not None and status.holder.model == "m" and status.version == 1
+    timed_out = plain.wait(RES, 0.05)
+    assert timed_out.status == "timeout" and timed_out.holder is not None
+    released = plain.release(RES, holder, "moved", moved_to="src/b.py")
+    assert (released.status, released.version, released.outcome) == ("released", 2, "moved")
+    assert released.moved_to == "file://default/src/b.py"
+    waited = plain.wait(RES, 1)
+    assert waited.status == "available" and waited.previous is not None
+    assert (waited.previous.outcome, waited.previous.holder) == ("moved", holder)
+    again = plain.claim(RES, other)
+    assert again.previous == waited.previous and again.version == 3
+    assert plain.release("src/never.py", other).status == "not_found"
+    for result in (registration, claimed, busy, status, timed_out, released, waited, again):
+        assert "agenthold_" not in repr(result)  # the wording is the tool layer's
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            result.status = "changed"  # type: ignore[misc]
+    with pytest.raises(TypeError, match="not a Coordinator result"):
+        claim_tools.reply(object())

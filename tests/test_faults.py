@@ -80,7 +80,7 @@ def plant_canary(coordinator: Coordinator) -> Canary:
     coordinator.store.set(
         CANARY_NS, CANARY_KEY, {"kept": ["a", 1]}, updated_by="canary", expected_version=0
     )
-    agent = coordinator.register("canary")["agent_id"]
+    agent = coordinator.register("canary").agent_id
     coordinator.claim(CANARY_RESOURCE, agent)
     return read_canary(coordinator)
 
@@ -466,7 +466,7 @@ async def test_a_write_lock_held_elsewhere_makes_writes_unavailable_while_reads_
     answered before the first writer gives up. Once the lock is gone, writes work again."""
     busy = 0.8
     async with serving(tmp_path, tools=tools, busy_timeout=busy) as s:
-        agent = s.coordinator.register("worker")["agent_id"]
+        agent = s.coordinator.register("worker").agent_id
         if tools == "standard":
             writes = [
                 ("agenthold_claim", {"resource": f"w{i}.md", "agent_id": agent}) for i in range(12)

@@ -144,7 +144,7 @@ def plant_canary(coordinator: Coordinator) -> Canary:
         updated_by="canary",
         expected_version=1,
     )
-    agent = coordinator.register("canary")["agent_id"]
+    agent = coordinator.register("canary").agent_id
     coordinator.claim(CANARY_RESOURCE, agent)
     canary = read_canary(coordinator)
     assert (canary.version, canary.claim_state, canary.holder) == (2, "claimed", agent)
@@ -507,7 +507,7 @@ def fuzz(root: Path, tools: str, mode: str, tool: str, *, straight: bool) -> Non
     """Send ``tool`` the calls hypothesis draws: through the in-process client, or (with
     ``straight``) right into ``Agenthold.call``, with what only the SDK's parsers deliver."""
     with behind_portal(root, tools, mode) as (portal, served, _):
-        fuzz_agent = served.coordinator.register("fuzzer")["agent_id"]
+        fuzz_agent = served.coordinator.register("fuzzer").agent_id
         spec = served.app.specs[tool]
         valid = valid_strategies(fuzz_agent)
         if straight:
@@ -586,7 +586,7 @@ async def test_a_5000_digit_integer_reaches_every_parameter_in_process_and_is_re
     try:
         canary = plant_canary(coordinator)
         async with in_process(coordinator, tools, mode) as served:
-            agent = coordinator.register("fuzzer")["agent_id"]
+            agent = coordinator.register("fuzzer").agent_id
             good = {
                 "resource": "a.md",
                 "agent_id": agent,

@@ -52,6 +52,7 @@ from support import (
     uvicorn_serving,
 )
 
+from agenthold.claim_tools import reply as tool_reply
 from agenthold.claims import Coordinator
 from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
 from agenthold.http import CancelOnDisconnect, _http_stack
@@ -719,7 +720,7 @@ async def test_a_signal_ends_calls_in_flight_frees_claims_and_exits_0(
     with StateStore(server.db) as store:
         coordinator = Coordinator(store)
         for resource, agent in (("custom://a", holder), ("custom://b", other)):
-            status = coordinator.status(resource)
+            status = tool_reply(coordinator.status(resource))
             assert status["status"] == "available", status
             assert (status["previous_outcome"], status["previous_holder"]) == ("abandoned", agent)
 

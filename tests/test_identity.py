@@ -8,20 +8,22 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx2
 import pytest
-from mcp import Client
-from support import ACCEPT, LEGACY, open_session, sdk_client, uvicorn_serving
+from support import (
+    ACCEPT,
+    LEGACY,
+    TokenServer,
+    flagged_call,
+    open_session,
+    token_server,
+    tools_seen,
+)
 
 from agenthold.claims import Coordinator
-from agenthold.cli import ServeOptions
-from agenthold.http import http_app
-from agenthold.principals import TokenTable, add_token
-from agenthold.server import Agenthold
 from agenthold.store import StateStore
 from agenthold.uris import Resolver, Workspace
 
@@ -39,50 +41,18 @@ SCOPED = {
 }
 
 
-@dataclass
-class Server:
-    url: str
-    tokens: dict[str, str]
-    db: Path
-    auth_file: Path
-    shared: str = "shared-token-for-everyone"
-
-    def client(self, who: str, mode: str) -> contextlib.AbstractAsyncContextManager[Client]:
-        token = self.shared if who == "shared" else self.tokens[who]
-        return sdk_client(self.url, mode=mode, headers={"Authorization": f"Bearer {token}"})
-
-
 @contextlib.asynccontextmanager
-async def serving(tmp_path: Path) -> AsyncIterator[Server]:
-    auth_file = tmp_path / "tokens.json"
-    tokens = {name: add_token(auth_file, name, scopes)[0] for name, scopes in SCOPED.items()}
+async def serving(tmp_path: Path) -> AsyncIterator[TokenServer]:
     (tmp_path / "repo").mkdir()
     (tmp_path / "other").mkdir()
     resolver = Resolver(
         [Workspace("repo", str(tmp_path / "repo")), Workspace("other", str(tmp_path / "other"))]
     )
-    db = tmp_path / "state.db"
-    with StateStore(db) as store:
-        app = Agenthold(
-            Coordinator(store, resolver=resolver), tools="standard,advanced", disconnect_grace=None
-        )
-        server = Server("", tokens, db, auth_file)
-        opts = ServeOptions(
-            transport="http",
-            tools="standard,advanced",
-            auth_tokens=[server.shared],
-            auth_file=TokenTable(auth_file),
-        )
-        async with uvicorn_serving(app, http_app(app, opts), path=opts.path) as web:
-            server.url = web.url
-            yield server
+    async with token_server(tmp_path, SCOPED, tools="standard,advanced", resolver=resolver) as s:
+        yield s
 
 
-async def call(client: Client, tool: str, **arguments: Any) -> tuple[bool, dict[str, Any]]:
-    """(isError, the reply's JSON) of one call."""
-    done = await client.call_tool(tool, arguments)
-    assert done.structured_content is not None, done.content
-    return bool(done.is_error), done.structured_content
+call = flagged_call
 
 
 def claim_rows(db: Path) -> list[tuple[Any, ...]]:
@@ -219,7 +189,7 @@ async def test_agents_registered_through_a_trusted_transport_are_refused_to_prin
     """An agent without a principal (stdio, or HTTP without tokens) is not any principal's."""
     async with serving(tmp_path) as server:
         with StateStore(server.db) as store:
-            agent = Coordinator(store).register("local")["agent_id"]
+            agent = Coordinator(store).register("local").agent_id
         async with server.client("alice", "auto") as alice:
             assert_foreign(
                 await call(alice, "agenthold_claim", resource="file://repo/a", agent_id=agent)
@@ -277,10 +247,7 @@ async def test_tools_list_shows_a_principal_only_the_tools_it_may_call(
     tmp_path: Path, mode: str
 ) -> None:
     async with serving(tmp_path) as server:
-        seen = {}
-        for who in ("alice", "standard-only", "advanced-only", "team-a"):
-            async with server.client(who, mode) as c:
-                seen[who] = {t.name for t in (await c.list_tools()).tools}
+        seen = await tools_seen(server, ["alice", "standard-only", "advanced-only", "team-a"], mode)
     assert seen["alice"] == seen["team-a"] == STANDARD | ADVANCED
     assert seen["standard-only"] == STANDARD
     assert seen["advanced-only"] == ADVANCED

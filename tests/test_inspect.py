@@ -105,11 +105,11 @@ def build_demo(path: Path) -> Demo:
     and unicode, all through the public API."""
     store = StateStore(path)
     coord = Coordinator(store)
-    editor = coord.register("editor-agent", "claude-sonnet-4", "edits chapter 1")["agent_id"]
-    reviewer = coord.register("review-bot", "gpt-4o")["agent_id"]
+    editor = coord.register("editor-agent", "claude-sonnet-4", "edits chapter 1").agent_id
+    reviewer = coord.register("review-bot", "gpt-4o").agent_id
     coord.claim("custom://chapter-1", editor)
     coord.claim("src/main.py", reviewer)
-    idle = coord.register("idle-agent")["agent_id"]
+    idle = coord.register("idle-agent").agent_id
     time.sleep(0.002)
     assert coord.reap_idle_agents(0) == [idle]
     coord.claim("src/a.py", reviewer)
@@ -132,9 +132,9 @@ def build_demo(path: Path) -> Demo:
     store.delete("archive", "old", deleted_by="archivist")
 
     short = Coordinator(store, claim_ttl=0.05)
-    sleepy = short.register("sleepy-agent", "tiny")["agent_id"]
+    sleepy = short.register("sleepy-agent", "tiny").agent_id
     short.claim("src/ttl.py", sleepy)
-    gone = coord.register("gone-agent")["agent_id"]
+    gone = coord.register("gone-agent").agent_id
     coord.claim("src/gone.py", gone)
     coord.end_lease(gone, 0.0)
     coord.end_lease(reviewer, 300.0)  # disconnected, but may still come back
@@ -591,7 +591,7 @@ def test_log_of_claims_released_by_a_lapsed_lease_shows_the_outcome(
 ) -> None:
     store = StateStore(demo.path)
     coord = Coordinator(store)
-    late = coord.register("late-agent")["agent_id"]
+    late = coord.register("late-agent").agent_id
     coord.claim("src/ttl.py", late)  # records sleepy's lapse as a release first
     store.close()
     events = run_cli(capsys, "log", "--limit", "3", "--json", "--db", demo.db).json()
@@ -967,7 +967,7 @@ from agenthold.store import StateStore
 
 store = StateStore(sys.argv[1])
 coord = Coordinator(store)
-agent = coord.register("late-agent", "m")["agent_id"]
+agent = coord.register("late-agent", "m").agent_id
 coord.claim("src/late.py", agent)
 store.set(sys.argv[2], "late-key", {"n": 1}, updated_by="late-agent")
 coord.release("src/late.py", agent, "created")

@@ -251,7 +251,7 @@ def test_agents_are_found_by_record_name_or_uuid(pair: Any) -> None:
 def test_a_claims_agent_id_stands_for_the_bus_agent_of_its_name(db_url: str) -> None:
     with StateStore(db_url) as store:
         coordinator = Coordinator(store)
-        agent_id = coordinator.register("worker-1")["agent_id"]
+        agent_id = coordinator.register("worker-1").agent_id
         bus = MessageBus(store)
         me = bus.get_or_create_agent(agent_id)
         assert me.name == "worker-1"

@@ -149,10 +149,10 @@ def test_one_of_many_claimants_gets_the_resource(
 ) -> None:
     coords = [coordinator(pg, tmp_path), coordinator(StateStore(pg_url), tmp_path)]
     try:
-        agents = [coords[i % 2].register(f"a{i}")["agent_id"] for i in range(6)]
-        replies = run_threads(6, lambda i: coords[i % 2].claim("x.py", agents[i])["status"])
+        agents = [coords[i % 2].register(f"a{i}").agent_id for i in range(6)]
+        replies = run_threads(6, lambda i: coords[i % 2].claim("x.py", agents[i]).status)
         assert sorted(replies) == ["busy"] * 5 + ["claimed"]
-        assert coords[1].status("x.py")["version"] == 1
+        assert coords[1].status("x.py").version == 1
     finally:
         coords[1].store.close()
 
@@ -179,13 +179,13 @@ def test_leases_are_judged_by_the_servers_clock(
 ) -> None:
     """A host whose clock runs an hour ahead still sees a 60 s claim as held."""
     coord = coordinator(pg, tmp_path, claim_ttl=60)
-    agent = coord.register("a")["agent_id"]
+    agent = coord.register("a").agent_id
     coord.claim("x.py", agent)
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + 3600)
-    assert coord.status("x.py")["status"] == "claimed"
-    other = coord.register("b")["agent_id"]
-    assert coord.claim("x.py", other)["status"] == "busy"
+    assert coord.status("x.py").status == "claimed"
+    other = coord.register("b").agent_id
+    assert coord.claim("x.py", other).status == "busy"
 
 
 # -- the event feed ------------------------------------------------------------------------
@@ -461,7 +461,7 @@ def test_every_inspector_subcommand_reads_postgresql(
 ) -> None:
     pg.set("ns", "k", {"v": 1}, updated_by="w")
     coord = coordinator(pg, tmp_path)
-    agent = coord.register("inspected")["agent_id"]
+    agent = coord.register("inspected").agent_id
     coord.claim("a.py", agent)
     args = {"keys": ["ns"], "history": ["ns", "k"]}.get(command, [])
     done = subprocess.run(
@@ -502,3 +502,55 @@ def test_errors_of_the_database_are_agenthold_errors(pg: StateStore) -> None:
         pg.db.fetchone("SELECT * FROM no_such_table")
     with pytest.raises(AgentholdError), pg.db.snapshot() as conn:
         conn.execute("SELECT * FROM no_such_table")
+
+
+# -- fork ----------------------------------------------------------------------------------
+
+
+def test_a_forked_child_uses_sessions_of_its_own_and_leaves_the_parents_alone(
+    pg: StateStore, pg_url: str
+) -> None:
+    """A child forked with the store open (multiprocessing's default start method on Linux)
+    writes and waits through it on new sessions; the parent's sessions still work after the
+    child has written, closed its store and exited."""
+    pg.set("fork", "k", "parent", updated_by="p")
+    session = pg.db.fetchone("SELECT pg_backend_pid()")[0]  # the parent's pooled session
+    woken = threading.Event()
+    with pg.db.subscribe([key_topic("fork", "child")], woken.set):  # the parent's listener
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child (coverage does not follow os._exit)
+            code = 1
+            try:
+                record = pg.get("fork", "k")
+                result = pg.set("fork", "child", "hello", updated_by="c")
+                watched = pg.watch("fork", "child", since_version=0, timeout=5)
+                pg.close()
+                ok = record.value == "parent" and result.version == 1 and watched is not None
+                code = 0 if ok else 1
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert woken.wait(10), "the parent's listener still hears commits"
+    with raw(pg_url) as admin:
+        alive = admin.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", (session,))
+        assert alive.fetchone() == (1,), "the child ended a session of its parent"
+    assert pg.get("fork", "child").value == "hello"
+    assert pg.set("fork", "k", "again", updated_by="p", expected_version=1).version == 2
+
+
+def test_every_test_the_guarantees_doc_names_for_postgresql_exists() -> None:
+    """The PostgreSQL column of docs/guarantees.md names real tests."""
+    import re
+
+    repo = Path(__file__).resolve().parents[1]
+    doc = (repo / "docs" / "guarantees.md").read_text(encoding="utf-8")
+    section = doc.split("## On PostgreSQL", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"`(test_\w+)`", section))
+    assert len(named) > 15
+    defined = {
+        name
+        for path in (repo / "tests").glob("test_*.py")
+        for name in re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.M)
+    }
+    assert named <= defined, named - defined

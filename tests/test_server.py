@@ -205,21 +205,21 @@ HINTS = {
 # (required, optional) arguments per tool
 ARGUMENTS = {
     "agenthold_register": ({"name"}, {"model", "purpose"}),
-    "agenthold_claim": ({"resource", "agent_id"}, set()),
-    "agenthold_release": ({"resource", "agent_id"}, {"outcome", "moved_to"}),
-    "agenthold_status": ({"resource"}, set()),
+    "agenthold_claim": ({"agent_id"}, {"resource", "resources"}),
+    "agenthold_release": ({"agent_id"}, {"resource", "resources", "outcome", "moved_to"}),
+    "agenthold_status": (set(), {"resource", "resources"}),
     "agenthold_wait": ({"resource"}, {"timeout_seconds"}),
     "agenthold_get": ({"namespace", "key"}, set()),
     "agenthold_set": (
         {"namespace", "key", "value", "updated_by", "expected_version"},
         {"force"},
     ),
-    "agenthold_list": ({"namespace"}, set()),
+    "agenthold_list": ({"namespace"}, {"limit", "cursor"}),
     "agenthold_history": ({"namespace", "key"}, {"limit"}),
     "agenthold_delete": ({"namespace", "key", "deleted_by", "expected_version"}, {"force"}),
     "agenthold_watch": ({"namespace", "key", "since_version"}, {"timeout_seconds"}),
     "agenthold_clear_namespace": ({"namespace", "deleted_by"}, set()),
-    "agenthold_export": ({"namespace"}, set()),
+    "agenthold_export": ({"namespace"}, {"limit", "cursor"}),
 }
 
 
@@ -543,7 +543,7 @@ async def test_a_missing_argument_is_an_error_naming_it(
 async def test_an_extra_argument_is_an_error_listing_the_accepted_ones(standard: Served) -> None:
     reply = await standard.call("agenthold_status", resource="x", agent_id="agent-00000000")
     assert "'agent_id'" in reply["message"]
-    assert reply["hint"] == "Call it with only these arguments: resource."
+    assert reply["hint"] == "Call it with only these arguments: resource, resources."
 
 
 @pytest.mark.backends
@@ -780,11 +780,59 @@ async def test_list_returns_the_live_records_sorted_by_key(advanced: Served) -> 
     await advanced.call("agenthold_delete", namespace="o", key="gone", deleted_by="a", force=True)
     reply = await advanced.call("agenthold_list", namespace="o")
     assert (reply["status"], reply["namespace"], reply["count"]) == ("ok", "o", 3)
+    assert reply["next_cursor"] is None and "hint" not in reply
     assert [r["key"] for r in reply["records"]] == ["reserved", "status", "total"]
     for record in reply["records"]:
         assert set(record) == {"key", "value", "version", "updated_by", "updated_at"}
     empty = await advanced.call("agenthold_list", namespace="nothing-here")
     assert (empty["count"], empty["records"]) == (0, [])
+
+
+@pytest.mark.backends
+async def test_list_and_export_come_in_pages_read_on_with_next_cursor(advanced: Served) -> None:
+    keys = [f"k{i:02d}" for i in range(12)]
+    for key in keys:
+        await advanced.call(
+            "agenthold_set", namespace="o", key=key, value=key, updated_by="a", force=True
+        )
+    for tool in ("agenthold_list", "agenthold_export"):
+        seen: list[str] = []
+        cursor: str | None = None
+        pages = 0
+        while True:
+            more = {"cursor": cursor} if cursor is not None else {}
+            reply = await advanced.call(tool, namespace="o", limit=5, **more)
+            pages += 1
+            assert reply["status"] == "ok" and len(reply["records"]) <= 5
+            seen += [r["key"] for r in reply["records"]]
+            cursor = reply["next_cursor"]
+            if cursor is None:
+                assert "hint" not in reply
+                break
+            assert "next_cursor" in reply["hint"]
+        assert (seen, pages) == (keys, 3), tool
+        bad = await advanced.call_raw(tool, {"namespace": "o", "limit": 0})
+        assert bad["status"] == "error" and "limit" in bad["message"]
+
+
+async def test_a_reply_over_the_limit_is_refused_with_a_hint_and_nothing_is_lost(
+    tmp_path: Path,
+) -> None:
+    """A history of twenty values of nearly 1 MiB each would be a 40 MiB reply (the text and
+    the structured copy): refused with reply_too_large, the server serves on, and a smaller
+    limit reads it."""
+    async with serving(tmp_path, tools="advanced") as advanced:
+        big = "x" * 900_000
+        for i in range(20):
+            await advanced.call(
+                "agenthold_set", namespace="n", key="k", value=f"{i}{big}", updated_by="a",
+                force=True,
+            )  # fmt: skip
+        refused = await advanced.call("agenthold_history", namespace="n", key="k", limit=20)
+        assert (refused["status"], refused["error"]) == ("error", "reply_too_large")
+        assert "limit" in refused["hint"] and "16 MiB" in refused["message"]
+        fewer = await advanced.call("agenthold_history", namespace="n", key="k", limit=5)
+        assert [h["version"] for h in fewer["history"]] == [20, 19, 18, 17, 16]
 
 
 @pytest.mark.backends
@@ -963,7 +1011,8 @@ async def test_export_returns_live_records_with_their_whole_history(advanced: Se
     await advanced.call("agenthold_delete", namespace="o", key="gone", deleted_by="a", force=True)
     reply = await advanced.call("agenthold_export", namespace="o")
     assert set(reply) == {"status", "namespace", "exported_at", "record_count", "history_count",
-                          "records"}  # fmt: skip
+                          "records", "next_cursor"}  # fmt: skip
+    assert reply["next_cursor"] is None  # one page held it all
     assert (reply["record_count"], reply["history_count"]) == (1, 2)
     (record,) = reply["records"]
     assert set(record) == {"key", "value", "version", "updated_by", "updated_at", "history"}
@@ -1238,7 +1287,7 @@ async def test_releasing_everyone_frees_the_claims_of_agents_registered_here_as_
 ) -> None:
     async with serving(tmp_path) as served:
         a, b = await served.register("a"), await served.register("b")
-        elsewhere = served.app.coordinator.register("registered elsewhere")["agent_id"]
+        elsewhere = served.app.coordinator.register("registered elsewhere").agent_id
         await served.call("agenthold_claim", resource="1.md", agent_id=a)
         await served.call("agenthold_claim", resource="2.md", agent_id=b)
         await served.call("agenthold_claim", resource="3.md", agent_id=elsewhere)

@@ -422,6 +422,55 @@ def test_export_holds_live_records_with_their_whole_history(store: StateStore) -
 
 
 @pytest.mark.backends
+def test_a_namespace_is_listed_and_exported_in_pages_that_cover_it_once(
+    store: StateStore,
+) -> None:
+    """Pages by key: every live key exactly once, in order, whatever the page size; a page
+    stops early at its byte budget (after its first record); a tombstone is never listed."""
+    keys = [f"k{i:03d}" for i in range(25)]
+    for key in keys:
+        store.set("ns", key, {"key": key, "pad": "x" * 100}, updated_by="w")
+    store.set("ns", "k010", "v2", updated_by="w", expected_version=1)
+    store.delete("ns", "k007", deleted_by="w")
+    live = [k for k in keys if k != "k007"]
+    for limit, max_bytes in ((1, 10**9), (7, 10**9), (24, 10**9), (100, 10**9), (100, 300)):
+        listed: list[str] = []
+        exported: list[str] = []
+        after = ""
+        while True:
+            page, nxt = store.list_page("ns", after=after, limit=limit, max_bytes=max_bytes)
+            assert 1 <= len(page) <= limit
+            listed += [r.key for r in page]
+            if nxt is None:
+                break
+            assert nxt == page[-1].key
+            after = nxt
+        after = ""
+        while True:
+            part = store.export("ns", after=after, limit=limit, max_bytes=max_bytes)
+            exported += [r.record.key for r in part.records]
+            if part.next_after is None:
+                break
+            after = part.next_after
+        assert listed == exported == live, (limit, max_bytes)
+    page, nxt = store.list_page("ns", max_bytes=300)  # ~130 bytes a value: two fit
+    assert (len(page), nxt) == (2, "k001")
+    part = store.export("ns", after="k009", limit=1)
+    assert [(r.record.key, [h.version for h in r.history]) for r in part.records] == [
+        ("k010", [2, 1])
+    ]
+    assert part.next_after == "k010"
+    assert store.list_page("ns", after="k024") == ([], None)
+    assert store.export("ns", limit=1000).next_after is None
+    assert store.export("ns").next_after is None  # not paged: all of it, as ever
+    for bad in ({"limit": 0}, {"max_bytes": 0}, {"after": "x" * 10_000}):
+        with pytest.raises(InvalidInputError):
+            store.list_page("ns", **bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError):
+            store.export("ns", **bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.backends
 def test_export_is_one_snapshot_while_another_thread_writes(store: StateStore) -> None:
     """Each record's newest history entry is the record itself, and no history is longer than
     its version, although a writer keeps committing while the export reads."""
@@ -2000,7 +2049,7 @@ def test_a_schema_version_1_database_gains_the_claims_file_id_column(tmp_path: P
     ]
     assert dict(conn.execute("SELECT component, version FROM agenthold_components")) == {
         "store": 2,
-        "claims": 3,
+        "claims": 4,  # v4: directory and glob claims (issue 15)
     }
     conn.close()
 

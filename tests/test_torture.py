@@ -81,6 +81,29 @@ def test_contending_processes_keep_versions_counters_and_holds_consistent(
 
 
 @pytest.mark.stress
+def test_on_postgresql_killed_writers_and_contending_processes_pass_the_same_checkers(
+    tmp_path: Path, pg_cluster: Any
+) -> None:
+    """The crash and contention scenarios, shortened, on PostgreSQL (each in a schema of its
+    own, read back by the checkers with plain psycopg)."""
+    seed = random.randrange(2**31)
+    (tmp_path / "crash").mkdir()
+    crash = torture.run_crash(tmp_path / "crash", kills=5, seed=seed, url=pg_cluster.url())
+    assert crash.passed, torture.render(crash)
+    assert "amcheck finds every btree index sound" in {c.name for c in crash.checks.items}
+    (tmp_path / "contention").mkdir()
+    contention = torture.run_contention(
+        tmp_path / "contention", processes=2, threads=2, seconds=2.0, seed=seed,
+        url=pg_cluster.url(),
+    )  # fmt: skip
+    print(torture.render(crash), torture.render(contention))
+    assert contention.passed, torture.render(contention)
+    figures = dict(contention.figures)
+    assert int(figures["successful increments"].replace(",", "")) > 0
+    torture.drop_schemas(tmp_path, pg_cluster.url())
+
+
+@pytest.mark.stress
 @pytest.mark.usefixtures("no_child_coverage")
 def test_an_http_server_under_agent_churn_levels_off_and_reaps_idle_agents(
     tmp_path: Path,
@@ -108,7 +131,7 @@ def crashed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     db, log = tmp / "crash.db", tmp / "acks.jsonl"
     with StateStore(db) as store:
         coord = Coordinator(store)
-        agents = [coord.register(f"w{i}")["agent_id"] for i in range(2)]
+        agents = [coord.register(f"w{i}").agent_id for i in range(2)]
     writer = workers.CrashWriter(str(db), str(log), 7, agents)
     writer.carry_on()
     for n in range(300):

@@ -24,6 +24,7 @@ import sys
 import time
 from typing import Any
 
+from agenthold.claim_tools import reply
 from agenthold.claims import Coordinator
 from agenthold.store import AgentholdError, StateStore
 from agenthold.uris import Resolver, Workspace
@@ -38,15 +39,15 @@ def stress(coord: Coordinator, resource: str, agent_id: str, rounds: int, hold: 
     intervals = []
     for _ in range(rounds):
         while True:
-            reply = coord.claim(resource, agent_id)
-            if reply["status"] == "claimed":
+            claimed = coord.claim(resource, agent_id)
+            if claimed.status == "claimed":
                 break
             coord.wait(resource, 10)
         start = time.time()
         time.sleep(hold)
         end = time.time()
         released = coord.release(resource, agent_id)
-        intervals.append([start, end, reply["version"], released["version"]])
+        intervals.append([start, end, claimed.version, released.version])
     return intervals
 
 
@@ -57,9 +58,11 @@ def obey(coord: Coordinator, command: dict[str, Any]) -> dict[str, Any]:
             time.sleep(command.get("delay", 0))
             method = getattr(coord, command["method"])
             result = method(*command.get("args", []), **command.get("kwargs", {}))
+            if command["method"] in ("register", "claim", "release", "status", "wait"):
+                result = reply(result)  # the reply an agent reads, as JSON
         elif op == "race":
             time.sleep(max(0.0, command["start_at"] - time.time()))
-            result = coord.claim(command["resource"], command["agent_id"])
+            result = reply(coord.claim(command["resource"], command["agent_id"]))
         elif op == "stress":
             result = stress(
                 coord, command["resource"], command["agent_id"], command["rounds"], command["hold"]

@@ -1,0 +1,225 @@
+"""Reading claims: rows into records, and the live claims that stand in a resource's way.
+
+Decisions behind it:
+- Every lookup takes a ``fetchall(sql, args)``, so one code path reads inside a write
+  transaction (a claim deciding), in a snapshot (a status of several resources) or with plain
+  reads (a waiter's look).
+- What stands in the way of a file: its own claim, a claim on another name of the same file (a
+  hard link) and any directory or glob claim that covers it. Of a pattern: its own claim, every
+  claim it covers and every pattern it overlaps (agenthold.claim_match). Found through indexes:
+  a file's ancestor directories, a pattern's key range.
+- A claim whose holder's lease has ended is free here, whatever the row says; the next write
+  records the lapse (``Coordinator._record_lapse``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agenthold.claim_match import (
+    Pattern,
+    ancestors,
+    is_pattern,
+    overlaps,
+    parse_pattern,
+    resolve_target,
+)
+from agenthold.claim_schema import _ALIASES, _CLAIM_ROW, _HELD_UNDER, _PATTERNS_AT
+from agenthold.claim_types import OUTCOMES, ClaimInfo, ForeignAgentError
+from agenthold.store import InvalidInputError, utc_iso
+from agenthold.uris import Resolver, Resource
+
+Fetch = Callable[[str, tuple[Any, ...]], list[Any]]
+Target = Resource | Pattern
+TOP = "\U0010ffff"  # sorts after every character: [k, k + TOP) is every key that starts with k
+
+
+def fetch_in(conn: Any) -> Fetch:
+    """A Fetch that reads inside the transaction or snapshot ``conn``."""
+
+    def fetch(sql: str, args: tuple[Any, ...]) -> list[Any]:
+        return list(conn.execute(sql, args).fetchall())
+
+    return fetch
+
+
+def claim_info(row: Any, now: float) -> ClaimInfo:
+    (key, uri, holder, claimed_at, version, outcome, last_holder, outcome_at, moved_to) = row[:9]
+    name, model, lease_end, lease_outcome, scope = row[9:14]
+    if holder is not None and (name is None or (lease_end is not None and lease_end <= now)):
+        # the holder's lease has ended (or its agent row is gone): the claim is free
+        return ClaimInfo(
+            key, uri, "free", version, None, None, None, None, None,
+            lease_outcome or "abandoned", holder,
+            utc_iso(lease_end) if lease_end is not None else claimed_at, None, scope,
+        )  # fmt: skip
+    return ClaimInfo(
+        key, uri, "claimed" if holder else "free", version, holder, name, model, claimed_at,
+        lease_end, outcome, last_holder, outcome_at, moved_to, scope,
+    )  # fmt: skip
+
+
+def own(fetchall: Fetch, target: Target, now: float) -> ClaimInfo | None:
+    """The claim row of ``target`` itself, or None if it was never claimed."""
+    rows = fetchall(_CLAIM_ROW + "WHERE c.resource = ?", (target.key,))
+    return claim_info(rows[0], now) if rows else None
+
+
+@dataclass
+class Prefetched:
+    """The rows a set of targets needs, read in two statements instead of two per target:
+    their own claim rows, and the held patterns at any of their files' ancestors."""
+
+    own: dict[str, Any]
+    above: list[Any]
+
+    @classmethod
+    def read(cls, fetchall: Fetch, targets: Sequence[Target]) -> Prefetched:
+        keys = tuple(t.key for t in targets)
+        rows = fetchall(_CLAIM_ROW + f"WHERE c.resource IN ({', '.join('?' * len(keys))})", keys)
+        dirs = tuple(
+            dict.fromkeys(
+                a for t in targets if isinstance(t, Resource) and t.kind == "file"
+                for a in ancestors(t.key)
+            )
+        )  # fmt: skip
+        above = (
+            fetchall(_PATTERNS_AT.format(marks=", ".join("?" * len(dirs))), dirs) if dirs else []
+        )
+        return cls({r[0]: r for r in rows}, above)
+
+    def own_of(self, target: Target, now: float) -> ClaimInfo | None:
+        row = self.own.get(target.key)
+        return None if row is None else claim_info(row, now)
+
+
+def pattern_of(info: ClaimInfo) -> Pattern:
+    assert info.scope is not None
+    return Pattern.from_key(info.uri, info.resource, info.scope)
+
+
+def blocking(
+    fetchall: Fetch,
+    target: Target,
+    now: float,
+    agent_id: str | None = None,
+    prefetched: Prefetched | None = None,
+) -> list[ClaimInfo]:
+    """Live claims of agents other than ``agent_id`` (None: of anyone) that stand in the way of
+    ``target``, besides its own claim: aliases, covering patterns, covered or overlapping
+    claims. Oldest key first, none twice."""
+    rows: list[Any] = []
+    if isinstance(target, Pattern):
+        rows += fetchall(_HELD_UNDER, (target.scope, target.scope + TOP))
+        above = ancestors(target.scope)
+        rows += fetchall(_PATTERNS_AT.format(marks=", ".join("?" * len(above))), tuple(above))
+    elif target.kind == "file" and prefetched is not None:
+        rows = prefetched.above  # a superset: covers() keeps the patterns above this file
+    elif target.kind == "file":
+        above = ancestors(target.key)
+        rows += fetchall(_PATTERNS_AT.format(marks=", ".join("?" * len(above))), tuple(above))
+    found: dict[str, ClaimInfo] = {}
+    for row in rows:
+        info = claim_info(row, now)
+        if (
+            info.resource == target.key
+            or info.resource in found
+            or info.state != "claimed"
+            or info.holder == agent_id
+        ):
+            continue
+        if info.scope is None:
+            hit = isinstance(target, Pattern) and target.covers(info.resource)
+        elif isinstance(target, Pattern):
+            hit = overlaps(target, pattern_of(info))
+        else:
+            hit = pattern_of(info).covers(target.key)
+        if hit:
+            found[info.resource] = info
+    if isinstance(target, Resource):
+        alias = _alias(fetchall, target, now, agent_id)
+        if alias is not None:
+            found.setdefault(alias.resource, alias)
+    return [found[k] for k in sorted(found)]
+
+
+def _alias(
+    fetchall: Fetch, resource: Resource, now: float, agent_id: str | None
+) -> ClaimInfo | None:
+    """A live claim by another agent (not ``agent_id``) on another name of ``resource``'s file.
+
+    A claim records its file's device and inode; it counts only while the name it was taken
+    under still leads to that file, so a deleted file whose inode is reused blocks nothing."""
+    if resource.file_id is None:
+        return None
+    for row in fetchall(_ALIASES, (resource.file_id, resource.key)):
+        info = claim_info(row, now)
+        if info.state != "claimed" or info.holder == agent_id:
+            continue
+        try:
+            found = os.stat(info.resource.removeprefix("file://"))
+        except (OSError, ValueError):
+            continue
+        if f"{found.st_dev}:{found.st_ino}" == resource.file_id:
+            return info
+    return None
+
+
+def check_owner(conn: Any, agent_id: str, principal: str | None) -> None:
+    """ForeignAgentError if ``principal`` is not who ``agent_id`` belongs to (None: trusted).
+    An unknown agent passes here; the call that follows says it is unknown."""
+    if principal is None:
+        return
+    row = conn.execute("SELECT principal FROM agents WHERE agent_id = ?", (agent_id,)).fetchone()
+    if row is not None and row[0] != principal:
+        raise ForeignAgentError(agent_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A release, checked before its transaction: the claim under the name as written
+    (``named``) and as resolved (``res``), and the error to raise if only ``named`` is held."""
+
+    named: Resource | Pattern
+    res: Resource | Pattern
+    refused: InvalidInputError | None
+    outcome: str
+    moved_to: str | None
+
+
+def plan_release(
+    resolver: Resolver, resource: str, outcome: str = "released", moved_to: str | None = None
+) -> Plan:
+    """Check a release's arguments before its transaction."""
+    if outcome not in OUTCOMES:
+        raise InvalidInputError(f"outcome must be one of {', '.join(OUTCOMES)}; got {outcome!r}")
+    refused: InvalidInputError | None = None
+    named: Resource | Pattern
+    res: Resource | Pattern
+    if is_pattern(resource):
+        named = res = parse_pattern(resolver, resource)
+    else:
+        named, followed = resolver.resolve_both(resource)
+        if isinstance(followed, InvalidInputError):  # a link made after the claim leads out
+            res, refused = named, followed
+        else:
+            res = followed
+    target: Resource | Pattern | None = None
+    if outcome == "moved":
+        if moved_to is None or moved_to == "":
+            raise InvalidInputError(
+                "outcome 'moved' needs moved_to: the resource's new path or URI"
+            )
+        target = resolve_target(resolver, moved_to)
+        if target.key == res.key:
+            raise InvalidInputError(
+                f"moved_to {moved_to!r} is the released resource itself; give the new location"
+            )
+    elif moved_to not in (None, ""):
+        raise InvalidInputError(
+            f"moved_to is only for outcome 'moved' (the outcome given is {outcome!r})"
+        )
+    return Plan(named, res, refused, outcome, None if target is None else target.uri)

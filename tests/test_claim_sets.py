@@ -1,0 +1,477 @@
+"""Tests for issue 15: directory and glob claims, several resources at once, the read-only
+check of several resources, through the library and a real mcp.Client, on both backends.
+
+Other processes are tests/helpers/sets_worker.py (a Coordinator on the test's database that
+claims random overlapping sets); a history checker replays the claim events they left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import REPO, child_env, in_process_client, reply_of
+
+from agenthold.claim_match import Pattern, ancestors, overlaps, parse_pattern
+from agenthold.claim_tools import BUSY_HINT, BUSY_SET_HINT
+from agenthold.claims import Coordinator
+from agenthold.store import InvalidInputError, StateStore
+from agenthold.uris import Resolver, Workspace
+
+WORKER = Path(__file__).parent / "helpers" / "sets_worker.py"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    path = tmp_path / "ws"
+    (path / "src" / "api").mkdir(parents=True)
+    return path
+
+
+@pytest.fixture
+def db(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> str:
+    if backend == "postgresql":
+        return str(request.getfixturevalue("pg_url"))
+    return str(tmp_path / "sets.db")
+
+
+@pytest.fixture
+def opened(db: str, root: Path) -> Iterator[Callable[..., Coordinator]]:
+    stores: list[StateStore] = []
+
+    def open_(
+        claim_ttl: float | None = None, *, case_insensitive: bool | None = None
+    ) -> Coordinator:
+        store = StateStore(db)
+        stores.append(store)
+        resolver = Resolver([Workspace("default", str(root))])
+        return Coordinator(store, resolver=resolver, claim_ttl=claim_ttl)
+
+    yield open_
+    for store in stores:
+        store.close()
+
+
+@pytest.fixture
+def coord(opened: Callable[..., Coordinator]) -> Coordinator:
+    return opened()
+
+
+def agents(coord: Coordinator, *names: str) -> list[str]:
+    return [coord.register(n).agent_id for n in names]
+
+
+# --------------------------------------------------------------------------------------------
+# Patterns, by themselves
+# --------------------------------------------------------------------------------------------
+
+
+def test_pattern_syntax_covers_what_the_docs_say(root: Path) -> None:
+    r = Resolver([Workspace("default", str(root))], case_insensitive=False)
+
+    def key(path: str) -> str:
+        return r.resolve(path).key
+
+    directory = parse_pattern(r, "src/api/")
+    deep = parse_pattern(r, "src/**/*.py")
+    flat = parse_pattern(r, "src/*.py")
+    chars = parse_pattern(r, "src/[ab]?.md")
+    assert (directory.kind, directory.uri) == ("dir", "file://default/src/api/")
+    assert (deep.kind, deep.uri) == ("glob", "file://default/src/**/*.py")
+    assert directory.covers(key("src/api/x.py")) and directory.covers(key("src/api/a/b/c"))
+    assert not directory.covers(key("src/api")) and not directory.covers(key("src/apix/y"))
+    assert deep.covers(key("src/a.py")) and deep.covers(key("src/a/b/c.py"))
+    assert not deep.covers(key("src/a.pyc")) and not deep.covers(key("lib/a.py"))
+    assert flat.covers(key("src/a.py")) and not flat.covers(key("src/api/a.py"))
+    assert chars.covers(key("src/ax.md")) and not chars.covers(key("src/cx.md"))
+    assert parse_pattern(r, "src/[!a]*").covers(key("src/b")) and not parse_pattern(
+        r, "src/[!a]*"
+    ).covers(key("src/a"))
+    assert parse_pattern(r, "src/[*].py").covers(key("src/*.py"))  # [*] is a literal *
+    assert parse_pattern(r, "**").covers(key("a/b/c")) and parse_pattern(r, "./").covers(key("a"))
+    # every spelling of one directory is one pattern
+    assert parse_pattern(r, "file://default/src/api/") == directory
+    assert parse_pattern(r, f"{root}/src/api/") == directory
+    assert parse_pattern(r, "src\\api\\") == directory
+    assert overlaps(directory, deep) and overlaps(deep, flat)
+    assert not overlaps(directory, flat) and not overlaps(parse_pattern(r, "*.md"), deep)
+    assert not overlaps(parse_pattern(r, "src/*.py"), parse_pattern(r, "src/*.md"))
+    assert overlaps(parse_pattern(r, "**"), parse_pattern(r, "docs/*.md"))
+    assert ancestors("file:///r/src/a.py") == ["file:///", "file:///r/", "file:///r/src/"]
+    again = Pattern.from_key(deep.uri, deep.key, deep.scope)
+    assert (again.rest, again.kind) == (deep.rest, deep.kind)
+
+
+def test_patterns_follow_the_platform_case_rules_and_links(root: Path) -> None:
+    folded = Resolver([Workspace("default", str(root))], case_insensitive=True)
+    upper = parse_pattern(folded, "SRC/API/")
+    assert upper == parse_pattern(folded, "src/api/")
+    assert upper.covers(folded.resolve("Src/Api/X.py").key)
+    (root / "link").symlink_to(root / "src")
+    plain = Resolver([Workspace("default", str(root))], case_insensitive=False)
+    assert parse_pattern(plain, "link/*.py") == parse_pattern(plain, "src/*.py")
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("src/a**/x.py", "'**' must be a whole path segment"),
+        ("src/[ab.py", "has no closing ']'"),
+        ("src/*/../x.py", "'.' and '..' segments"),
+    ],
+)
+def test_a_bad_glob_is_an_invalid_input_error_with_the_syntax_as_hint(
+    root: Path, text: str, why: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=re.escape(why)) as caught:
+        parse_pattern(Resolver([Workspace("default", str(root))]), text)
+    assert caught.value.hint is not None and "**" in caught.value.hint
+
+
+def test_a_glob_outside_every_workspace_is_refused(root: Path) -> None:
+    with pytest.raises(InvalidInputError, match="outside every workspace"):
+        parse_pattern(Resolver([Workspace("default", str(root))]), "/elsewhere/*.py")
+
+
+# --------------------------------------------------------------------------------------------
+# Directory and glob claims, through the library
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.backends
+def test_a_directory_claim_blocks_files_beneath_it_and_files_block_it(coord: Coordinator) -> None:
+    a, b = agents(coord, "a", "b")
+    assert coord.claim("src/api/", a).status == "claimed"
+    busy = coord.claim("src/api/new/later.py", b)  # covers files created later, too
+    assert busy.status == "busy" and busy.holder is not None
+    assert (busy.holder.agent_id, busy.holder.held_as) == (a, "file://default/src/api/")
+    assert coord.claim("src/other.py", b).status == "claimed"
+    assert coord.claim("src/api/mine.py", a).status == "claimed"  # its own directory
+    status = coord.status("src/api/x.py")
+    assert status.status == "claimed" and status.holder is not None
+    assert status.holder.held_as == "file://default/src/api/"
+    assert coord.release("src/api/", a, "modified").status == "released"
+    # now b's file claim blocks a directory claim over it, in the other direction
+    assert coord.claim("src/api/x.py", b).status == "claimed"
+    blocked = coord.claim("src/", a)
+    assert blocked.status == "busy" and blocked.holder is not None
+    assert {c.held_as for c in blocked.conflicts} == {
+        "file://default/src/api/x.py",
+        "file://default/src/other.py",
+    }
+    assert coord.claim("src/*.md", a).status == "claimed"  # overlaps nothing b holds
+    assert coord.status("src/").status == "claimed"
+
+
+@pytest.mark.backends
+def test_globs_conflict_with_overlapping_globs_only(coord: Coordinator) -> None:
+    a, b = agents(coord, "a", "b")
+    assert coord.claim("src/**/*.py", a).status == "claimed"
+    assert coord.claim("src/**/*.md", b).status == "claimed"
+    assert coord.claim("docs/", b).status == "claimed"
+    assert coord.claim("src/api/*.py", b).status == "busy"
+    assert coord.claim("**", b).status == "busy"
+    assert coord.claim("src/**/*.py", a).status == "already_claimed"
+    assert coord.claim("src/x.md", a).status == "busy"  # b's glob covers it
+
+
+@pytest.mark.backends
+def test_custom_names_are_literal_never_patterns(coord: Coordinator) -> None:
+    a, b = agents(coord, "a", "b")
+    assert coord.claim("custom://queue/*", a).status == "claimed"
+    assert coord.claim("custom://queue/1", b).status == "claimed"
+    assert coord.claim("custom://queue/", b).status == "claimed"
+    assert coord.claim("custom://queue/*", b).status == "busy"
+
+
+@pytest.mark.backends
+def test_a_glob_claim_lapses_with_its_holders_lease_and_wakes_a_waiter(
+    opened: Callable[..., Coordinator],
+) -> None:
+    short = opened(claim_ttl=0.4)
+    plain = opened()
+    holder = short.register("holder").agent_id
+    other = plain.register("other").agent_id
+    assert short.claim("src/**/*.py", holder).status == "claimed"
+    assert plain.claim("src/a.py", other).status == "busy"
+    started = time.monotonic()
+    waited = plain.wait("src/a.py", 10)  # no call renews the lease: it ends
+    assert waited.status == "available" and time.monotonic() - started < 5
+    assert plain.claim("src/a.py", other).status == "claimed"
+    late = short.claim("src/b.py", holder)  # the holder is back: its glob is gone
+    assert late.status == "claimed"
+    assert plain.claim("src/**/*.py", other).status == "busy"  # holder's b.py now blocks it
+    released = short.release("src/**/*.py", holder)
+    assert released.status == "already_free" and released.ended is not None
+    assert released.ended.outcome == "expired"
+
+
+@pytest.mark.backends
+def test_a_wait_for_a_pattern_ends_when_what_it_covers_is_released(coord: Coordinator) -> None:
+    a, b = agents(coord, "a", "b")
+    coord.claim("src/api/x.py", a)
+    assert coord.wait("src/api/", 0.05).status == "timeout"
+    coord.release("src/api/x.py", a)
+    assert coord.wait("src/api/", 1).status == "available"
+    assert coord.claim("src/api/", b).status == "claimed"
+
+
+# --------------------------------------------------------------------------------------------
+# Several resources at once, through the library
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.backends
+def test_a_set_is_granted_whole_or_not_at_all(coord: Coordinator) -> None:
+    a, b = agents(coord, "a", "b")
+    coord.claim("src/b.py", b)
+    refused = coord.claim_many(["src/a.py", "src/b.py", "docs/"], a)
+    assert refused.status == "busy"
+    assert [(r.resource, r.status) for r in refused.results] == [
+        ("file://default/src/a.py", "available"),
+        ("file://default/src/b.py", "busy"),
+        ("file://default/docs/", "available"),
+    ]
+    assert refused.results[1].holder is not None and refused.results[1].holder.agent_id == b
+    assert coord.status("src/a.py").status == "available"  # nothing was granted
+    coord.release("src/b.py", b, "modified")
+    granted = coord.claim_many(["docs/", "src/a.py", "./src/b.py", "src/b.py"], a)
+    assert granted.status == "claimed" and len(granted.results) == 3  # one spelling, once
+    assert granted.results[2].previous is not None  # b's outcome is told
+    assert granted.results[2].previous.outcome == "modified"
+    looked = coord.status_many(["src/a.py", "docs/x.md", "src/c.py"])
+    assert [s.status for s in looked] == ["claimed", "claimed", "available"]
+    done = coord.release_many(
+        [("src/a.py", "modified"), ("docs/", "released"), ("src/b.py", "moved", "src/c.py")], a
+    )
+    assert [r.status for r in done.results] == ["released"] * 3
+    assert done.results[2].moved_to == "file://default/src/c.py"
+    coord.claim("src/a.py", a)
+    twice = coord.release_many([("src/a.py", "modified"), ("./src/a.py", "modified")], a)
+    assert [(r.status, r.version) for r in twice.results] == [("released", 4), ("already_free", 4)]
+
+
+@pytest.mark.backends
+def test_a_release_of_a_set_with_one_foreign_claim_releases_none(coord: Coordinator) -> None:
+    a, b = agents(coord, "a", "b")
+    coord.claim("src/a.py", a)
+    coord.claim("src/b.py", b)
+    with pytest.raises(InvalidInputError, match="only the holder"):
+        coord.release_many([("src/a.py", "modified"), ("src/b.py", "modified")], a)
+    assert coord.status("src/a.py").status == "claimed"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [[], "src/a.py", [("src/a.py", "bogus")], [("src/a.py",)], ["src/a.py"] * 101],
+)
+def test_bad_sets_are_invalid_input(coord: Coordinator, bad: Any) -> None:
+    agent = coord.register("a").agent_id
+    with pytest.raises(InvalidInputError):
+        if bad and isinstance(bad, list) and isinstance(bad[0], tuple):
+            coord.release_many(bad, agent)
+        else:
+            coord.claim_many(bad, agent)
+    with pytest.raises(InvalidInputError):
+        coord.release_many("src/a.py", agent)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError):
+        coord.status_many([])
+
+
+# --------------------------------------------------------------------------------------------
+# Many processes claiming overlapping sets in random orders: a history checker
+# --------------------------------------------------------------------------------------------
+
+UNIVERSE = ["src/a.py", "src/b.py", "src/api/c.py", "src/api/d.py", "docs/e.md", "custom://lock",
+            "src/api/", "src/**/*.py", "docs/*.md", "src/*.py"]  # fmt: skip
+
+
+def check_history(coord: Coordinator) -> int:
+    """Replay the claim events in commit order: no agent is ever granted a claim that conflicts
+    with one another agent holds, and only holders release. Returns the events replayed."""
+    rows = coord.db.fetchall(
+        "SELECT agent_id, event, resource, uri FROM claim_events "
+        "WHERE event IN ('claimed', 'released') ORDER BY id"
+    )
+    shapes = {t.key: t for t in map(coord.target, UNIVERSE)}
+    held: dict[str, str] = {}
+    for agent, event, key, uri in rows:
+        if event == "released":
+            assert held.pop(key, None) == agent, (key, agent)
+            continue
+        for other_key, holder in held.items():
+            if holder != agent:
+                assert not conflicts(shapes[key], shapes[other_key]), (
+                    f"{uri} granted to {agent} while {holder} held {other_key}"
+                )
+        held[key] = agent
+    return len(rows)
+
+
+def conflicts(x: Any, y: Any) -> bool:
+    if isinstance(x, Pattern) and isinstance(y, Pattern):
+        return overlaps(x, y)
+    if isinstance(x, Pattern):
+        return x.covers(y.key)
+    if isinstance(y, Pattern):
+        return y.covers(x.key)
+    return bool(x.key == y.key)
+
+
+@pytest.mark.backends
+def test_processes_claiming_overlapping_sets_in_random_orders_never_overlap(
+    coord: Coordinator, db: str, root: Path
+) -> None:
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), db, str(root), str(seed), "25", *UNIVERSE],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env=child_env(),
+        )
+        for seed in range(4)
+    ]
+    reports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err
+        reports.append(json.loads(out))
+    granted = [s for r in reports for s in r["granted"]]
+    assert granted and sum(r["busy"] for r in reports) > 0  # they did contend
+    events = check_history(coord)
+    # all or nothing: each granted set's claims are consecutive events of one transaction,
+    # and no refused attempt left a claim behind
+    rows = coord.db.fetchall(
+        "SELECT agent_id, uri, version FROM claim_events WHERE event = 'claimed' ORDER BY id"
+    )
+    assert len(rows) == sum(len(s["uris"]) for s in granted)
+    position = 0
+    by_agent: dict[str, list[list[str]]] = {}
+    for s in granted:
+        by_agent.setdefault(s["agent"], []).append(s["uris"])
+    seen: dict[str, int] = {}
+    while position < len(rows):
+        agent = rows[position][0]
+        want = by_agent[agent][seen.get(agent, 0)]
+        seen[agent] = seen.get(agent, 0) + 1
+        got = [uri for _, uri, _ in rows[position : position + len(want)]]
+        assert got == want and {a for a, _, _ in rows[position : position + len(want)]} == {agent}
+        position += len(want)
+    assert events >= 2 * len(rows)
+    assert os.path.isdir(root)
+
+
+# --------------------------------------------------------------------------------------------
+# Through a real mcp.Client
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def client(coord: Coordinator) -> AsyncIterator[Any]:
+    async with in_process_client(coord, tools="standard") as (_, c):
+        yield c
+
+
+async def call(client: Any, tool: str, **arguments: Any) -> dict[str, Any]:
+    return reply_of(await client.call_tool(tool, arguments))
+
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.mark.backends
+async def test_sets_and_patterns_over_mcp(client: Any) -> None:
+    a = (await call(client, "agenthold_register", name="a"))["agent_id"]
+    b = (await call(client, "agenthold_register", name="b"))["agent_id"]
+    claimed = await call(client, "agenthold_claim", resources=["src/api/", "docs/*.md"], agent_id=a)
+    assert claimed == {
+        "status": "claimed",
+        "resources": [
+            {"status": "claimed", "resource": "file://default/src/api/", "version": 1},
+            {"status": "claimed", "resource": "file://default/docs/*.md", "version": 1},
+        ],
+    }
+    busy = await call(client, "agenthold_claim", resources=["src/x.py", "src/api/y.py"], agent_id=b)
+    assert busy["status"] == "busy" and busy["hint"] == BUSY_SET_HINT
+    assert busy["resources"][0] == {"status": "available", "resource": "file://default/src/x.py"}
+    second = busy["resources"][1]
+    assert (second["status"], second["held_by"], second["held_as"]) == (
+        "busy",
+        a,
+        "file://default/src/api/",
+    )
+    one = await call(client, "agenthold_claim", resource="docs/readme.md", agent_id=b)
+    assert one["status"] == "busy" and one["hint"] == BUSY_HINT
+    assert one["held_as"] == "file://default/docs/*.md"
+    status = await call(client, "agenthold_status", resources=["src/api/z.py", "src/x.py"])
+    assert status["status"] == "claimed"
+    assert [s["status"] for s in status["resources"]] == ["claimed", "available"]
+    released = await call(
+        client,
+        "agenthold_release",
+        agent_id=a,
+        resources=[{"resource": "src/api/", "outcome": "modified"}, {"resource": "docs/*.md"}],
+    )
+    assert released["status"] == "released"
+    assert [(r["status"], r["outcome"]) for r in released["resources"]] == [
+        ("released", "modified"),
+        ("released", "released"),
+    ]
+    later = await call(client, "agenthold_claim", resources=["src/api/y.py"], agent_id=b)
+    assert later["status"] == "claimed"
+    await call(client, "agenthold_claim", resource="src/z.py", agent_id=b)
+    wide = await call(client, "agenthold_claim", resource="src/", agent_id=a)
+    assert wide["status"] == "busy" and wide["hint"] == BUSY_HINT
+    assert wide["conflicts"] == [
+        {"resource": "file://default/src/api/y.py", "held_by": b},
+        {"resource": "file://default/src/z.py", "held_by": b},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "said"),
+    [
+        ("agenthold_claim", {"resources": "src/a.py"}, "must be an array"),
+        ("agenthold_claim", {"resources": []}, "list of 1 to 100"),
+        ("agenthold_claim", {"resources": [1]}, "must be a string"),
+        ("agenthold_claim", {"resource": "a", "resources": ["b"]}, "not both"),
+        ("agenthold_claim", {"resource": "src/a**/b"}, "whole path segment"),
+        ("agenthold_status", {"resources": ["src/[x"]}, "no closing"),
+        ("agenthold_release", {"resources": ["src/a.py"]}, "must be an object"),
+        ("agenthold_release", {"resources": [{"resource": "a", "x": 1}]}, "does not take 'x'"),
+        ("agenthold_release", {"resources": [{"resource": "a", "outcome": "gone"}]}, "one of"),
+        ("agenthold_release", {"resources": [{"resource": "a", "moved_to": 3}]}, "a string"),
+        ("agenthold_release", {"resources": [{"resource": "a"}], "outcome": "modified"}, "inside"),
+    ],
+)
+async def test_bad_sets_and_globs_over_mcp_are_errors_with_hints(
+    client: Any, tool: str, arguments: dict[str, Any], said: str
+) -> None:
+    if tool != "agenthold_status":
+        arguments = {**arguments, "agent_id": (await call(client, "agenthold_register", name="x"))[
+            "agent_id"
+        ]}  # fmt: skip
+    reply = reply_of(await client.call_tool(tool, arguments))
+    assert reply["status"] == "error" and said in reply["message"], reply
+    assert reply["hint"]
+
+
+async def test_the_standard_tool_list_and_instructions_fit_in_7_kb(coord: Coordinator) -> None:
+    async with in_process_client(coord, tools="standard") as (_, c):
+        tools = (await c.list_tools()).tools
+        instructions = c.instructions
+    listed = json.dumps(
+        [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]
+    )
+    text = json.dumps(instructions or "")
+    assert len(listed.encode()) + len(text.encode()) <= 7 * 1024, (len(listed), len(text))
