@@ -26,6 +26,7 @@ from agenthold.message_types import (
     DEFAULT_POLL_LIMIT,
     MAX_POLL_LIMIT,
     MessagePage,
+    NameTakenError,
     ReadState,
     thread_id_of,
     unknown_thread,
@@ -107,9 +108,12 @@ class MessageHandlers:
 
     async def create_agent(self, call: ToolCall) -> Reply:
         def run(name: str) -> Reply:
-            existing = self.bus.get_agent(name)
-            agent = self.bus.get_or_create_agent(name, principal=call.by)
-            return {"status": "existing" if existing else "created", **agent.to_dict()}
+            try:  # one insert decides: of two callers racing for a name, one is told created
+                agent = self.bus.create_agent(name, principal=call.by)
+            except NameTakenError:
+                agent = self.bus.get_or_create_agent(name, principal=call.by)
+                return {"status": "existing", **agent.to_dict()}
+            return {"status": "created", **agent.to_dict()}
 
         reply: Reply = await self.app.write(run, call.args["name"])
         return reply

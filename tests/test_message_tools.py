@@ -297,3 +297,27 @@ async def test_over_stdio_two_servers_on_one_database_wake_each_other(
         assert info["message_count"] == 1
     with MessageBus(db, read_only=True) as bus:
         assert [m.content for m in bus.poll(tid)] == ["ping"]
+
+
+@pytest.mark.backends
+async def test_of_two_servers_racing_to_create_one_agent_exactly_one_is_told_created(
+    tmp_path: Path, db_url: str
+) -> None:
+    """Two servers (each its own store and writer) create the same names at once: for each
+    name one reply says created and the other existing, with the same agent."""
+    with StateStore(db_url) as first, StateStore(db_url) as second:
+        async with (
+            in_process_client(coordinator_at(first, tmp_path), tools="messages") as (_, one),
+            in_process_client(coordinator_at(second, tmp_path), tools="messages") as (_, two),
+        ):
+
+            async def create(client: Client, name: str, into: list[dict[str, Any]]) -> None:
+                into.append(await call(client, "agenthold_create_agent", name=name))
+
+            for i in range(15):
+                replies: list[dict[str, Any]] = []
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(create, one, f"racer-{i}", replies)
+                    tg.start_soon(create, two, f"racer-{i}", replies)
+                assert sorted(r["status"] for r in replies) == ["created", "existing"], replies
+                assert replies[0]["agent_id"] == replies[1]["agent_id"]
