@@ -77,7 +77,7 @@ class _PipeLines:
                 yield _text_of(line)
             if len(buffer) > MAX_LINE_BYTES and not skipping:
                 log.warning("dropped a message longer than %d bytes", MAX_LINE_BYTES)
-                yield _oversize_marker(bytes(buffer[:4096]))  # answered with an error
+                yield _marker(OVERSIZE_KEY, MAX_LINE_BYTES, bytes(buffer[:4096]))
                 buffer.clear()
                 skipping = True
             elif skipping and len(buffer) > MAX_LINE_BYTES:
@@ -90,8 +90,15 @@ def _text_of(line: bytes) -> str:
     try:
         return line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        request_id = _top_level_id(line.decode("utf-8", errors="replace"))
-        return json.dumps({NOT_UTF8_KEY: exc.start, "id": request_id}) + "\n"
+        return _marker(NOT_UTF8_KEY, exc.start, line)
+
+
+def _marker(key: str, value: int, head: bytes) -> str:
+    """A line standing for a message agenthold refused to pass on (``key``: why): not
+    JSON-RPC, so the SDK hands it to ``_guard_stdio``, which answers it with the id found in
+    ``head``, the message's start."""
+    request_id = _top_level_id(head.decode("utf-8", errors="replace"))
+    return json.dumps({key: value, "id": request_id}) + "\n"
 
 
 def _top_level_id(text: str) -> str | int | None:
@@ -150,17 +157,8 @@ def _id_value(rest: str) -> str | int | None:
     return value if isinstance(value, (str, int)) else None
 
 
-_ID_AT_START = re.compile(rb'"id"\s*:\s*(-?\d{1,30}|"(?:[^"\\]|\\.){0,200}")')
 OVERSIZE_KEY = "agenthold_oversize"
 NOT_UTF8_KEY = "agenthold_not_utf8"
-
-
-def _oversize_marker(head: bytes) -> str:
-    """A line standing for a dropped oversized message: not JSON-RPC, so the SDK hands it to
-    ``_guard_stdio``, which answers the request (its id is looked for in the head)."""
-    found = _ID_AT_START.search(head)
-    request_id = json.loads(found.group(1)) if found else None
-    return json.dumps({OVERSIZE_KEY: MAX_LINE_BYTES, "id": request_id}) + "\n"
 
 
 class _PipeWriter:
