@@ -87,20 +87,15 @@ class StoreHandlers:
     async def list(self, call: ToolCall) -> Reply:
         a = call.args
         records, after = await self.app.read(
-            lambda: self.store.list_page(
-                a["namespace"], after=a["cursor"] or "", limit=a["limit"], max_bytes=MAX_PAGE_BYTES
-            )
+            lambda: self.store.list_page(a["namespace"], **_page(a))
         )
         reply: Reply = {
             "status": "ok",
             "namespace": a["namespace"],
             "count": len(records),
             "records": [_without_namespace(r) for r in records],
-            "next_cursor": after,
         }
-        if after is not None:
-            reply["hint"] = MORE_HINT
-        return reply
+        return _paged(reply, after)
 
     async def history(self, call: ToolCall) -> Reply:
         a = call.args
@@ -187,15 +182,8 @@ class StoreHandlers:
 
     async def export(self, call: ToolCall) -> Reply:
         a = call.args
-        snapshot = await self.app.read(
-            lambda: self.store.export(
-                a["namespace"], after=a["cursor"] or "", limit=a["limit"], max_bytes=MAX_PAGE_BYTES
-            )
-        )
-        reply: Reply = {"status": "ok", **snapshot.to_dict(), "next_cursor": snapshot.next_after}
-        if snapshot.next_after is not None:
-            reply["hint"] = MORE_HINT
-        return reply
+        snapshot = await self.app.read(lambda: self.store.export(a["namespace"], **_page(a)))
+        return _paged({"status": "ok", **snapshot.to_dict()}, snapshot.next_after)
 
 
 def _expected_version(tool: str, args: dict[str, Any], hint: str) -> int | None:
@@ -206,6 +194,20 @@ def _expected_version(tool: str, args: dict[str, Any], hint: str) -> int | None:
     if args["expected_version"] is None:
         raise ToolError(f"{tool} needs expected_version (or force: true)", hint)
     return int(args["expected_version"])
+
+
+def _page(args: dict[str, Any]) -> dict[str, Any]:
+    """Which page a paged tool's call asks for, as list_page and export take it."""
+    return {"after": args["cursor"] or "", "limit": args["limit"], "max_bytes": MAX_PAGE_BYTES}
+
+
+def _paged(reply: Reply, next_after: str | None) -> Reply:
+    """``reply`` with where the next page starts (None on the last), and a hint while more
+    remain."""
+    reply["next_cursor"] = next_after
+    if next_after is not None:
+        reply["hint"] = MORE_HINT
+    return reply
 
 
 def _without_namespace(record: Record) -> Reply:
