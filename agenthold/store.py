@@ -2177,6 +2177,17 @@ def key_topic(namespace: str, key: str) -> Topic:
     return ("k", namespace, key)
 
 
+def _check_page(namespace: str, after: str, limit: int | None, max_bytes: int | None) -> None:
+    """The arguments of a paged read (list_page, export); None: not bounded that way."""
+    check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+    if after:
+        check_text("after", after, MAX_KEY_LENGTH)
+    if limit is not None:
+        check_int("limit", limit, minimum=1)
+    if max_bytes is not None:
+        check_int("max_bytes", max_bytes, minimum=1)
+
+
 class StateStore:
     """A versioned key-value store of JSON values, safe across threads and processes.
 
@@ -2260,11 +2271,7 @@ class StateStore:
         ``limit`` of them and, past the first, no more than about ``max_bytes`` of stored values;
         and the key to pass as ``after`` for the next page (None: there is none). A namespace
         of any size is listed in bounded pieces this way."""
-        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
-        if after:
-            check_text("after", after, MAX_KEY_LENGTH)
-        check_int("limit", limit, minimum=1)
-        check_int("max_bytes", max_bytes, minimum=1)
+        _check_page(namespace, after, limit, max_bytes)
         rows = self.db.fetchall(_LIST_PAGE, (namespace, after, min(limit, 2**62) + 1))
         records: list[Record] = []
         size = 0
@@ -2355,14 +2362,8 @@ class StateStore:
         ``after``, at most ``limit`` of them and, past the first key, about ``max_bytes`` of
         stored values and history at most; ``next_after`` says where the next page starts.
         Each page is one snapshot; pages taken one after another are not one."""
-        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
-        if after:
-            check_text("after", after, MAX_KEY_LENGTH)
+        _check_page(namespace, after, limit, max_bytes)
         paged = limit is not None or max_bytes is not None
-        if limit is not None:
-            check_int("limit", limit, minimum=1)
-        if max_bytes is not None:
-            check_int("max_bytes", max_bytes, minimum=1)
         page = min(limit, 2**62) + 1 if limit is not None else 2**62
         with self.db.snapshot() as conn:
             exported_at = utc_iso()
