@@ -566,7 +566,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     coordinator = open_coordinator(opts)
     for line in warnings:  # once nothing can fail any more: a failure is one line alone
         print(f"agenthold: {line}", file=sys.stderr)
-    if opts.transport == "stdio" and _is_terminal(0):
+    if opts.transport == "stdio" and os.isatty(0):
         print(TERMINAL_BANNER, file=sys.stderr, flush=True)
     return serve(opts, coordinator, sock)
 
@@ -578,12 +578,6 @@ TERMINAL_BANNER = (
     "agenthold: 'Connect an MCP client'), or see 'agenthold --help'. Ctrl-C quits."
 )
 
-
-def _is_terminal(fd: int) -> bool:
-    try:
-        return os.isatty(fd)
-    except OSError:  # pragma: no cover - a closed descriptor
-        return False
 
 
 def _leave_warm_server(
