@@ -579,7 +579,6 @@ TERMINAL_BANNER = (
 )
 
 
-
 def _leave_warm_server(
     argv: Sequence[str] | None, opts: ServeOptions, warnings: list[str]
 ) -> int | None:
