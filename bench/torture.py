@@ -39,9 +39,10 @@ soak        One ``agenthold --transport http`` server (standard tools, --reap-id
             deployment serves both tool sets. One cycle in 200 has its agent claim a resource
             and vanish: its lease runs out, and the reaper frees the claim ("expired") and
             removes the agent. Checked: RSS, open descriptors and threads of both servers,
-            sampled 200 times, grow by under 5% in the second half (the highest sample of each
-            half compared, see torture_checks.growth; the servers' worker-thread pools are
-            filled first, see fill_thread_pools); every call is answered without an error;
+            sampled 200 times, grow by under 5% in the second half, or descriptors by at most
+            DESCRIPTOR_SLACK (the highest sample of each half compared, see
+            torture_checks.growth; the servers' worker-thread pools are filled first, see
+            fill_thread_pools); every call is answered without an error;
             idle agents are reaped on time, and all of them once the run is over; claim_events
             and the history hold exactly the rows the documented behaviour implies: one per
             registration, claim, release (by outcome), lapsed claim and reaped agent, and one
@@ -461,6 +462,7 @@ def run_contention(
 REAP_IDLE = 2.0  # --reap-idle: agents idle this long are removed
 CLAIM_TTL = 3.0  # --claim-ttl: a vanished agent's claims end this long after its last call
 REAP_EVERY = min(max(REAP_IDLE / 4, 1.0), 600.0)  # how often the server looks (server.py)
+DESCRIPTOR_SLACK = 4  # descriptors the soak allows past the first half's high (soak_checks)
 SLACK = 1.5  # seconds of scheduling delay allowed on a busy machine
 LANES = 10  # calls in flight at once; lane 0 is the legacy-session lane
 POOL = 16  # live agents at a time; registering one more retires the oldest
@@ -876,9 +878,16 @@ def soak_checks(report: Report, book: Soak, db: Database, at_end: set[str], ende
                 f"{grew:.1%}: highest {max(series[:half]):,}{unit} in the first half, "
                 f"{max(series[half:]):,}{unit} in the second"
             )
+            # Descriptors also get a few of slack: with ~40 open, one connection accepted
+            # while another is still closing moves the high by one or two (5% of 37 is 1.85).
+            # A leak grows with the work (per call or per session: thousands and dozens here),
+            # so it passes that slack many times over.
+            rise = max(series[half:]) - max(series[:half])
+            slack = DESCRIPTOR_SLACK if what == "open descriptors" else 0
+            bound = f"by under 5% (or {slack} more)" if slack else "by under 5%"
             checks.expect(
-                f"{server} server: the second half grows {what} by under 5%",
-                [highs] if grew >= 0.05 else [],
+                f"{server} server: the second half grows {what} {bound}",
+                [highs] if grew >= 0.05 and rise > slack else [],
                 highs,
             )
     overdue = [a for a in at_end if due_by(book, a) < ended]
