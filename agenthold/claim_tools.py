@@ -21,12 +21,15 @@ from agenthold.claim_types import (
     OUTCOMES,
     ClaimResult,
     ClaimSetResult,
+    ForeignAgentError,
     Holder,
+    NotHolderError,
     Previous,
     Registration,
     ReleaseResult,
     ReleaseSetResult,
     StatusResult,
+    UnknownAgentError,
     WaitResult,
 )
 from agenthold.claims import MAX_SET, Coordinator, waited
@@ -51,6 +54,18 @@ HINTS: dict[str, str] = {
     "expired": (
         "The previous holder's claim expired (it made no call within the claim TTL): its work "
         "may be unfinished, so check the resource before you rely on it."
+    ),
+}
+# What an agent is told to do about a library error, in tool names (the library's own hints
+# name its methods); the server uses these for calls of this set's tools.
+ERROR_HINTS: dict[type[Exception], str] = {
+    UnknownAgentError: "Call agenthold_register to get an agent_id, then use it in every call.",
+    ForeignAgentError: (
+        "Use an agent_id that agenthold_register gave you, with the same token; register to "
+        "get one."
+    ),
+    NotHolderError: (
+        "Only the holder can release a claim. Call agenthold_status to see who holds it."
     ),
 }
 BUSY_HINT = (

@@ -52,17 +52,16 @@ AGENT_ID_RE = re.compile(r"agent-[0-9a-f]{8,64}")
 class UnknownAgentError(InvalidInputError):
     """The agent id was never registered here, or its agent was removed after a long idle time."""
 
-    hint = "Call agenthold_register to get an agent_id, then use it in every call."
+    hint = (
+        "Register the agent (Coordinator.register) to get an agent_id, then use it in every call."
+    )
 
 
 class ForeignAgentError(AgentholdError):
     """A caller named an agent that another principal registered. The message names neither
     the other principal nor anything about the agent."""
 
-    hint = (
-        "Use an agent_id that agenthold_register gave you, with the same token; register to "
-        "get one."
-    )
+    hint = "Use an agent_id that was registered by the same principal; register to get one."
 
     def __init__(self, agent_id: str) -> None:
         super().__init__(
@@ -74,7 +73,7 @@ class ForeignAgentError(AgentholdError):
 class NotHolderError(InvalidInputError):
     """An agent tried to release a claim that another agent holds."""
 
-    hint = "Only the holder can release a claim. Call agenthold_status to see who holds it."
+    hint = "Only the holder can release a claim; Coordinator.status tells who holds it."
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,13 +285,14 @@ class WaitProbe:
 def check_agent_id(agent_id: object) -> str:
     if not isinstance(agent_id, str):
         raise UnknownAgentError(
-            f"agent_id must be a string from agenthold_register, got {type(agent_id).__name__}"
+            "agent_id must be a string that registering an agent gave, got "
+            f"{type(agent_id).__name__}"
         )
     if not AGENT_ID_RE.fullmatch(agent_id):
         shown = agent_id if len(agent_id) <= 60 else agent_id[:60] + "…"
         raise UnknownAgentError(
             f"{shown!r} is not an agent_id: ids look like 'agent-1a2b3c4d5e6f7a8b' and come "
-            "from agenthold_register"
+            "from registering an agent"
         )
     return agent_id
 

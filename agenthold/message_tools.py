@@ -21,13 +21,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from agenthold.claim_types import UnknownAgentError
 from agenthold.message_schema import thread_topic
 from agenthold.message_types import (
     DEFAULT_POLL_LIMIT,
     MAX_POLL_LIMIT,
+    ForeignBusAgentError,
     MessagePage,
     NameTakenError,
+    NotParticipantError,
     ReadState,
+    UnknownThreadError,
     thread_id_of,
     unknown_thread,
 )
@@ -49,6 +53,21 @@ LIMIT = Param(
     "limit", "integer", "page size", False, DEFAULT_POLL_LIMIT, minimum=1, maximum=MAX_POLL_LIMIT
 )
 CONTENT = Param("content", "string", "")
+
+# What an agent is told to do about a library error, in tool names (the library's own hints
+# name the bus's methods); the server uses these for calls of this set's tools.
+ERROR_HINTS: dict[type[Exception], str] = {
+    UnknownAgentError: "Call agenthold_create_agent with the name first.",
+    UnknownThreadError: (
+        "Check the thread id, and that you use the same database; agenthold_create_thread "
+        "makes a new one."
+    ),
+    NotParticipantError: "Add the agent with agenthold_join_thread first.",
+    ForeignBusAgentError: (
+        "Act only as agents you made with this token (agenthold_create_agent); pick another "
+        "name for yourself."
+    ),
+}
 
 
 @dataclass(frozen=True)

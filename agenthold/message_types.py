@@ -57,10 +57,7 @@ MAX_POLL_LIMIT = 1000  # the most one poll returns; read longer threads in pages
 class UnknownThreadError(InvalidInputError):
     """No thread has this id in this database."""
 
-    hint = (
-        "Check the thread id, and that you use the same database; create_thread "
-        "(agenthold_create_thread over MCP) makes a new one."
-    )
+    hint = "Check the thread id, and that you use the same database; create_thread makes a new one."
 
 
 class NameTakenError(InvalidInputError):
@@ -72,7 +69,7 @@ class NameTakenError(InvalidInputError):
 class NotParticipantError(InvalidInputError):
     """The agent is not a participant of the thread."""
 
-    hint = "Add the agent with join_thread (agenthold_join_thread over MCP) first."
+    hint = "Add the agent with join_thread first."
 
 
 class TooFewParticipantsError(InvalidInputError):
@@ -85,10 +82,7 @@ class ForeignBusAgentError(ForeignAgentError):
     """A caller (a principal) acted as a bus agent that belongs to another caller. The message
     names neither the other caller nor anything about the agent."""
 
-    hint = (
-        "Act only as agents you made with this token (agenthold_create_agent); pick another "
-        "name for yourself."
-    )
+    hint = "Act only as agents this principal made (create_agent); pick another name for yourself."
 
     def __init__(self, name: str) -> None:
         Exception.__init__(
@@ -306,7 +300,7 @@ def unknown_agent(what: str) -> UnknownAgentError:
     error = UnknownAgentError(
         f"unknown agent {what}: no bus agent has this name or id in this database"
     )
-    error.hint = "Call get_or_create_agent (agenthold_create_agent over MCP) with the name first."
+    error.hint = "Call get_or_create_agent with the name first."
     return error
 
 

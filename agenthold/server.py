@@ -213,16 +213,18 @@ class Agenthold:
         except ToolError as exc:
             return error_result(exc.kind, str(exc), exc.hint)
         except (ForbiddenError, ForeignAgentError) as exc:
-            return error_result("forbidden", str(exc), exc.hint or "")
+            return error_result("forbidden", str(exc), hint_for(name, exc) or "")
         except UnavailableError as exc:
-            hint = exc.hint or BUSY_DB_HINT
+            hint = hint_for(name, exc) or BUSY_DB_HINT
             return result({"status": "unavailable", "message": str(exc), "hint": hint})
         except InvalidInputError as exc:
-            hint = exc.hint or "Check the argument named in the message and call again."
+            hint = hint_for(name, exc) or "Check the argument named in the message and call again."
             kind = type(exc).__name__.removesuffix("Error")
             return error_result(_snake(kind), str(exc), hint)
         except AgentholdError as exc:
-            return error_result("failed", str(exc), exc.hint or "Call again in a moment.")
+            return error_result(
+                "failed", str(exc), hint_for(name, exc) or "Call again in a moment."
+            )
         except Exception:
             log.exception("tool %s failed", name)
             return error_result(
@@ -361,6 +363,12 @@ def _snake(name: str) -> str:
 def tool_set_of(name: str) -> str:
     """The tool set (the scope ``tools:SET``) a tool belongs to."""
     return next((n for n, ts in TOOL_SETS.items() if name in ts.names), "advanced")
+
+
+def hint_for(name: str, error: Exception) -> str | None:
+    """The hint a call of tool ``name`` gets for a library error: its tool set's wording (which
+    names tools) where it has one, else the error's own."""
+    return TOOL_SETS[tool_set_of(name)].hint_for(error) or getattr(error, "hint", None)
 
 
 def principal_of(ctx: ServerRequestContext) -> Principal | None:

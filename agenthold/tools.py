@@ -8,15 +8,19 @@ Decisions behind it:
   TOOL_SETS (and its name in ``cli.TOOL_SET_NAMES``, which must not import mcp).
 - ``--tools`` takes one set or a comma list (``standard,advanced``); the order is the order of
   the tools in tools/list.
+- The library's errors carry hints that name its methods; a tool set maps them to hints that
+  name its tools (``error_hints``), so the library reads right from Python and over MCP.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
+from agenthold.claim_tools import ERROR_HINTS as STANDARD_HINTS
 from agenthold.claim_tools import STANDARD_NAMES, instructions, standard_tools
 from agenthold.claims import Coordinator
+from agenthold.message_tools import ERROR_HINTS as MESSAGES_HINTS
 from agenthold.message_tools import MESSAGES_NAMES, messages_tools
 from agenthold.message_tools import instructions as messages_instructions
 from agenthold.store_tools import ADVANCED_NAMES, advanced_tools
@@ -31,13 +35,25 @@ class ToolSet:
     names: frozenset[str]  # the tools it holds
     build: Callable[[App], list[ToolSpec]]
     instructions: Callable[[Coordinator], str] | None = None  # what it tells every client
+    # The hints its calls get for library errors, in tool names (else the error's own hint).
+    error_hints: Mapping[type[Exception], str] = field(default_factory=dict)
+
+    def hint_for(self, error: Exception) -> str | None:
+        """This set's hint for ``error`` (its class or the nearest base that has one)."""
+        return next(
+            (self.error_hints[c] for c in type(error).__mro__ if c in self.error_hints), None
+        )
 
 
 TOOL_SETS: dict[str, ToolSet] = {
-    "standard": ToolSet("standard", STANDARD_NAMES, standard_tools, instructions),
+    "standard": ToolSet("standard", STANDARD_NAMES, standard_tools, instructions, STANDARD_HINTS),
     "advanced": ToolSet("advanced", ADVANCED_NAMES, advanced_tools),
     "messages": ToolSet(
-        "messages", MESSAGES_NAMES, messages_tools, lambda _: messages_instructions()
+        "messages",
+        MESSAGES_NAMES,
+        messages_tools,
+        lambda _: messages_instructions(),
+        MESSAGES_HINTS,
     ),
 }
 DEFAULT_TOOLS = "standard"

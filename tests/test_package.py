@@ -164,6 +164,47 @@ def test_only_the_serving_modules_import_mcp_and_the_library_knows_no_transport(
     assert postgres_imports <= {"agenthold.store", "psycopg", "psycopg_pool"}
 
 
+# The library: what Python callers use without MCP. Its messages and hints name its own
+# methods; the tool sets word them for agents (ToolSet.error_hints).
+LIBRARY = ("store", "uris", "principals", "claim_types", "claim_schema", "claim_match",
+           "claim_rows", "claims", "message_types", "message_schema", "messages")  # fmt: skip
+
+
+def tool_names() -> set[str]:
+    from agenthold.tools import TOOL_SETS
+
+    return {name for tool_set in TOOL_SETS.values() for name in tool_set.names}
+
+
+@pytest.mark.parametrize("module", LIBRARY)
+def test_the_library_names_no_tool_in_what_it_says(module: str) -> None:
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text(encoding="utf-8"))
+    words = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            words.update(re.findall(r"agenthold_[a-z_]+", node.value))
+    assert not words & tool_names(), f"{module} names tools: {sorted(words & tool_names())}"
+
+
+def test_the_tool_sets_word_the_librarys_errors_in_tool_names() -> None:
+    from agenthold.claim_types import NotHolderError, UnknownAgentError
+    from agenthold.message_types import ForeignBusAgentError
+    from agenthold.server import hint_for
+
+    unknown = UnknownAgentError("unknown agent_id")
+    assert "agenthold_" not in (unknown.hint or "")
+    assert "agenthold_register" in (hint_for("agenthold_claim", unknown) or "")
+    assert "agenthold_create_agent" in (hint_for("agenthold_append", unknown) or "")
+    assert "agenthold_status" in (hint_for("agenthold_release", NotHolderError("x")) or "")
+    foreign = ForeignBusAgentError("w")  # a subclass of the claims' ForeignAgentError
+    assert "agenthold_create_agent" in (hint_for("agenthold_poll", foreign) or "")
+    assert "agenthold_register" in (hint_for("agenthold_claim", foreign) or "")
+    # an error no tool set words keeps the library's own hint
+    other = UnknownAgentError("x")
+    other.hint = "own"
+    assert hint_for("agenthold_set", other) == "own"
+
+
 def import_graph() -> dict[str, set[str]]:
     """Which agenthold module imports which, counting every import in the file: those inside
     functions and under TYPE_CHECKING too (a cycle there is still two rooms that know each
