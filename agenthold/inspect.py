@@ -190,6 +190,8 @@ LOG_COLUMNS = (
 )
 THREAD_COLUMNS = (
     Column("THREAD"),
+    Column("NAME", cut=2),
+    Column("CREATED BY", cut=3),
     Column("PARTICIPANTS", cut=1),
     Column("MESSAGES", right=True),
     Column("LAST ACTIVITY"),
@@ -462,6 +464,8 @@ class Inspector:
             records.append(
                 {
                     "thread_id": info.thread_id,
+                    "name": info.name,
+                    "created_by": info.created_by,
                     "participants": [a.name for a in info.participants],
                     "message_count": info.message_count,
                     "last_seq": info.last_seq,
@@ -474,6 +478,8 @@ class Inspector:
             return [
                 [
                     r["thread_id"],
+                    r["name"] or "-",
+                    r["created_by"] or "-",
                     ", ".join(r["participants"]) or "-",
                     str(r["message_count"]),
                     age(r["last_activity_at"], self.now),

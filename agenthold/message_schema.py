@@ -78,9 +78,23 @@ _POSTGRES_V2 = """
     CREATE UNIQUE INDEX msg_threads_by_name ON msg_threads (name);
     ALTER TABLE msg_messages ADD COLUMN principal TEXT;
 """
+# 3: deleted threads leave a row, so that waiters in other processes hear of the deletion
+# (a SQLite change feed learns topics from new rows; a deletion adds none elsewhere).
+_SQLITE_V3 = """
+    CREATE TABLE msg_deletions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, thread_id TEXT NOT NULL, deleted_at TEXT NOT NULL);
+"""
+_POSTGRES_V3 = """
+    CREATE TABLE msg_deletions (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY, thread_id TEXT COLLATE "C" NOT NULL,
+        deleted_at TEXT NOT NULL);
+"""
 MESSAGES_SCHEMA = Component(
     COMPONENT,
-    {"sqlite": (_SQLITE_V1, _SQLITE_V2), "postgresql": (_POSTGRES_V1, _POSTGRES_V2)},
+    {
+        "sqlite": (_SQLITE_V1, _SQLITE_V2, _SQLITE_V3),
+        "postgresql": (_POSTGRES_V1, _POSTGRES_V2, _POSTGRES_V3),
+    },
 )
 SCHEMA_VERSION = MESSAGES_SCHEMA.version
 
@@ -88,6 +102,12 @@ MESSAGE_CHANGES = ChangeSource(
     name="messages",
     max_sql="SELECT max(id) FROM msg_messages",
     since_sql="SELECT id, thread_id FROM msg_messages WHERE id > ? ORDER BY id",
+    topics=lambda row: (thread_topic(row[1]),),
+)
+DELETION_CHANGES = ChangeSource(
+    name="message-deletions",
+    max_sql="SELECT max(id) FROM msg_deletions",
+    since_sql="SELECT id, thread_id FROM msg_deletions WHERE id > ? ORDER BY id",
     topics=lambda row: (thread_topic(row[1]),),
 )
 
@@ -105,6 +125,10 @@ AGENT_BY_NAME = "SELECT agent_id, name FROM msg_agents WHERE name = ?"
 AGENT_BY_ID = "SELECT agent_id, name FROM msg_agents WHERE agent_id = ?"
 CLAIMS_NAME = "SELECT name, principal FROM agents WHERE agent_id = ?"
 THREAD = "SELECT created_at, last_seq, last_message_at, name FROM msg_threads WHERE thread_id = ?"
+THREAD_INFO = (
+    "SELECT created_at, last_seq, last_message_at, name, principal FROM msg_threads "
+    "WHERE thread_id = ?"
+)
 OWNER = "SELECT principal, adoptable FROM msg_agents WHERE agent_id = ?"
 ADOPT = "UPDATE msg_agents SET principal = ?, adoptable = 0 WHERE agent_id = ? AND adoptable = 1"
 CLAIMS_OWNER = "SELECT principal FROM agents WHERE agent_id = ?"

@@ -160,10 +160,8 @@ class MessageHandlers:
         await self.in_scope(call, call.args["thread_id"], write=True)
 
         def run(thread_id: str, name: str) -> Reply:
-            if self.bus.get_thread(thread_id) is None:  # an unknown thread makes no agent
-                raise unknown_thread(thread_id_of(thread_id))
-            self.bus.get_or_create_agent(name, principal=call.by)
-            thread = self.bus.join_thread(thread_id, name, principal=call.by)
+            # one transaction: a join that fails (an unknown thread) makes no agent
+            thread = self.bus.join_thread(thread_id, name, principal=call.by, create=True)
             return {"status": "joined", **thread.to_dict()}
 
         reply: Reply = await self.app.write(run, call.args["thread_id"], call.args["agent_name"])

@@ -176,6 +176,9 @@ class ThreadInfo:
     latest_message: Message | None
     latest_activity_at: str  # the newest message's time, or the thread's creation
     name: str | None = None
+    # The principal (token) that created it, None for a trusted caller's. Not in to_dict: an
+    # agent is not told who the other callers are; the inspector shows it to the operator.
+    created_by: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"thread_id": self.thread_id}

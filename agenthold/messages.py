@@ -41,6 +41,7 @@ from agenthold.message_schema import (
     CLAIMS_NAME,
     CLAIMS_OWNER,
     CURSOR,
+    DELETION_CHANGES,
     FROM_OTHERS,
     INSERT,
     IS_MEMBER,
@@ -52,6 +53,7 @@ from agenthold.message_schema import (
     POLL,
     SCHEMA_VERSION,
     THREAD,
+    THREAD_INFO,
     thread_topic,
 )
 from agenthold.message_types import (
@@ -155,6 +157,7 @@ class MessageBus:
             raise
         if self._ready:
             self.db.add_change_source(MESSAGE_CHANGES)
+            self.db.add_change_source(DELETION_CHANGES)
 
     @property
     def path(self) -> str:
@@ -337,14 +340,26 @@ class MessageBus:
             ]
 
     def join_thread(
-        self, thread_id: ThreadRef, agent: AgentRef, *, principal: str | None = None
+        self,
+        thread_id: ThreadRef,
+        agent: AgentRef,
+        *,
+        principal: str | None = None,
+        create: bool = False,
     ) -> Thread:
         """Add ``agent`` to the thread (nothing changes if it is in already); its cursor starts
-        at 0, so the thread's earlier messages are unread for it."""
+        at 0, so the thread's earlier messages are unread for it. ``create``: an agent given by
+        name is created if there is none (as get_or_create_agent would), in the same
+        transaction, so a join that fails leaves no new agent behind."""
         tid = thread_id_of(thread_id)
+        name = self._name(agent, principal) if create and isinstance(agent, str) else None
         with self.db.write() as (conn, _):
-            found = self._act_as(conn, agent, principal)
             self._thread_row(conn, tid)
+            if name is not None:
+                self._ensure_agent(conn, name, principal)
+                if principal is None:  # a trusted caller's agent: adopted, never refused
+                    conn.execute(ADOPT, (None, self._resolve(conn, name).id))
+            found = self._act_as(conn, agent if name is None else name, principal)
             conn.execute(
                 "INSERT INTO msg_participants (thread_id, agent_id, joined_at) VALUES (?, ?, ?) "
                 "ON CONFLICT (thread_id, agent_id) DO NOTHING",
@@ -382,7 +397,11 @@ class MessageBus:
             conn.execute("DELETE FROM msg_messages WHERE thread_id = ?", (tid,))
             conn.execute("DELETE FROM msg_participants WHERE thread_id = ?", (tid,))
             conn.execute("DELETE FROM msg_threads WHERE thread_id = ?", (tid,))
-            changed.append(thread_topic(tid))  # local waiters learn that it is gone
+            # waiters learn that it is gone: here at once, in other processes from this row
+            conn.execute(
+                "INSERT INTO msg_deletions (thread_id, deleted_at) VALUES (?, ?)", (tid, utc_iso())
+            )
+            changed.append(thread_topic(tid))
 
     # -- messages ------------------------------------------------------------------------------
 
@@ -501,17 +520,19 @@ class MessageBus:
         if not self._ready:
             return None
         with self.db.snapshot() as conn:
-            row = conn.execute(THREAD, (tid,)).fetchone()
+            row = conn.execute(THREAD_INFO, (tid,)).fetchone()
             if row is None:
                 return None
-            created, last_seq, last_at, name = row
+            created, last_seq, last_at, name, creator = row
             members = tuple(agent_of(r) for r in conn.execute(MEMBERS, (tid,)))
             count = conn.execute(
                 "SELECT count(*) FROM msg_messages WHERE thread_id = ?", (tid,)
             ).fetchone()[0]
             latest = conn.execute(POLL, (tid, last_seq - 1, 1)).fetchone() if last_seq else None
         message = None if latest is None else message_of(tid, latest)
-        return ThreadInfo(tid, members, created, count, last_seq, message, last_at or created, name)
+        return ThreadInfo(
+            tid, members, created, count, last_seq, message, last_at or created, name, creator
+        )
 
     def get_thread_read_state(
         self, thread_id: ThreadRef, agent: AgentRef, *, principal: str | None = None

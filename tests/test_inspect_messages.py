@@ -26,6 +26,8 @@ from agenthold.store import StateStore
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals")
 THREAD_KEYS = {
+    "name",
+    "created_by",
     "thread_id",
     "participants",
     "message_count",
@@ -55,7 +57,9 @@ def chat(db_url: str) -> tuple[str, str, str]:
                 [(long, n, f"m{n}") for n in range(1, 1501)],
             )
             conn.execute("UPDATE msg_threads SET last_seq = 1500 WHERE thread_id = ?", (long,))
-        review = bus.create_thread_by_names(["lead", "worker-1", "worker-2"]).id
+        review = bus.create_thread_by_names(
+            ["lead", "worker-1", "worker-2"], name="review", principal="ci-bot"
+        ).id
         bus.append(review, "lead", "Please review src/app.py\nline 40 especially")
         bus.append(review, "worker-1", "On it")
     with StateStore(db) as store:
@@ -84,15 +88,23 @@ def test_threads_lists_participants_counts_and_activity(
     status, out, _ = run(capsys, "threads", "--db", db)
     assert status == 0
     lines = out.splitlines()
-    assert lines[0].split() == ["THREAD", "PARTICIPANTS", "MESSAGES", "LAST", "ACTIVITY"]
+    assert re.split(r"\s{2,}", lines[0]) == [
+        "THREAD", "NAME", "CREATED BY", "PARTICIPANTS", "MESSAGES", "LAST ACTIVITY"
+    ]  # fmt: skip
     row = next(line for line in lines if line.startswith(review))
-    assert re.split(r"\s{2,}", row) == [review, "lead, worker-1, worker-2", "2", "0s ago"]
+    assert re.split(r"\s{2,}", row) == [
+        review, "review", "ci-bot", "lead, worker-1, worker-2", "2", "0s ago"
+    ]  # fmt: skip
+    unnamed = next(line for line in lines if line.startswith(long))
+    assert re.split(r"\s{2,}", unnamed)[1:3] == ["-", "-"]  # no name, a trusted creator
     assert any(line.startswith(long) and " 1500 " in line for line in lines)
     status, out, _ = run(capsys, "threads", "--json", "--db", db)
     records = json.loads(out)
     assert status == 0 and [r["thread_id"] for r in records] == [long, review]
     assert all(set(r) == THREAD_KEYS for r in records)
     assert records[1]["participants"] == ["lead", "worker-1", "worker-2"]
+    assert (records[1]["name"], records[1]["created_by"]) == ("review", "ci-bot")
+    assert (records[0]["name"], records[0]["created_by"]) == (None, None)
     assert (records[0]["message_count"], records[0]["last_seq"]) == (1500, 1500)
 
 

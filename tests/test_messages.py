@@ -204,6 +204,23 @@ def test_join_and_leave_thread(pair: Any) -> None:
     assert bus.poll(tid)[-1].content == "hello"
 
 
+def test_join_thread_with_create_makes_the_agent_only_when_the_join_succeeds(pair: Any) -> None:
+    bus, alice, _, tid = pair
+    with pytest.raises(UnknownThreadError):
+        bus.join_thread(str(uuid.uuid4()), "Dora", create=True)
+    assert bus.get_agent("Dora") is None  # the failed join left no agent behind
+    with pytest.raises(UnknownAgentError):
+        bus.join_thread(tid, "Dora")  # without create, an unknown name is not made
+    assert bus.get_agent("Dora") is None
+    thread = bus.join_thread(tid, "Dora", create=True)
+    dora = bus.get_agent("Dora")
+    assert dora is not None and dora in thread.participants
+    assert bus.join_thread(tid, "Dora", create=True) == thread  # again: the same agent, no change
+    with pytest.raises(ForeignBusAgentError):  # and it is the trusted caller's, not adoptable
+        bus.join_thread(tid, "Dora", principal="mallory", create=True)
+    assert alice in thread.participants
+
+
 def test_delete_agent_keeps_its_messages_and_frees_its_name(pair: Any) -> None:
     bus, alice, bob, tid = pair
     bus.append(tid, bob, "from bob")
@@ -586,6 +603,20 @@ def test_wait_is_woken_by_an_append_in_another_process(db_url: str) -> None:
 
 
 @pytest.mark.backends
+def test_a_wait_in_another_process_ends_when_its_thread_is_deleted(db_url: str) -> None:
+    with MessageBus(db_url) as bus:
+        tid = bus.create_thread_by_names(["a", "b"]).id
+        waiter = worker("wait", db_url, tid, "0")
+        assert waiter.next_line() == "ready"
+        time.sleep(0.2)
+        started = time.monotonic()
+        bus.delete_thread(tid)
+        assert waiter.next_line(20) == "gone"  # not a 30 s timeout
+        assert time.monotonic() - started < 5
+        waiter.kill()
+
+
+@pytest.mark.backends
 def test_wait_in_this_process_is_woken_by_another_process(db_url: str) -> None:
     with MessageBus(db_url) as bus:
         tid = bus.create_thread_by_names(["a", "b"]).id
@@ -676,7 +707,7 @@ def test_an_older_bus_schema_needs_a_writable_open(db_path: Path, monkeypatch: A
         MessageBus(db_path, read_only=True)
     with MessageBus(db_path) as bus:  # a writable open migrates
         version = "SELECT version FROM agenthold_components WHERE component = 'messages'"
-        assert bus.db.fetchone(version)[0] == messages.SCHEMA_VERSION == 2
+        assert bus.db.fetchone(version)[0] == messages.SCHEMA_VERSION == 3
         [old] = bus.poll(TID)
         assert (old.content, old.principal) == ("from version 1", None)
         assert bus.append(TID, "b", "after").seq == 2

@@ -6,7 +6,7 @@ Modes:
 - ``crash-append DB SENDER THREAD``: print ``ready``, then append forever, printing each
   acknowledged ``seq content`` line (the test kills it with SIGKILL).
 - ``wait DB THREAD AFTER_SEQ``: print ``ready`` once subscribed, wait up to 30 s, print
-  ``woken SEQ MONOTONIC_NS`` (or ``timeout``).
+  ``woken SEQ MONOTONIC_NS`` (or ``timeout``, or ``gone`` if the thread was deleted).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import time
 
-from agenthold.messages import MessageBus
+from agenthold.messages import MessageBus, UnknownThreadError
 
 
 def main(argv: list[str]) -> int:
@@ -38,7 +38,11 @@ def main(argv: list[str]) -> int:
             thread, after = argv[2], int(argv[3])
             bus.poll(thread)  # open this thread's connection before saying ready
             print("ready", flush=True)
-            page = bus.wait(thread, after_seq=after, timeout=30)
+            try:
+                page = bus.wait(thread, after_seq=after, timeout=30)
+            except UnknownThreadError:
+                print("gone", flush=True)
+                return 0
             if page:
                 print("woken", page[0].seq, time.monotonic_ns(), flush=True)
             else:
