@@ -2,7 +2,8 @@
 
 They are defined next to the code that raises them (``store.py`` must stay a single copyable
 file); this module only gathers them. Every error derives from ``AgentholdError``; every error
-about a bad argument also derives from ``ValueError`` through ``InvalidInputError``.
+about a bad argument also derives from ``ValueError`` through ``InvalidInputError``, and so does
+``DamagedRecordError`` (a stored value that is not JSON).
 """
 
 from agenthold.claims import NotHolderError, UnknownAgentError
@@ -10,6 +11,7 @@ from agenthold.store import (
     AgentholdError,
     BusyError,
     ConflictError,
+    DamagedRecordError,
     IncompatibleDatabaseError,
     InvalidInputError,
     NotFoundError,
@@ -20,6 +22,7 @@ __all__ = [
     "AgentholdError",
     "BusyError",
     "ConflictError",
+    "DamagedRecordError",
     "IncompatibleDatabaseError",
     "InvalidInputError",
     "NotFoundError",

@@ -46,6 +46,7 @@ from agenthold.inspect_args import (
     parse_limit,
 )
 from agenthold.tables import (
+    DAMAGED,
     GAP,
     MIN_CUT,
     Column,
@@ -57,6 +58,7 @@ from agenthold.tables import (
     header_lines,
     layout,
     parse_time,
+    shown_value,
     span,
     table,
 )
@@ -418,7 +420,10 @@ class Inspector:
 
     def keys(self, args: argparse.Namespace, limit: int) -> int:
         self.check_namespace(args.namespace)
-        records = [r.to_dict() for r in self.store.list_keys(args.namespace)]
+        damaged: list[Any] = []  # keys whose stored text is not JSON: shown, flagged
+        records = [r.to_dict() for r in self.store.list_keys(args.namespace, damaged=damaged)]
+        records += [{**e.to_dict(), "namespace": args.namespace, "damaged": True} for e in damaged]
+        records.sort(key=lambda r: str(r["key"]))
 
         def rows() -> list[list[str]]:
             return [
@@ -427,7 +432,7 @@ class Inspector:
                     str(r["version"]),
                     r["updated_by"],
                     age(r["updated_at"], self.now),
-                    compact_json(r["value"]),
+                    shown_value(r),
                 ]
                 for r in records
             ]
@@ -436,8 +441,11 @@ class Inspector:
 
     def history(self, args: argparse.Namespace, limit: int) -> int:
         self.check_key(args.namespace, args.key)
-        entries = self.store.history(args.namespace, args.key, limit=limit)
+        damaged: list[Any] = []
+        entries = self.store.history(args.namespace, args.key, limit=limit, damaged=damaged)
         records = [e.to_dict() for e in entries]
+        records += [{**e.to_dict(), "event_type": "write", "damaged": True} for e in damaged]
+        records.sort(key=lambda r: -int(r["version"]))
 
         def rows() -> list[list[str]]:
             return [
@@ -446,7 +454,7 @@ class Inspector:
                     r["event_type"],
                     by_whom(r["updated_by"], r.get("principal")),
                     age(r["updated_at"], self.now),
-                    "-" if r["event_type"] == "delete" else compact_json(r["value"]),
+                    shown_value(r),
                 ]
                 for r in records
             ]
@@ -564,7 +572,7 @@ class Inspector:
         appends: Sequence[Any] = (),
     ) -> list[dict[str, Any]]:
         """State-history, claim-event and message rows as log records, in time order."""
-        import json
+        from agenthold.store import decode_value
 
         keyed: list[tuple[tuple[str, int, int], dict[str, Any]]] = []
         for row_id, ns, key, version, value, by, at, event, principal in state:
@@ -578,7 +586,7 @@ class Inspector:
                 "key": key,
                 "resource": None,
                 "version": version,
-                "value": None if value is None else json.loads(value),
+                "value": decode_value(value, damaged=DAMAGED),
                 "outcome": None,
                 "moved_to": None,
                 "thread_id": None,

@@ -40,6 +40,7 @@ from agenthold.principals import ForbiddenError, Principal, require_namespace, r
 from agenthold.store import (
     AgentholdError,
     BusyError,
+    DamagedRecordError,
     InvalidInputError,
     StateStore,
     UnavailableError,
@@ -221,6 +222,9 @@ class Agenthold:
             hint = hint_for(name, exc) or "Check the argument named in the message and call again."
             kind = type(exc).__name__.removesuffix("Error")
             return error_result(_snake(kind), str(exc), hint)
+        except DamagedRecordError as exc:
+            hint = hint_for(name, exc) or exc.hint or ""
+            return error_result("damaged_record", str(exc), hint)
         except AgentholdError as exc:
             return error_result(
                 "failed", str(exc), hint_for(name, exc) or "Call again in a moment."

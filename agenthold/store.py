@@ -56,6 +56,7 @@ __all__ = [
     "BusyError",
     "Component",
     "ConflictError",
+    "DamagedRecordError",
     "Database",
     "DeleteResult",
     "Export",
@@ -145,6 +146,49 @@ class ConflictError(AgentholdError):
             "actual_value": current.value if current else None,
             "actual_updated_by": current.updated_by if current else None,
             "actual_updated_at": current.updated_at if current else None,
+        }
+
+
+class DamagedRecordError(AgentholdError, ValueError):
+    """A key's stored value is not strict JSON: a row written by another tool, a damaged row,
+    NaN or Infinity, text that is not UTF-8. Only that key is affected: the rest of its
+    namespace reads as usual (``list_page``, ``list_keys`` and ``export`` report damaged keys
+    in their ``damaged`` list). ``reason`` says what is wrong with the text; writing the key
+    again (or deleting it) repairs it."""
+
+    def __init__(
+        self,
+        namespace: str,
+        key: str,
+        version: int | None,
+        reason: str,
+        updated_by: str | None = None,
+        updated_at: str | None = None,
+    ) -> None:
+        at = f" (version {version})" if version is not None else ""
+        super().__init__(
+            f"the stored value of key {key!r} in namespace {namespace!r}{at} is not valid JSON "
+            f"({reason}); it was damaged or written by another tool"
+        )
+        self.namespace = namespace
+        self.key = key
+        self.version = version
+        self.reason = reason
+        self.updated_by = updated_by
+        self.updated_at = updated_at
+        self.hint = (
+            "Only this key is affected. Write it again without a version check, or delete it; "
+            "its earlier values are in its history."
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """What list and export replies say about a damaged key they left out."""
+        return {
+            "key": self.key,
+            "version": self.version,
+            "updated_by": self.updated_by,
+            "updated_at": self.updated_at,
+            "message": str(self),
         }
 
 
@@ -502,25 +546,112 @@ def encode_value(value: Any, max_bytes: int = DEFAULT_MAX_VALUE_BYTES) -> str:
     return text
 
 
-# the C scanner behind json.loads (typeshed does not declare it)
-_scan: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+class _NotJson(ValueError):
+    """A stored text that is not strict JSON; the reader names the key (DamagedRecordError)."""
+
+
+def _refuse_constant(constant: str) -> Any:
+    raise _NotJson(f"it holds {constant}, which JSON does not have")
+
+
+# The C scanner behind json.loads (typeshed does not declare it), strict as encode_value is:
+# NaN and Infinity are refused, not read as floats that no reply could carry.
+_STRICT = json.JSONDecoder(parse_constant=_refuse_constant)
+_scan: Callable[[str, int], tuple[Any, int]] = _STRICT.scan_once  # type: ignore[attr-defined]
 
 
 def _decode(text: str | None) -> Any:
-    """The value of a stored JSON text (None for a tombstone's NULL).
+    """The value of a stored JSON text (None for a tombstone's NULL). Raises _NotJson for text
+    that is not strict JSON (a row written by another tool, a damaged one).
 
     Stored texts come from json.dumps, so they have no surrounding whitespace and the C
     scanner can read them directly, without json.loads's Python-level wrapper (which costs
-    three times as much as the scan for a small value). Anything else goes to json.loads."""
+    three times as much as the scan for a small value). Anything else gets the full parse."""
     if text is None:
         return None
+    if type(text) is not str:
+        raise _NotJson(_not_text(text))
     try:
         value, end = _scan(text, 0)
+        if end != len(text):
+            value = _STRICT.decode(text)  # whitespace around it, or junk after it
+    except _NotJson:
+        raise
     except StopIteration:
-        return json.loads(text)  # raises the usual JSONDecodeError
-    if end != len(text):
-        return json.loads(text)
+        raise _NotJson(f"it reads {_excerpt(text, 40)}") from None
+    except json.JSONDecodeError as exc:
+        raise _NotJson(f"{exc.msg} at character {exc.pos}") from None
+    except RecursionError:
+        raise _NotJson("it is nested too deeply to read") from None
+    except ValueError as exc:  # an integer past sys.get_int_max_str_digits()
+        raise _NotJson(str(exc).split(";")[0]) from None
+    if "\\u" in text:  # an escaped lone surrogate reads as a string no reply can carry
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise _NotJson("it holds a lone surrogate (\\ud800-\\udfff) escape") from None
     return value
+
+
+def decode_value(text: str | None, *, damaged: Any = None) -> Any:
+    """The value of a stored JSON text (None for NULL), or ``damaged`` if the text is not
+    strict JSON (for readers that show every row, such as the inspector's log)."""
+    try:
+        return _decode(text)
+    except _NotJson:
+        return damaged
+
+
+_NOT_UTF8 = "Could not decode to UTF-8"  # how sqlite3 fails a row with such text
+
+
+class _NotUtf8(bytes):
+    """A stored text whose bytes are not UTF-8 (SQLite keeps whatever it is given)."""
+
+
+def _lenient_text(data: bytes) -> Any:
+    """A text_factory that reads text that is not UTF-8 as _NotUtf8 instead of failing the
+    whole query (sqlite3's own decoding raises for the row and every row after it)."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return _NotUtf8(data)
+
+
+def _not_text(stored: object) -> str:
+    if isinstance(stored, _NotUtf8):
+        return "its bytes are not UTF-8 text"
+    kind = {int: "an integer", float: "a real number", bytes: "a blob"}.get(type(stored))
+    return f"it is stored as {kind or type(stored).__name__}, not as JSON text"
+
+
+def _fetch_one(cursor: sqlite3.Cursor, sql: str, params: Sequence[Any]) -> Any:
+    """``cursor.execute(sql, params).fetchone()``, reading text that is not UTF-8 as
+    _fetch_all does."""
+    try:
+        return cursor.execute(sql, params).fetchone()
+    except sqlite3.OperationalError as exc:
+        if not str(exc).startswith(_NOT_UTF8):
+            raise
+    rows = _fetch_all(cursor.connection, sql, params)
+    return rows[0] if rows else None
+
+
+def _fetch_all(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """``conn.execute(sql, params).fetchall()``; on SQLite, rows with text that is not UTF-8
+    are read again with that text as _NotUtf8, so that only their keys count as damaged."""
+    try:
+        rows: list[Any] = conn.execute(sql, params).fetchall()
+        return rows
+    except sqlite3.OperationalError as exc:
+        if not str(exc).startswith(_NOT_UTF8):
+            raise
+    conn.text_factory = _lenient_text
+    try:
+        rows = conn.execute(sql, params).fetchall()
+        return rows
+    finally:
+        conn.text_factory = str
 
 
 def utc_iso(timestamp: float | None = None) -> str:
@@ -1826,9 +1957,14 @@ class SQLiteDatabase:
                     cursor: sqlite3.Cursor = self._local.cursor
                 except AttributeError:
                     cursor = self._thread_cursor()
-                return cursor.execute(sql, params).fetchone()
+                try:
+                    return cursor.execute(sql, params).fetchone()
+                except sqlite3.OperationalError as exc:
+                    if not str(exc).startswith(_NOT_UTF8):
+                        raise
+                return _fetch_one(cursor, sql, params)  # text that is not UTF-8
             with self._mem_lock:
-                return self._live_shared().execute(sql, params).fetchone()
+                return _fetch_one(self._live_shared().cursor(), sql, params)
         except sqlite3.Error as exc:
             raise self._error(exc) from None
 
@@ -1840,9 +1976,14 @@ class SQLiteDatabase:
                     cursor: sqlite3.Cursor = self._local.cursor
                 except AttributeError:
                     cursor = self._thread_cursor()
-                return cursor.execute(sql, params).fetchall()
+                try:
+                    return cursor.execute(sql, params).fetchall()
+                except sqlite3.OperationalError as exc:
+                    if not str(exc).startswith(_NOT_UTF8):
+                        raise
+                return _fetch_all(cursor.connection, sql, params)  # text that is not UTF-8
             with self._mem_lock:
-                return self._live_shared().execute(sql, params).fetchall()
+                return _fetch_all(self._live_shared(), sql, params)
         except sqlite3.Error as exc:
             raise self._error(exc) from None
 
@@ -2243,21 +2384,34 @@ class StateStore:
     # -- reading -------------------------------------------------------------------------------
 
     def get(self, namespace: str, key: str) -> Record:
-        """Return the live record of ``key``. Raises NotFoundError if it has none."""
+        """Return the live record of ``key``. Raises NotFoundError if it has none, and
+        DamagedRecordError if its stored value is not strict JSON."""
         check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
         check_text("key", key, MAX_KEY_LENGTH)
         row = self.db.fetchone(_GET, (namespace, key))
         if row is None:
             raise NotFoundError(namespace, key)
-        return _record(namespace, key, _decode(row[0]), row[1], row[2], row[3])
+        try:
+            value = _decode(row[0])
+        except _NotJson as exc:
+            raise DamagedRecordError(namespace, key, row[1], str(exc), row[2], row[3]) from None
+        return _record(namespace, key, value, row[1], row[2], row[3])
 
-    def list_keys(self, namespace: str) -> list[Record]:
-        """Return the live records of ``namespace``, sorted by key (empty if there are none)."""
+    def list_keys(
+        self, namespace: str, *, damaged: list[DamagedRecordError] | None = None
+    ) -> list[Record]:
+        """Return the live records of ``namespace``, sorted by key (empty if there are none).
+
+        A key whose stored value is not strict JSON raises DamagedRecordError, unless a list
+        is given as ``damaged``: then the key is left out and its error appended there."""
         check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
-        return [
-            _record(namespace, k, _decode(v), ver, by, at)
-            for k, v, ver, by, at in self.db.fetchall(_LIST, (namespace,))
-        ]
+        records: list[Record] = []
+        for k, v, ver, by, at in self.db.fetchall(_LIST, (namespace,)):
+            try:
+                records.append(_record(namespace, k, _decode(v), ver, by, at))
+            except _NotJson as exc:
+                _damaged(damaged, DamagedRecordError(namespace, k, ver, str(exc), by, at))
+        return records
 
     def list_page(
         self,
@@ -2266,21 +2420,28 @@ class StateStore:
         after: str = "",
         limit: int = DEFAULT_PAGE_LIMIT,
         max_bytes: int = MAX_PAGE_BYTES,
+        damaged: list[DamagedRecordError] | None = None,
     ) -> tuple[list[Record], str | None]:
         """One page of ``list_keys``: the live records with keys after ``after``, at most
         ``limit`` of them and, past the first, no more than about ``max_bytes`` of stored values;
         and the key to pass as ``after`` for the next page (None: there is none). A namespace
-        of any size is listed in bounded pieces this way."""
+        of any size is listed in bounded pieces this way. Damaged keys count towards ``limit``
+        and are raised or collected in ``damaged`` as in ``list_keys``."""
         _check_page(namespace, after, limit, max_bytes)
         rows = self.db.fetchall(_LIST_PAGE, (namespace, after, min(limit, 2**62) + 1))
         records: list[Record] = []
         size = 0
+        last = None  # the last key this page covers, damaged or not
         for k, v, ver, by, at in rows[:limit]:
-            size += len(v)
-            if records and size > max_bytes:
-                return records, records[-1].key
-            records.append(_record(namespace, k, _decode(v), ver, by, at))
-        return records, (records[-1].key if len(rows) > limit else None)
+            size += len(v) if isinstance(v, (str, bytes)) else 0
+            if last is not None and size > max_bytes:
+                return records, last
+            last = k
+            try:
+                records.append(_record(namespace, k, _decode(v), ver, by, at))
+            except _NotJson as exc:
+                _damaged(damaged, DamagedRecordError(namespace, k, ver, str(exc), by, at))
+        return records, (last if len(rows) > limit else None)
 
     def list_namespaces(self) -> list[NamespaceInfo]:
         """Return every namespace with live records and how many it holds, sorted by name."""
@@ -2338,14 +2499,29 @@ class StateStore:
             params=() if namespace is None else (namespace,),
         )
 
-    def history(self, namespace: str, key: str, limit: int = 10) -> list[HistoryEntry]:
+    def history(
+        self,
+        namespace: str,
+        key: str,
+        limit: int = 10,
+        *,
+        damaged: list[DamagedRecordError] | None = None,
+    ) -> list[HistoryEntry]:
         """Return up to ``limit`` writes and deletes of ``key``, newest first. A key that was
-        never written has an empty history."""
+        never written has an empty history. An entry whose text is not strict JSON raises
+        DamagedRecordError (naming its version), unless a list is given as ``damaged``: then
+        the entry is left out and its error appended there."""
         check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
         check_text("key", key, MAX_KEY_LENGTH)
         check_int("limit", limit, minimum=1)
         rows = self.db.fetchall(_HISTORY, (namespace, key, min(limit, 2**62)))
-        return [_history_entry(v, _decode(val), *rest) for v, val, *rest in rows]
+        entries: list[HistoryEntry] = []
+        for v, val, by, at, *rest in rows:
+            try:
+                entries.append(_history_entry(v, _decode(val), by, at, *rest))
+            except _NotJson as exc:
+                _damaged(damaged, DamagedRecordError(namespace, key, v, str(exc), by, at))
+        return entries
 
     def export(
         self,
@@ -2354,6 +2530,7 @@ class StateStore:
         after: str = "",
         limit: int | None = None,
         max_bytes: int | None = None,
+        damaged: list[DamagedRecordError] | None = None,
     ) -> Export:
         """Return the live records of ``namespace`` with their full histories, read in one
         snapshot so no write can slip between the records and their histories.
@@ -2361,39 +2538,60 @@ class StateStore:
         Paged like ``list_page`` when ``limit`` or ``max_bytes`` is given: the keys after
         ``after``, at most ``limit`` of them and, past the first key, about ``max_bytes`` of
         stored values and history at most; ``next_after`` says where the next page starts.
-        Each page is one snapshot; pages taken one after another are not one."""
+        Each page is one snapshot; pages taken one after another are not one.
+
+        A key whose live value, or an entry of its history, holds text that is not strict JSON
+        raises DamagedRecordError, unless a list is given as ``damaged``: then the error is
+        appended there, and the key (its live value damaged: it still counts towards
+        ``limit``) or that history entry is left out."""
         _check_page(namespace, after, limit, max_bytes)
         paged = limit is not None or max_bytes is not None
         page = min(limit, 2**62) + 1 if limit is not None else 2**62
         with self.db.snapshot() as conn:
             exported_at = utc_iso()
-            live = conn.execute(_LIST_PAGE, (namespace, after, page)).fetchall()
+            live = _fetch_all(conn, _LIST_PAGE, (namespace, after, page))
             more = limit is not None and len(live) > limit
             live = live[:limit] if limit is not None else live
             last = live[-1][0] if live else after
-            rows = conn.execute(
+            rows = _fetch_all(
+                conn,
                 "SELECT h.key, h.version, h.value, h.updated_by, h.updated_at, h.event_type, "
                 "h.principal FROM state_history AS h JOIN state AS s "
                 "ON s.namespace = h.namespace AND s.key = h.key "
                 "WHERE s.namespace = ? AND s.deleted = 0 AND h.key > ? AND h.key <= ? "
                 "ORDER BY h.key, h.version DESC",
                 (namespace, after, last),
-            ).fetchall()
+            )
         histories: dict[str, list[HistoryEntry]] = {}
         sizes: dict[str, int] = {}
-        for k, v, val, *rest in rows:
-            histories.setdefault(k, []).append(_history_entry(v, _decode(val), *rest))
-            sizes[k] = sizes.get(k, 0) + len(val or "")
+        broken: dict[str, list[DamagedRecordError]] = {}
+        for k, v, val, by, at, *rest in rows:
+            try:
+                entry = _history_entry(v, _decode(val), by, at, *rest)
+            except _NotJson as exc:
+                error = DamagedRecordError(namespace, k, v, str(exc), by, at)
+                broken.setdefault(k, []).append(error)
+                continue
+            histories.setdefault(k, []).append(entry)
+            sizes[k] = sizes.get(k, 0) + (len(val) if isinstance(val, (str, bytes)) else 0)
         records: list[ExportedRecord] = []
         size = 0
+        covered = False  # whether the page holds a key yet, damaged or not
         for k, v, ver, by, at in live:
-            size += len(v) + sizes.get(k, 0)
-            if records and max_bytes is not None and size > max_bytes:
+            size += (len(v) if isinstance(v, (str, bytes)) else 0) + sizes.get(k, 0)
+            if covered and max_bytes is not None and size > max_bytes:
                 more = True
                 break
-            record = _record(namespace, k, _decode(v), ver, by, at)
+            covered, last = True, k
+            try:
+                record = _record(namespace, k, _decode(v), ver, by, at)
+            except _NotJson as exc:
+                _damaged(damaged, DamagedRecordError(namespace, k, ver, str(exc), by, at))
+                continue
+            for error in broken.get(k, ()):  # the record goes out without that entry
+                _damaged(damaged, error)
             records.append(ExportedRecord(record, tuple(histories.get(k, ()))))
-        next_after = records[-1].record.key if paged and more and records else None
+        next_after = last if paged and more and covered else None
         return Export(namespace, exported_at, tuple(records), next_after)
 
     def changed_since(self, namespace: str, key: str, since_version: int) -> Record | None:
@@ -2411,7 +2609,10 @@ class StateStore:
         if row is None or row[0] <= since_version or (since_version == 0 and row[1]):
             return None  # since_version 0 knows of no value: it waits for one, not a tombstone
         version, deleted, value, by, at = row
-        return Record(namespace, key, _decode(value), version, by, at, bool(deleted))
+        try:
+            return Record(namespace, key, _decode(value), version, by, at, bool(deleted))
+        except _NotJson as exc:
+            raise DamagedRecordError(namespace, key, version, str(exc), by, at) from None
 
     def watch(
         self, namespace: str, key: str, *, since_version: int, timeout: float
@@ -2570,11 +2771,9 @@ def read_events(
     cond, cond_params, position = db.feed_window(conn, table, after)
     sql = f"SELECT {columns} FROM {table} WHERE {cond} " + (f"AND {where} " if where else "")
     if limit is None:
-        rows = conn.execute(sql + "ORDER BY id", (*cond_params, *params)).fetchall()
+        rows = _fetch_all(conn, sql + "ORDER BY id", (*cond_params, *params))
     else:
-        rows = conn.execute(
-            sql + "ORDER BY id DESC LIMIT ?", (*cond_params, *params, limit)
-        ).fetchall()
+        rows = _fetch_all(conn, sql + "ORDER BY id DESC LIMIT ?", (*cond_params, *params, limit))
         rows.reverse()
     return rows, position
 
@@ -2583,4 +2782,14 @@ def _live_record(namespace: str, key: str, row: Any) -> Record | None:
     if row is None or row[1]:
         return None
     version, _, value, by, at = row
-    return Record(namespace, key, _decode(value), version, by, at)
+    try:
+        return Record(namespace, key, _decode(value), version, by, at)
+    except _NotJson as exc:
+        raise DamagedRecordError(namespace, key, version, str(exc), by, at) from None
+
+
+def _damaged(into: list[DamagedRecordError] | None, error: DamagedRecordError) -> None:
+    """Collect a damaged key's error in ``into``, or raise it if there is no list."""
+    if into is None:
+        raise error
+    into.append(error)

@@ -18,6 +18,7 @@ from agenthold.store import (
     MAX_KEY_LENGTH,
     MAX_PAGE_BYTES,
     ConflictError,
+    DamagedRecordError,
     NotFoundError,
     Record,
     key_topic,
@@ -39,6 +40,16 @@ CURSOR = Param(
     max_length=MAX_KEY_LENGTH,
 )  # fmt: skip
 MORE_HINT = "More records remain: call again with cursor set to next_cursor."
+
+# What an agent is told to do about a library error, in tool names (the library's own hints
+# name its methods); the server uses these for calls of this set's tools.
+ERROR_HINTS: dict[type[Exception], str] = {
+    DamagedRecordError: (
+        "Only this key is affected; the rest of its namespace reads as usual. Overwrite it with "
+        "agenthold_set (force: true) or remove it with agenthold_delete; its earlier values are "
+        "in agenthold_history."
+    ),
+}
 
 ADVANCED_NAMES = frozenset(
     {"agenthold_get", "agenthold_set", "agenthold_list", "agenthold_history",
@@ -86,8 +97,9 @@ class StoreHandlers:
 
     async def list(self, call: ToolCall) -> Reply:
         a = call.args
+        damaged: list[DamagedRecordError] = []
         records, after = await self.app.read(
-            lambda: self.store.list_page(a["namespace"], **_page(a))
+            lambda: self.store.list_page(a["namespace"], **_page(a), damaged=damaged)
         )
         reply: Reply = {
             "status": "ok",
@@ -95,17 +107,21 @@ class StoreHandlers:
             "count": len(records),
             "records": [_without_namespace(r) for r in records],
         }
-        return _paged(reply, after)
+        return _paged(_with_damaged(reply, damaged), after)
 
     async def history(self, call: ToolCall) -> Reply:
         a = call.args
-        entries = await self.app.read(self.store.history, a["namespace"], a["key"], a["limit"])
-        return {
+        damaged: list[DamagedRecordError] = []
+        entries = await self.app.read(
+            lambda: self.store.history(a["namespace"], a["key"], a["limit"], damaged=damaged)
+        )
+        reply: Reply = {
             "status": "ok",
             "namespace": a["namespace"],
             "key": a["key"],
             "history": [e.to_dict() for e in entries],
         }
+        return _with_damaged(reply, damaged)
 
     async def delete(self, call: ToolCall) -> Reply:
         a = call.args
@@ -182,8 +198,12 @@ class StoreHandlers:
 
     async def export(self, call: ToolCall) -> Reply:
         a = call.args
-        snapshot = await self.app.read(lambda: self.store.export(a["namespace"], **_page(a)))
-        return _paged({"status": "ok", **snapshot.to_dict()}, snapshot.next_after)
+        damaged: list[DamagedRecordError] = []
+        snapshot = await self.app.read(
+            lambda: self.store.export(a["namespace"], **_page(a), damaged=damaged)
+        )
+        reply = _with_damaged({"status": "ok", **snapshot.to_dict()}, damaged)
+        return _paged(reply, snapshot.next_after)
 
 
 def _expected_version(tool: str, args: dict[str, Any], hint: str) -> int | None:
@@ -206,7 +226,21 @@ def _paged(reply: Reply, next_after: str | None) -> Reply:
     remain."""
     reply["next_cursor"] = next_after
     if next_after is not None:
-        reply["hint"] = MORE_HINT
+        reply["hint"] = f"{reply['hint']} {MORE_HINT}" if "hint" in reply else MORE_HINT
+    return reply
+
+
+def _with_damaged(reply: Reply, damaged: list[DamagedRecordError]) -> Reply:
+    """``reply`` naming the values it left out (a key's live value, or a history entry)
+    because their stored text is not strict JSON; only when there are some, so a healthy
+    namespace's reply is as the spec shows it."""
+    if damaged:
+        reply["damaged"] = [e.to_dict() for e in damaged]
+        reply["hint"] = (
+            f"{len(damaged)} stored value(s) were left out: they are not valid JSON (see "
+            "damaged; the rest is complete). A damaged live value is repaired by overwriting it "
+            "with agenthold_set (force: true) or deleting it."
+        )
     return reply
 
 

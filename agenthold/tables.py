@@ -65,6 +65,17 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
+DAMAGED = "(damaged: not valid JSON)"  # a stored value another tool wrote, or a damaged one
+
+
+def shown_value(record: dict[str, Any]) -> str:
+    """A key's or history entry's value in a table: "-" for a delete, DAMAGED for stored text
+    that is not JSON (the store names such values in its ``damaged`` lists)."""
+    if record.get("event_type") == "delete":
+        return "-"
+    return DAMAGED if record.get("damaged") else compact_json(record["value"])
+
+
 def parse_time(iso: str) -> float | None:
     """Unix time of an ISO-8601 string the store wrote, or None if it is not one."""
     from datetime import datetime

@@ -24,6 +24,7 @@ from agenthold.message_tools import ERROR_HINTS as MESSAGES_HINTS
 from agenthold.message_tools import MESSAGES_NAMES, messages_tools
 from agenthold.message_tools import instructions as messages_instructions
 from agenthold.store_tools import ADVANCED_NAMES, advanced_tools
+from agenthold.store_tools import ERROR_HINTS as ADVANCED_HINTS
 from agenthold.toolkit import App, ToolSpec, short
 
 __all__ = ["DEFAULT_TOOLS", "TOOL_SETS", "ToolSet", "parse_tool_sets"]
@@ -47,7 +48,7 @@ class ToolSet:
 
 TOOL_SETS: dict[str, ToolSet] = {
     "standard": ToolSet("standard", STANDARD_NAMES, standard_tools, instructions, STANDARD_HINTS),
-    "advanced": ToolSet("advanced", ADVANCED_NAMES, advanced_tools),
+    "advanced": ToolSet("advanced", ADVANCED_NAMES, advanced_tools, None, ADVANCED_HINTS),
     "messages": ToolSet(
         "messages",
         MESSAGES_NAMES,
