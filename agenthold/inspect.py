@@ -54,6 +54,7 @@ from agenthold.tables import (
     clean,
     clock,
     compact_json,
+    flagged,
     format_row,
     header_lines,
     layout,
@@ -419,11 +420,8 @@ class Inspector:
         return self.show(records, NAMESPACE_COLUMNS, rows)
 
     def keys(self, args: argparse.Namespace, limit: int) -> int:
-        self.check_namespace(args.namespace)
-        damaged: list[Any] = []  # keys whose stored text is not JSON: shown, flagged
-        records = [r.to_dict() for r in self.store.list_keys(args.namespace, damaged=damaged)]
-        records += [{**e.to_dict(), "namespace": args.namespace, "damaged": True} for e in damaged]
-        records.sort(key=lambda r: str(r["key"]))
+        self.check_namespace(ns := args.namespace)
+        records = flagged(lambda d: self.store.list_keys(ns, damaged=d), namespace=ns)
 
         def rows() -> list[list[str]]:
             return [
@@ -440,12 +438,8 @@ class Inspector:
         return self.show(records, KEY_COLUMNS, rows)
 
     def history(self, args: argparse.Namespace, limit: int) -> int:
-        self.check_key(args.namespace, args.key)
-        damaged: list[Any] = []
-        entries = self.store.history(args.namespace, args.key, limit=limit, damaged=damaged)
-        records = [e.to_dict() for e in entries]
-        records += [{**e.to_dict(), "event_type": "write", "damaged": True} for e in damaged]
-        records.sort(key=lambda r: -int(r["version"]))
+        self.check_key(ns := args.namespace, k := args.key)
+        records = flagged(lambda d: self.store.history(ns, k, limit, damaged=d), event_type="write")
 
         def rows() -> list[list[str]]:
             return [

@@ -6,7 +6,7 @@ costs (the inspector must start in tens of milliseconds).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple
 
 GAP = "  "  # between table columns
@@ -66,6 +66,20 @@ def compact_json(value: Any) -> str:
 
 
 DAMAGED = "(damaged: not valid JSON)"  # a stored value another tool wrote, or a damaged one
+
+
+def flagged(read: Callable[[list[Any]], Iterable[Any]], **shape: Any) -> list[dict[str, Any]]:
+    """The records ``read(damaged)`` returns as dicts, and the values the store left out as
+    damaged (it appends their DamagedRecordErrors to ``damaged``) as dicts with ``shape``'s
+    fields and ``"damaged": true``; sorted by key, or (history) newest version first."""
+    damaged: list[Any] = []
+    records = [r.to_dict() for r in read(damaged)]
+    records += [{**e.to_dict(), **shape, "damaged": True} for e in damaged]
+    if "namespace" in shape:
+        records.sort(key=lambda r: str(r["key"]))
+    else:
+        records.sort(key=lambda r: -int(r["version"]))
+    return records
 
 
 def shown_value(record: dict[str, Any]) -> str:
