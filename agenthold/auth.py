@@ -4,7 +4,8 @@ middleware (standard library only).
 Decisions behind it:
 - Every HTTP request must carry ``Authorization: Bearer <token>`` matching one configured
   token; anything else gets 401 with ``WWW-Authenticate: Bearer`` before any MCP or database
-  work. Lifespan events pass through, so the server still starts and stops.
+  work, and its connection is closed (not kept alive for another try). Lifespan events pass
+  through, so the server still starts and stops.
 - The comparison is constant-time: the presented token and each configured token are hashed
   to equal length and compared with ``hmac.compare_digest``, against every token, without an
   early exit that would tell which one matched.
@@ -86,6 +87,7 @@ UNUSABLE_FILE = json.dumps(
     }
 ).encode()
 
+CLOSE = (b"connection", b"close")
 PRINCIPAL = "agenthold.principal"  # the ASGI scope key the caller's Principal is put under
 MAX_SESSIONS = 20_000  # session owners remembered (the SDK keeps at most 10,000 sessions)
 FOREIGN_SESSION = json.dumps(
@@ -188,7 +190,8 @@ class BearerAuth:
         if scope["type"] == "websocket":  # refused before the handshake: the server sends 403
             await send({"type": "websocket.close", "code": 1008})
             return
-        await refuse(send, 401, UNAUTHORIZED, [(b"www-authenticate", b"Bearer")])
+        # and closes the connection: one without a valid token never holds a connection open
+        await refuse(send, 401, UNAUTHORIZED, [(b"www-authenticate", b"Bearer"), CLOSE])
 
 
 def is_loopback(host: str) -> bool:

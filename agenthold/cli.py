@@ -27,6 +27,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from agenthold.limits import Bounds, add_arguments, bounds_from, raise_descriptor_limit
+
 if TYPE_CHECKING:
     from agenthold.claims import Coordinator
     from agenthold.principals import TokenTable
@@ -37,7 +39,8 @@ DB_ENV = "AGENTHOLD_DB"
 DEFAULT_PORT = 8417
 DEFAULT_DISCONNECT_GRACE = 300.0
 DEFAULT_REAP_IDLE = 86_400.0
-HTTP_ONLY = ("host", "port", "path", "json_response", "allowed_hosts", "auth_file")
+HTTP_ONLY: tuple[str, ...] = ("host", "port", "path", "json_response", "allowed_hosts", "auth_file")
+HTTP_ONLY += ("connection_limit",)  # limits.py's flags
 MAX_SECONDS = 10 * 365 * 86400  # the longest TTL, grace or idle time the claims layer takes
 MAX_BUSY_TIMEOUT = 3600  # the longest busy timeout the store takes
 
@@ -59,6 +62,7 @@ class ServeOptions:
     allowed_hosts: list[str] = field(default_factory=list)
     auth_tokens: list[str] = field(default_factory=list)
     auth_file: TokenTable | None = None
+    bounds: Bounds = field(default_factory=Bounds)
     disconnect_grace: float | None = DEFAULT_DISCONNECT_GRACE
     reap_idle: float | None = DEFAULT_REAP_IDLE
     durability: str = "normal"
@@ -309,6 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a token file of principals, each with its own tokens and scopes (see 'agenthold "
         "token --help'); read again whenever it changes",
     )
+    add_arguments(http)
 
     from agenthold import inspect as inspector
 
@@ -487,6 +492,10 @@ def serve_options(
         if len(opts.path) > 1 and opts.path.endswith("/"):
             opts.path = opts.path.rstrip("/")
     opts.json_response = bool(args.json_response)
+    try:
+        opts.bounds = bounds_from(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     opts.allowed_hosts = list(args.allowed_hosts or [])
     requested = list(args.auth_tokens or [])
     if env_tokens is not None:
@@ -555,6 +564,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _fail(str(exc))
     sock = None
     if opts.transport == "http":  # a port that cannot be had stops us before the database opens
+        raise_descriptor_limit()  # process-wide; connections are capped below it (limits.py)
         try:
             sock = listen(opts.host, opts.port)
         except OSError as exc:

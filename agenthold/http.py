@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agenthold.auth import BearerAuth, FoldHostCase, LoopbackOrigins, is_loopback, refuse
+from agenthold.limits import Bounds, accept_backlog, connection_limit, descriptor_limit
 from agenthold.principals import TokenTable
 from agenthold.server import SHUTDOWN_GRACE, Agenthold, SignalSource, build_server
 from agenthold.toolkit import Report
@@ -38,7 +39,8 @@ from agenthold.toolkit import Report
 log = logging.getLogger("agenthold.http")
 
 BODY_TIMEOUT = 30.0  # seconds a client may take to send a request body
-HEAD_TIMEOUT = 10.0  # seconds a client may take to send its request headers
+HEAD_TIMEOUT = 5.0  # seconds a client may take to send its request headers
+REFUSALS_EVERY = 10.0  # seconds between the log lines that count refused connections
 MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
@@ -68,6 +70,7 @@ class HttpOptions(Protocol):
     auth_tokens: list[str]
     auth_file: TokenTable | None
     log_level: str
+    bounds: Bounds
 
 
 def session_connection(app: Agenthold) -> Callable[[ServerRequestContext], object | None]:
@@ -200,18 +203,104 @@ async def _plain(send: Send, status: int, text: str) -> None:
     await refuse(send, status, text.encode(), content_type=b"text/plain; charset=utf-8")
 
 
-class _H11WithHeadTimeout(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol with a deadline for request headers: a client that has not
-    sent a complete request head HEAD_TIMEOUT seconds after connecting (or after its last
-    answer) gets 408 and is disconnected. uvicorn has no such deadline, so a client stalled
-    inside its headers would hold a connection forever. An idle keep-alive connection is
-    closed by uvicorn first (its timeout is shorter)."""
+class ConnectionGuard:
+    """The cap on open connections, and the log that counts what was refused.
 
+    At the cap, a new connection replaces the oldest one that has not yet sent a complete
+    request head (a slow or silent client, or a slow-loris attack), which is closed at once;
+    a connection that has sent one (a client that was served, so one with a valid token where
+    tokens are required) is never displaced. If every open connection has, the new one gets
+    503 and is closed. Nothing is logged per connection: what was refused or dropped is
+    counted, and one WARNING line per REFUSALS_EVERY seconds says how many."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+        self.unserved: dict[_BoundedH11, None] = {}  # oldest first (insertion order)
+        self.counts: dict[str, int] = {}
+        self._report: asyncio.TimerHandle | None = None
+
+    def admit(self, conn: _BoundedH11) -> bool:
+        """Whether ``conn``, just accepted, may stay (displacing another if need be)."""
+        self.open += 1
+        conn.counted = True
+        if self.open > self.limit:
+            victim = next(iter(self.unserved), None)
+            if victim is None:
+                self.note("refused at the limit")
+                self.gone(conn)
+                return False
+            self.note("displaced before sending a request")
+            self.gone(victim)
+            victim.transport.abort()
+        self.unserved[conn] = None
+        return True
+
+    def gone(self, conn: _BoundedH11) -> None:
+        self.unserved.pop(conn, None)
+        if conn.counted:
+            conn.counted = False
+            self.open -= 1
+
+    def note(self, what: str) -> None:
+        """Count one refusal or drop; the first of an interval schedules its log line."""
+        self.counts[what] = self.counts.get(what, 0) + 1
+        if self._report is None:
+            loop = asyncio.get_running_loop()
+            self._report = loop.call_later(REFUSALS_EVERY, self.report)
+
+    def report(self) -> None:
+        self._report = None
+        counts, self.counts = self.counts, {}
+        if counts:
+            said = "; ".join(f"{n:,} {what}" for what, n in counts.items())
+            log.warning(
+                "connections in the last %g s: %s (limit: %d open connections, %g s to send "
+                "the request headers)",
+                REFUSALS_EVERY,
+                said,
+                self.limit,
+                HEAD_TIMEOUT,
+            )
+
+    def close(self) -> None:
+        """Log what is still counted (the server is stopping)."""
+        if self._report is not None:
+            self._report.cancel()
+            self.report()
+
+
+class _BoundedH11(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol, bounded: a connection counts against the guard's cap, and
+    has HEAD_TIMEOUT seconds after connecting, or after its last answer, to send a complete
+    request head. A client that sent part of one by then (however slowly it trickles bytes)
+    gets 408 and is disconnected; an idle keep-alive connection is closed quietly. uvicorn has
+    no such deadline (its keep-alive timeout stops at the first byte), so a client stalled
+    inside its headers would hold a connection forever.
+
+    Every part of uvicorn this relies on is named here and checked by
+    tests/test_http.py::test_the_private_parts_http_py_relies_on_are_still_where_it_expects_them:
+    the protocol's ``connection_made``, ``data_received``, ``on_response_complete`` and
+    ``connection_lost``, its ``transport``, ``loop`` and h11 ``conn`` attributes."""
+
+    guard: ConnectionGuard  # set on the subclass each server makes (web_config)
+    counted = False  # counted in guard.open
+    served = False  # a complete request head arrived: never displaced
     _head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        if not self.guard.admit(self):
+            transport.write(_SERVICE_UNAVAILABLE)
+            transport.close()
+            return
         self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if not self.served and self.conn.their_state is not h11.IDLE:
+            self.served = True
+            self.guard.unserved.pop(self, None)
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -220,6 +309,7 @@ class _H11WithHeadTimeout(H11Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
+        self.guard.gone(self)
         super().connection_lost(exc)
 
     def _arm(self) -> None:
@@ -229,18 +319,64 @@ class _H11WithHeadTimeout(H11Protocol):
 
     def _head_overdue(self) -> None:
         self._head_timer = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-            body = b"Request headers not received in time"
-            self.transport.write(
-                b"HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain; charset=utf-8\r\n"
-                b"connection: close\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
-            )
-            self.transport.close()
+        if self.conn.their_state is not h11.IDLE or self.transport.is_closing():
+            return  # a request is being read or answered: the body deadline is CancelOnDisconnect's
+        if self.served and not self.conn.trailing_data[0]:
+            self.transport.close()  # idle between requests, as uvicorn's keep-alive timeout does
+            return
+        self.guard.note("dropped for not sending the request headers in time")
+        self.transport.write(_HEAD_TIMED_OUT)
+        self.transport.close()
 
 
-def web_config(asgi: ASGIApp, log_level: str = "warning") -> uvicorn.Config:
+def _plain_response(status: bytes, text: bytes) -> bytes:
+    return (
+        b"HTTP/1.1 %s\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
+        b"content-length: %d\r\n\r\n%s" % (status, len(text), text)
+    )
+
+
+_HEAD_TIMED_OUT = _plain_response(b"408 Request Timeout", b"Request headers not received in time")
+_SERVICE_UNAVAILABLE = _plain_response(
+    b"503 Service Unavailable", b"agenthold has as many connections open as it takes; retry later"
+)
+
+
+def quiet_accept_errors(guard: ConnectionGuard) -> Callable[[], None]:
+    """Count, rather than log with a traceback, asyncio's failures to accept a connection for
+    want of descriptors: it reports one per pending connection (thousands a second), then
+    retries in a second, and a retry that finds the socket closed at shutdown reports again.
+    Only possible if --connection-limit was set above what the descriptor limit backs (or
+    something else holds descriptors). Installed on the running loop; returns the undo."""
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        error = context.get("exception")
+        if isinstance(error, OSError) and "accept() out of system resource" in context["message"]:
+            guard.note(f"not accepted: {error.strerror or error}")
+            return
+        if isinstance(error, ValueError) and "_start_serving" in str(context.get("handle")):
+            return  # asyncio's retry of an accept that failed, after the socket was closed
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+    return lambda: loop.set_exception_handler(previous)
+
+
+def web_config(
+    asgi: ASGIApp, log_level: str = "warning", *, guard: ConnectionGuard | None = None
+) -> uvicorn.Config:
     """How agenthold runs uvicorn: its own logging (no access log, nothing on stdout), a
-    bounded shutdown, and deadlines for clients slow to send their headers."""
+    bounded shutdown, deadlines for clients slow to send their headers, and ``guard``'s cap on
+    open connections (by default, the one the descriptor limit allows)."""
+    descriptors = descriptor_limit()
+    if guard is None:
+        guard = ConnectionGuard(connection_limit(None, descriptors)[0])
+    protocol = type("_H11", (_BoundedH11,), {"guard": guard})  # one guard per server
     return uvicorn.Config(
         asgi,
         lifespan="on",
@@ -251,7 +387,8 @@ def web_config(asgi: ASGIApp, log_level: str = "warning") -> uvicorn.Config:
         access_log=False,
         timeout_graceful_shutdown=SHUTDOWN_GRACE,
         timeout_keep_alive=5,
-        http=_H11WithHeadTimeout,
+        http=protocol,
+        backlog=accept_backlog(guard.limit, descriptors),
     )
 
 
@@ -331,8 +468,13 @@ async def serve_http(
     the first request is taken (the command line freezes the startup objects there)."""
     AppStatus.should_exit = False  # sse-starlette's process-wide "close every stream" flag
     asgi, requests = _http_stack(app, opts)
-    web = _Uvicorn(web_config(asgi, opts.log_level))
+    limit, warning = connection_limit(opts.bounds.connections, descriptor_limit())
+    if warning is not None:
+        log.warning("%s", warning)
+    guard = ConnectionGuard(limit)
+    web = _Uvicorn(web_config(asgi, opts.log_level, guard=guard))
     host, port = sock.getsockname()[:2]
+    undo = quiet_accept_errors(guard)
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(
@@ -346,6 +488,8 @@ async def serve_http(
             await web.serve(sockets=[sock])
             tg.cancel_scope.cancel()
     finally:
+        undo()
+        guard.close()
         with anyio.CancelScope(shield=True):
             await app.release_everyone()
 

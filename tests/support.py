@@ -39,7 +39,7 @@ from starlette.types import ASGIApp
 from agenthold.claim_tools import reply
 from agenthold.claims import Coordinator
 from agenthold.cli import listen
-from agenthold.http import _Uvicorn, web_config
+from agenthold.http import ConnectionGuard, _Uvicorn, web_config
 from agenthold.server import Agenthold, build_server
 from agenthold.store import StateStore
 from agenthold.uris import Resolver, Workspace
@@ -132,18 +132,24 @@ class Web:
 
 @contextlib.asynccontextmanager
 async def uvicorn_serving(
-    app: Agenthold, asgi: ASGIApp, *, path: str = "/mcp", keep_alive: float | None = None
+    app: Agenthold,
+    asgi: ASGIApp,
+    *,
+    path: str = "/mcp",
+    keep_alive: float | None = None,
+    guard: ConnectionGuard | None = None,
 ) -> AsyncIterator[Web]:
     """``asgi``, the HTTP application of ``app`` (``http_app`` or ``_http_stack`` builds it),
     served with the MCP endpoint at ``path`` on uvicorn in this event loop, on a free loopback
     port, until the block ends. uvicorn is configured as ``agenthold --transport http``
-    configures it, but for a 2-second bound on its shutdown (and ``keep_alive``, if given);
+    configures it, but for a 2-second bound on its shutdown (and ``keep_alive`` and the
+    connection cap ``guard``, if given);
     sse-starlette's process-wide "close every stream" flag is cleared first."""
     app.transport = "http"
     AppStatus.should_exit = False
     sock = listen("127.0.0.1", 0)
     port = sock.getsockname()[1]
-    config = web_config(asgi)
+    config = web_config(asgi, guard=guard)
     config.timeout_graceful_shutdown = 2
     if keep_alive is not None:
         config.timeout_keep_alive = keep_alive  # type: ignore[assignment]

@@ -1056,6 +1056,9 @@ async def test_the_private_parts_http_py_relies_on_are_still_where_it_expects_th
     """An upgrade of the SDK, uvicorn or sse-starlette that moves one of these fails here,
     by name, rather than as a lease that silently never ends or a signal that kills the
     process before it frees its claims."""
+    import asyncio.selector_events
+    import inspect
+
     import h11
     import uvicorn
     from sse_starlette.sse import AppStatus
@@ -1063,9 +1066,14 @@ async def test_the_private_parts_http_py_relies_on_are_still_where_it_expects_th
 
     assert isinstance(AppStatus.should_exit, bool)
     assert callable(uvicorn.Server.capture_signals)
-    for name in ("connection_made", "on_response_complete", "connection_lost"):
+    for name in ("connection_made", "data_received", "on_response_complete", "connection_lost"):
         assert callable(getattr(H11Protocol, name)), name
-    assert h11.IDLE is not None
+    assert h11.IDLE is not None and h11.Connection(h11.SERVER).trailing_data == (b"", False)
+    assert "backlog" in inspect.signature(uvicorn.Config).parameters
+    for attribute in ("conn", "transport", "loop"):  # set in __init__ / connection_made
+        assert attribute in inspect.getsource(H11Protocol), attribute
+    # asyncio's report of an accept() that ran out of descriptors, which http.py counts
+    assert "socket.accept() out of system resource" in inspect.getsource(asyncio.selector_events)
     async with serving(tmp_path) as s:
         async with connect(s.url, mode="legacy") as c:  # a session: its connection is found
             await call(c, "agenthold_register", name="in-a-session")

@@ -55,6 +55,7 @@ def outside_stdlib(names: set[str]) -> set[str]:
         "uris",
         "principals",
         "auth",
+        "limits",
         "claim_types",
         "claim_schema",
         "claim_match",
@@ -76,6 +77,7 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
         "uris": {"agenthold.store"},
         "principals": set(),
         "auth": {"agenthold.principals"},
+        "limits": set(),
         "claim_types": {"agenthold.store"},
         "claim_schema": {"agenthold.store"},
         "claim_match": {"agenthold.store", "agenthold.uris"},
@@ -121,6 +123,7 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold.uris",
             "agenthold.auth",
             "agenthold.principals",
+            "agenthold.limits",
             "anyio",  # only to serve, inside serve()
             "agenthold.server",  # only to serve, inside serve()
             "agenthold.stdio",

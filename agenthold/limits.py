@@ -1,0 +1,120 @@
+"""The bounds of a long-lived HTTP server: open connections, and the process's file-descriptor
+limit they are counted against. Their flags and checks live here (standard library only), so
+that the command line can refuse a bad value before anything imports mcp; http.py enforces
+them.
+
+Decisions behind it:
+- A server started with the common soft limit of 1,024 descriptors ran out of them under a few
+  thousand slow clients, though the hard limit was far higher. At start the soft limit is
+  raised to the hard one (``raise_descriptor_limit``), and connections are capped below it
+  (``connection_limit``), keeping a reserve for the database, its write-ahead log and the
+  event loop, so that a full house refuses connections instead of failing to open files.
+- The default cap is DEFAULT_CONNECTIONS at most: far more than the agents of one deployment
+  keep open, and bounded memory even where the descriptor limit is a million.
+- An explicit ``--connection-limit`` is used as given, with a warning if the descriptor limit
+  cannot back it: the operator asked for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+DEFAULT_CONNECTIONS = 4096  # the most open HTTP connections by default
+DESCRIPTOR_RESERVE = 256  # descriptors kept back from connections (half, on tiny limits)
+MOST_CONNECTIONS = 1_000_000
+
+
+@dataclass
+class Bounds:
+    """What the HTTP server bounds, as the command line checked it."""
+
+    connections: int | None = None  # None: derived from the descriptor limit at start
+
+
+def add_arguments(group: argparse._ArgumentGroup) -> None:
+    """The flags of the bounds, in the command line's HTTP group."""
+    group.add_argument(
+        "--connection-limit",
+        metavar="N",
+        help="the most HTTP connections open at once; beyond it a new connection replaces "
+        "the oldest one that has not sent a complete request yet, or is refused with 503 "
+        f"(default: {DEFAULT_CONNECTIONS}, or fewer if the file-descriptor limit is lower)",
+    )
+
+
+def bounds_from(args: argparse.Namespace) -> Bounds:
+    """The checked bounds; ValueError with a one-line message naming the flag."""
+    bounds = Bounds()
+    if args.connection_limit is not None:
+        bounds.connections = _count(args.connection_limit, "--connection-limit", MOST_CONNECTIONS)
+    return bounds
+
+
+def _count(text: str, flag: str, most: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= most:
+        raise ValueError(f"{flag}: {text!r} must be a whole number from 1 to {most:,}")
+    return value
+
+
+def raise_descriptor_limit() -> int | None:
+    """Raise this process's soft limit of open files to its hard limit; the soft limit now in
+    force, or None where there is no such limit (Windows). A hard limit of "unlimited" is met
+    with the most the platform takes (macOS refuses more than OPEN_MAX for the soft limit)."""
+    if sys.platform == "win32":
+        return None
+    import resource
+
+    unlimited = resource.RLIM_INFINITY
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for wanted in (hard,) if hard != unlimited else (unlimited, 1_048_576, 65_536, 10_240):
+        if soft == unlimited or (wanted != unlimited and wanted <= soft):
+            break  # as high as it goes already
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError):
+            continue
+        soft = wanted
+        break
+    return None if soft == unlimited else int(soft)
+
+
+def descriptor_limit() -> int | None:
+    """The soft limit of open files in force, or None if there is none to count against."""
+    if sys.platform == "win32":
+        return None
+    import resource
+
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def connection_limit(asked: int | None, descriptors: int | None) -> tuple[int, str | None]:
+    """The cap on open connections, and a warning if one is due: ``asked`` (--connection-limit)
+    as given, else DEFAULT_CONNECTIONS lowered to fit ``descriptors`` less a reserve."""
+    fits = None
+    if descriptors is not None:
+        fits = max(1, descriptors - min(DESCRIPTOR_RESERVE, descriptors // 2))
+    if asked is None:
+        return (DEFAULT_CONNECTIONS if fits is None else min(DEFAULT_CONNECTIONS, fits)), None
+    if fits is not None and asked > fits:
+        return asked, (
+            f"--connection-limit {asked} is more than the file-descriptor limit ({descriptors}) "
+            f"leaves room for (about {fits}); connections beyond that wait until descriptors "
+            "free up (raise the hard limit, e.g. 'ulimit -Hn', or lower --connection-limit)"
+        )
+    return asked, None
+
+
+def accept_backlog(connections: int, descriptors: int | None) -> int:
+    """The listening socket's backlog: asyncio accepts up to that many connections at a time
+    before the cap can close any, so the descriptors left over the cap must cover one batch.
+    The kernel queues (or, when its queue is full, makes retry) the connections beyond it."""
+    if descriptors is None:
+        return 2048
+    return max(16, min(2048, (descriptors - connections) // 4))

@@ -1,0 +1,491 @@
+"""The HTTP server's bounds: open connections, the descriptor limit, request-head deadlines and
+how refusals are logged (limits.py, http.py's ConnectionGuard and _BoundedH11).
+
+Real sockets on 127.0.0.1 throughout: uvicorn in the test's event loop with a small cap, or a
+``python -m agenthold --transport http`` process under a real, small RLIMIT_NOFILE (set in the
+child before it starts). A few hundred connections at most; deadlines are shortened to tenths
+of a second, and bounded only from the side load cannot break (nothing is dropped early). The
+5,000-connection run is bench/torture.py's slow-loris scenario, not a test.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from support import (
+    ACCEPT,
+    ANSWER_LIMIT,
+    STARTUP,
+    child_env,
+    coordinator_at,
+    free_port,
+    initialize_request,
+    raw_connection,
+    uvicorn_serving,
+)
+
+from agenthold import http as http_module
+from agenthold import limits
+from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
+from agenthold.http import ConnectionGuard, http_app
+from agenthold.server import Agenthold
+from agenthold.store import StateStore
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "bounds-test-token"
+AUTH = {"Authorization": f"Bearer {TOKEN}"}
+CLOSED = (anyio.EndOfStream, anyio.BrokenResourceError)
+
+
+@dataclass
+class Bounded:
+    url: str
+    port: int
+    guard: ConnectionGuard
+
+
+@contextlib.asynccontextmanager
+async def bounded(
+    tmp_path: Path, limit: int, *, keep_alive: float | None = None, **options: Any
+) -> AsyncIterator[Bounded]:
+    """agenthold's HTTP application on uvicorn in this loop, capped at ``limit`` connections."""
+    with StateStore(tmp_path / "state.db") as store:
+        app = Agenthold(coordinator_at(store, tmp_path), disconnect_grace=None)
+        opts = ServeOptions(transport="http", **options)
+        guard = ConnectionGuard(limit)
+        asgi = http_app(app, opts)
+        async with uvicorn_serving(app, asgi, keep_alive=keep_alive, guard=guard) as web:
+            yield Bounded(web.url, web.port, guard)
+
+
+async def poll(condition: Callable[[], bool], timeout: float = ANSWER_LIMIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never came true"
+        await anyio.sleep(0.01)
+
+
+async def closed_without_a_word(stream: anyio.abc.SocketStream) -> bool:
+    """Whether the server closed ``stream`` without sending anything (within ANSWER_LIMIT)."""
+    with anyio.fail_after(ANSWER_LIMIT):
+        try:
+            data = await stream.receive()
+        except CLOSED:
+            return True
+    return not data
+
+
+async def still_open(stream: anyio.abc.SocketStream) -> bool:
+    """Whether ``stream`` is open and silent for a twentieth of a second."""
+    with anyio.move_on_after(0.05):
+        try:
+            await stream.receive()
+        except CLOSED:
+            return False
+        return False  # the server said something
+    return True
+
+
+def get(port: int, path: str = "/nowhere", *headers: str) -> bytes:
+    return "\r\n".join(
+        [f"GET {path} HTTP/1.1", f"Host: 127.0.0.1:{port}", *headers, "", ""]
+    ).encode()
+
+
+def post_initialize(port: int, *headers: str) -> bytes:
+    import json
+
+    body = json.dumps(initialize_request()).encode()
+    head = [
+        "POST /mcp HTTP/1.1",
+        f"Host: 127.0.0.1:{port}",
+        "Content-Type: application/json",
+        f"Accept: {ACCEPT}",
+        f"Content-Length: {len(body)}",
+        *headers,
+    ]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+# --------------------------------------------------------------------------------------------
+# The cap on open connections
+# --------------------------------------------------------------------------------------------
+
+
+async def test_at_the_limit_a_new_connection_displaces_the_oldest_that_sent_no_request(
+    tmp_path: Path,
+) -> None:
+    async with (
+        bounded(tmp_path, 12, auth_tokens=[TOKEN]) as s,
+        httpx2.AsyncClient(headers=AUTH, timeout=ANSWER_LIMIT) as http,
+    ):
+        first = await http.post(s.url, json=initialize_request(), headers={"Accept": ACCEPT})
+        assert first.status_code == 200  # its connection stays open (keep-alive): one of 12
+        silent = []
+        for _ in range(11):
+            silent.append(await raw_connection(s.port))
+            await poll(lambda: s.guard.open == 1 + len(silent))  # in this order
+        later = [await raw_connection(s.port) for _ in range(5)]
+        for stream in silent[:5]:  # the five oldest silent ones made room
+            assert await closed_without_a_word(stream)
+        assert all([await still_open(stream) for stream in silent[5:] + later])
+        again = await http.post(s.url, json=initialize_request(), headers={"Accept": ACCEPT})
+        assert again.status_code == 200  # the served client kept its place
+        assert s.guard.open == 12
+        for stream in silent + later:
+            await stream.aclose()
+        await poll(lambda: s.guard.open == 1)
+
+
+async def test_at_the_limit_with_every_connection_served_a_new_one_gets_503(
+    tmp_path: Path,
+) -> None:
+    async with bounded(tmp_path, 3, keep_alive=30) as s:
+        served = []
+        for _ in range(3):
+            stream = await raw_connection(s.port)
+            await stream.send(get(s.port))
+            with anyio.fail_after(ANSWER_LIMIT):
+                assert (await stream.receive()).startswith(b"HTTP/1.1 404")
+            served.append(stream)  # kept alive after its answer
+        refused = await raw_connection(s.port)
+        with anyio.fail_after(ANSWER_LIMIT):
+            answer = await refused.receive()
+        assert answer.startswith(b"HTTP/1.1 503") and b"connection: close" in answer
+        assert await closed_without_a_word(refused)
+        for stream in served:
+            assert await still_open(stream)
+        await served.pop().aclose()  # a place frees up: the next connection is served
+        await poll(lambda: s.guard.open == 2)
+        after = await raw_connection(s.port)
+        async with after:
+            await after.send(get(s.port))
+            with anyio.fail_after(ANSWER_LIMIT):
+                assert (await after.receive()).startswith(b"HTTP/1.1 404")
+        for stream in served:
+            await stream.aclose()
+
+
+async def test_refusals_are_counted_in_one_log_line_per_interval_without_a_traceback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(http_module, "REFUSALS_EVERY", 0.3)
+    caplog.set_level(logging.WARNING)
+    async with bounded(tmp_path, 5) as s:
+        streams = [await raw_connection(s.port) for _ in range(45)]
+        await poll(lambda: any("displaced" in r.getMessage() for r in caplog.records))
+        lines = [r for r in caplog.records if r.name == "agenthold.http"]
+        assert len(lines) == 1, [r.getMessage() for r in lines]
+        assert "40 displaced before sending a request" in lines[0].getMessage()
+        assert "limit: 5 open connections" in lines[0].getMessage()
+        await anyio.sleep(0.6)  # a quiet interval logs nothing
+        assert [r for r in caplog.records if r.name == "agenthold.http"] == lines
+        for stream in streams:
+            await stream.aclose()
+    assert not any(r.exc_info for r in caplog.records)
+
+
+async def test_a_request_without_a_valid_token_gets_401_and_loses_its_connection(
+    tmp_path: Path,
+) -> None:
+    async with bounded(tmp_path, 10, auth_tokens=[TOKEN]) as s:
+        stream = await raw_connection(s.port)
+        async with stream:
+            await stream.send(post_initialize(s.port, "Authorization: Bearer wrong"))
+            with anyio.fail_after(ANSWER_LIMIT):
+                answer = await stream.receive()
+            assert answer.startswith(b"HTTP/1.1 401") and b"connection: close" in answer
+            assert await closed_without_a_word(stream)
+
+
+# --------------------------------------------------------------------------------------------
+# Request-head deadlines (slow-loris)
+# --------------------------------------------------------------------------------------------
+
+
+async def test_a_client_trickling_its_headers_is_dropped_at_the_head_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each byte arriving does not extend the deadline: it runs from the connection."""
+    monkeypatch.setattr(http_module, "HEAD_TIMEOUT", 1.0)
+    async with bounded(tmp_path, 10, keep_alive=30) as s:
+        stream = await raw_connection(s.port)
+        started = time.monotonic()
+        trickle = f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\nX-Slow: " + "a" * 200
+
+        async def send_slowly() -> None:
+            with contextlib.suppress(*CLOSED, OSError):
+                for char in trickle:
+                    await stream.send(char.encode())
+                    await anyio.sleep(0.05)
+
+        async with stream, anyio.create_task_group() as tg:
+            tg.start_soon(send_slowly)
+            with anyio.fail_after(ANSWER_LIMIT):
+                answer = await stream.receive()
+            tg.cancel_scope.cancel()
+        elapsed = time.monotonic() - started
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert elapsed >= 0.95  # never before the deadline (the trickle ran for 10 s more)
+
+
+async def test_an_idle_kept_alive_connection_is_closed_quietly_at_the_head_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(http_module, "HEAD_TIMEOUT", 0.5)
+    async with bounded(tmp_path, 10, keep_alive=30) as s:  # uvicorn's own would come later
+        stream = await raw_connection(s.port)
+        async with stream:
+            await stream.send(get(s.port))
+            with anyio.fail_after(ANSWER_LIMIT):
+                assert (await stream.receive()).startswith(b"HTTP/1.1 404")
+            answered = time.monotonic()
+            assert await closed_without_a_word(stream)  # no 408 between requests
+            assert time.monotonic() - answered >= 0.45
+
+
+# --------------------------------------------------------------------------------------------
+# A real process under a small descriptor limit
+# --------------------------------------------------------------------------------------------
+
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads /proc and sets RLIMIT_NOFILE"
+)
+
+
+@contextlib.contextmanager
+def limited_server(
+    tmp_path: Path, soft: int, hard: int, *flags: str
+) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """``agenthold --transport http`` started under RLIMIT_NOFILE (soft, hard), with TOKEN; its
+    stderr is read after it stops (``proc.stderr``)."""
+    import resource
+
+    port = free_port()
+
+    def limit() -> None:  # in the child, before it runs Python
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agenthold", "--db", str(tmp_path / "state.db"),
+         "--transport", "http", "--port", str(port), "--claim-ttl", "60", *flags],
+        cwd=tmp_path,
+        env={**child_env(), "AGENTHOLD_AUTH_TOKEN": TOKEN},
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=limit,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + STARTUP
+        while True:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, "it did not start"
+            time.sleep(0.05)
+        yield proc, port
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(30)
+
+
+def open_descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def soft_limit(pid: int) -> int:
+    limits_text = Path(f"/proc/{pid}/limits").read_text()
+    line = next(line for line in limits_text.splitlines() if line.startswith("Max open files"))
+    return int(line.split()[3])
+
+
+def slow_clients(port: int, count: int) -> list[socket.socket]:
+    """``count`` connections that each send half a request head and then nothing."""
+    opened = []
+    for _ in range(count):
+        sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Ty")
+        opened.append(sock)
+    return opened
+
+
+def authenticated_initialize(port: int) -> int:
+    reply = httpx2.post(
+        f"http://127.0.0.1:{port}/mcp",
+        json=initialize_request(),
+        headers={**AUTH, "Accept": ACCEPT},
+        timeout=ANSWER_LIMIT,
+    )
+    return reply.status_code
+
+
+@linux_only
+def test_under_a_small_descriptor_limit_slow_clients_are_capped_and_tokens_still_served(
+    tmp_path: Path,
+) -> None:
+    """The soft limit (128) is raised to the hard one (256) at start; the default cap keeps
+    half of it back, so 600 slow clients never exhaust it: the oldest are displaced, an
+    authenticated client is served at once, and stderr has counts, never a traceback."""
+    with limited_server(tmp_path, 128, 256) as (proc, port):
+        assert soft_limit(proc.pid) == 256
+        clients = slow_clients(port, 600)
+        try:
+            assert open_descriptors(proc.pid) < 256
+            started = time.monotonic()
+            assert authenticated_initialize(port) == 200
+            assert time.monotonic() - started < ANSWER_LIMIT
+        finally:
+            for sock in clients:
+                sock.close()
+        assert authenticated_initialize(port) == 200
+    assert proc.stderr is not None
+    stderr = proc.stderr.read()
+    assert "Traceback" not in stderr and "not accepted" not in stderr, stderr[:2000]
+    counted = [line for line in stderr.splitlines() if "displaced before sending" in line]
+    assert 1 <= len(counted) <= 3 and "limit: 128 open connections" in counted[0], stderr
+    assert len(stderr.splitlines()) < 10, stderr[:2000]
+
+
+@linux_only
+def test_a_connection_limit_beyond_the_descriptors_warns_and_exhaustion_is_only_counted(
+    tmp_path: Path,
+) -> None:
+    with limited_server(tmp_path, 128, 128, "--connection-limit", "1000") as (proc, port):
+        clients = slow_clients(port, 250)  # the kernel queues what the server cannot accept
+        deadline = time.monotonic() + ANSWER_LIMIT
+        while open_descriptors(proc.pid) < 120:  # accepting until descriptors run out
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.2)
+        for sock in clients:
+            sock.close()
+        deadline = time.monotonic() + ANSWER_LIMIT
+        while open_descriptors(proc.pid) > 100:  # the server notices the closed connections
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert authenticated_initialize(port) == 200  # accepting again (asyncio retries in 1 s)
+    assert proc.stderr is not None
+    stderr = proc.stderr.read()
+    assert "--connection-limit 1000 is more than the file-descriptor limit (128)" in stderr
+    assert "Traceback" not in stderr, stderr[:2000]
+    assert "not accepted: Too many open files" in stderr
+    assert len(stderr.splitlines()) < 10, stderr[:2000]
+
+
+# --------------------------------------------------------------------------------------------
+# Flags and defaults
+# --------------------------------------------------------------------------------------------
+
+
+def options(*argv: str) -> tuple[ServeOptions, list[str]]:
+    return serve_options(build_parser().parse_args(list(argv)), {})
+
+
+def test_the_bounds_default_to_the_documented_values() -> None:
+    assert options("--transport", "http")[0].bounds.connections is None  # from the descriptors
+    given = options("--transport", "http", "--connection-limit", "100")[0].bounds
+    assert given.connections == 100
+    assert http_module.HEAD_TIMEOUT == 5.0 and http_module.REFUSALS_EVERY == 10.0
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--connection-limit", "0"),
+        ("--connection-limit", "many"),
+        ("--connection-limit", "1000001"),
+    ],
+)
+def test_a_bad_bound_is_refused_with_one_line_naming_its_flag(flag: str, value: str) -> None:
+    with pytest.raises(UsageError, match=f"^{flag}: '{value}' must be"):
+        options("--transport", "http", flag, value)
+
+
+def test_the_bound_flags_given_with_stdio_warn_that_they_are_ignored() -> None:
+    _, warnings = options("--connection-limit", "10")
+    assert "--connection-limit only applies with --transport http" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("asked", "descriptors", "expected"),
+    [
+        (None, None, limits.DEFAULT_CONNECTIONS),  # no limit to count against (Windows)
+        (None, 1_048_576, limits.DEFAULT_CONNECTIONS),
+        (None, 1024, 768),  # 256 descriptors kept back
+        (None, 256, 128),  # half of a small limit kept back
+        (500, 1024, 500),
+    ],
+)
+def test_the_default_connection_limit_keeps_descriptors_back(
+    asked: int | None, descriptors: int | None, expected: int
+) -> None:
+    assert limits.connection_limit(asked, descriptors) == (expected, None)
+    backlog = limits.accept_backlog(expected, descriptors)
+    assert 16 <= backlog <= 2048
+    if descriptors is not None:  # one batch of accepts fits in what is kept back
+        assert expected + backlog < descriptors
+
+
+def test_an_asked_connection_limit_beyond_the_descriptors_is_kept_with_a_warning() -> None:
+    limit, warning = limits.connection_limit(5000, 1024)
+    assert limit == 5000 and warning is not None and "about 768" in warning
+
+
+@linux_only
+def test_raising_the_descriptor_limit_reaches_the_hard_limit(tmp_path: Path) -> None:
+    """In a child process, so this one's limit stays as it was."""
+    code = (
+        "import resource; from agenthold.limits import raise_descriptor_limit as r;"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 300));"
+        "print(r(), resource.getrlimit(resource.RLIMIT_NOFILE)[0], r())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=30
+    )
+    assert done.stdout.split() == ["300", "300", "300"], done.stderr
+
+
+async def test_other_event_loop_errors_still_reach_the_loops_own_handler() -> None:
+    """Only asyncio's failed accepts are counted; anything else goes to the handler the loop
+    had before, which is put back afterwards."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    original = loop.get_exception_handler()
+    seen: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: seen.append(context))
+    guard = ConnectionGuard(10)
+    try:
+        undo = http_module.quiet_accept_errors(guard)
+        loop.call_soon(lambda: 1 / 0)
+        await anyio.sleep(0.05)
+        undo()
+        assert loop.get_exception_handler() is not None
+        loop.set_exception_handler(None)  # the loop's default handler, when there was none
+        undo = http_module.quiet_accept_errors(guard)
+        undo()
+        assert loop.get_exception_handler() is None
+    finally:
+        loop.set_exception_handler(original)
+    assert [type(c.get("exception")) for c in seen] == [ZeroDivisionError]
+    assert guard.counts == {}
