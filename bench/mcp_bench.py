@@ -32,8 +32,10 @@ measurement runs in both protocol eras: mode "auto" (which settles on 2026-07-28
    call, exit; PERCALL_RUNS times in a row, through the warm server the first call leaves
    behind, against the same with --no-warm (today's cold start) and a bare mcp Server; and the
    first call when no warm server exists yet (a runtime directory of its own each time), which
-   pays the fork of the warm server. Last, the warm server's memory (VmRSS) and the CPU time it
-   uses in IDLE_PROBE seconds without a client (which should be none: it does not poll).
+   pays the fork of the warm server; the kinds take turns, and each first call's warm server is
+   stopped once it listens, so none competes with the next measurement. Last, the warm
+   server's memory (VmRSS) and the CPU time it uses in IDLE_PROBE seconds without a client
+   (which should be none: it does not poll).
 
 5. Waiting when nothing happens, and the feed's raw baseline: the same measurements with the
    change feed on file events (the default) and with AGENTHOLD_FILE_EVENTS=off (the 2 ms
@@ -383,10 +385,15 @@ def warm_pids(runtime: Path) -> list[int]:
     return sorted(int(p.read_text()) for p in runtime.glob("*.pid") if p.read_text().strip())
 
 
-def stop_warm(runtime: Path) -> None:
-    """SIGTERM the warm servers of ``runtime`` and wait for them to exit (their pid files go)."""
+def stop_warm(runtime: Path, *, started: bool = False) -> None:
+    """SIGTERM the warm servers of ``runtime`` and wait for them to exit (their pid files go).
+    ``started``: a call has just left one behind, which writes its pid file only once it
+    listens; wait for that first (else it would outlive the run, and compete with the next)."""
     import signal
 
+    deadline = time.monotonic() + 15
+    while started and not warm_pids(runtime) and time.monotonic() < deadline:
+        time.sleep(0.02)
     for pid in warm_pids(runtime):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
@@ -416,22 +423,30 @@ async def measure_per_call(tmp: Path, mode: str, sizes: Sizes) -> dict[str, Any]
     status = ("agenthold_status", {"resource": STATUS_RESOURCE}, "available")
     runtime = tmp / f"rt-{mode}"
     runtime.mkdir(mode=0o700)
-    firsts = []
+    fresh_dirs = iter(range(sizes.spawns))
+
+    async def first() -> float:
+        """A call that finds no warm server (a runtime directory of its own), and leaves one;
+        stopped before the next measurement, so that none competes with it."""
+        fresh = tmp / f"rt-{mode}-first-{next(fresh_dirs)}"
+        fresh.mkdir(mode=0o700)
+        try:
+            return await per_call(agenthold_server(db, fresh), mode, *status)
+        finally:
+            stop_warm(fresh, started=True)
+
     try:
-        for i in range(sizes.spawns):  # a call that finds no warm server, and leaves one
-            fresh = tmp / f"rt-{mode}-first-{i}"
-            fresh.mkdir(mode=0o700)
-            try:
-                firsts.append(await per_call(agenthold_server(db, fresh), mode, *status))
-            finally:
-                stop_warm(fresh)
         await per_call(agenthold_server(db, runtime), mode, *status)  # leaves the warm server
+        stop_warm(runtime, started=True)  # (it made the database: every kind finds it there)
+        await per_call(agenthold_server(db, runtime), mode, *status)
         kinds: dict[str, Callable[[], Awaitable[float]]] = {
             "warm": lambda: per_call(agenthold_server(db, runtime), mode, *status),
             "cold": lambda: per_call(agenthold_server(db), mode, *status),
+            "first": first,
             "bare_sdk": lambda: per_call(bare_server(tmp), mode, NOOP, {}),
         }
-        runs = {"warm": sizes.percall, "cold": sizes.spawns, "bare_sdk": sizes.spawns}
+        runs = {"warm": sizes.percall, "cold": sizes.spawns, "first": sizes.spawns,
+                "bare_sdk": sizes.spawns}  # fmt: skip
         times: dict[str, list[float]] = {kind: [] for kind in kinds}
         for _ in range(max(runs.values())):  # interleaved, so load hits all alike
             for kind in kinds:
@@ -449,7 +464,6 @@ async def measure_per_call(tmp: Path, mode: str, sizes: Sizes) -> dict[str, Any]
     warm = summary(times["warm"])
     return {
         **{kind: summary(t) for kind, t in times.items()},
-        "first": summary(firsts),
         "warm_rss_mib": rss,
         "warm_idle_cpu_s": idle_cpu,
         "passed_median": warm["median_ms"] <= PERCALL_MEDIAN_MS,
