@@ -33,7 +33,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from agenthold.auth import BearerAuth, FoldHostCase, LoopbackOrigins, is_loopback, refuse
 from agenthold.limits import Bounds, accept_backlog, connection_limit, descriptor_limit
 from agenthold.principals import TokenTable
-from agenthold.server import SHUTDOWN_GRACE, Agenthold, SignalSource, build_server
+from agenthold.server import SHUTDOWN_GRACE, Agenthold, SignalSource, build_server, report_if_asked
 from agenthold.toolkit import Report
 
 log = logging.getLogger("agenthold.http")
@@ -435,7 +435,7 @@ def http_app(app: Agenthold, opts: HttpOptions) -> ASGIApp:
 def _http_stack(app: Agenthold, opts: HttpOptions) -> tuple[ASGIApp, CancelOnDisconnect]:
     """The HTTP application, and its layer that can end every open request at shutdown."""
     app.transport = "http"
-    report_of = session_progress if opts.json_response else None
+    report_of = session_progress if opts.json_response else report_if_asked
     server = build_server(app, session_connection(app), report_of)
     starlette_app = server.streamable_http_app(
         streamable_http_path=opts.path,

@@ -382,6 +382,16 @@ def principal_of(ctx: ServerRequestContext) -> Principal | None:
     return None if scope is None else scope.get(PRINCIPAL)
 
 
+def report_if_asked(ctx: ServerRequestContext) -> Report | None:
+    """How a call that came over JSON-RPC (stdio, HTTP) reports progress: on its own stream,
+    if its request carried a progressToken; else not at all, so that a wait without one is
+    never woken to report (100 waits would wake every PROGRESS_EVERY seconds for nothing).
+    In-process clients give their callback without a token, so they keep the default."""
+    if (ctx.meta or {}).get("progress_token") is None:
+        return None
+    return ctx.session.report_progress
+
+
 def build_server(
     app: Agenthold,
     connection_of: ConnectionOf | None = None,

@@ -31,7 +31,14 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from agenthold.server import PROCESS, SHUTDOWN_GRACE, Agenthold, SignalSource, build_server
+from agenthold.server import (
+    PROCESS,
+    SHUTDOWN_GRACE,
+    Agenthold,
+    SignalSource,
+    build_server,
+    report_if_asked,
+)
 
 log = logging.getLogger("agenthold.stdio")
 
@@ -347,7 +354,7 @@ def _diagnose(exc: Exception) -> tuple[str | int | None, int, str]:
 async def serve_stdio(app: Agenthold, signals: SignalSource) -> None:
     """Serve ``app`` on stdio until the client closes stdin or a signal from ``signals``
     arrives."""
-    server = build_server(app)
+    server = build_server(app, report_of=report_if_asked)
     pipes = _claim_stdio()
     streams: dict[str, Any] = {}
     if pipes is not None:

@@ -41,7 +41,7 @@ import anyio
 from mcp.server.stdio import stdio_server
 
 from agenthold.front import IDLE, PROTOCOL, Plan, code_stamp, connect, peer_uid
-from agenthold.server import PROCESS, Agenthold, SignalSource, build_server
+from agenthold.server import PROCESS, Agenthold, SignalSource, build_server, report_if_asked
 from agenthold.stdio import _guard_stdio, _PipeLines, _PipeWriter
 
 if TYPE_CHECKING:
@@ -261,7 +261,7 @@ class WarmServer:
         app.transport = "stdio"
         app.reap_idle = self.opts.reap_idle
         self.setup(app)
-        server = build_server(app)
+        server = build_server(app, report_of=report_if_asked)
         lines, writer = _PipeLines(fds[0]), _PipeWriter(fds[1])
         try:
             async with anyio.create_task_group() as tg:

@@ -14,6 +14,7 @@ Decisions behind it:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import platform
@@ -82,6 +83,23 @@ def process_cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def threads_cpu_seconds(pid: int) -> float:
+    """CPU time of the live threads of process ``pid``, to the nanosecond (the scheduler's
+    own count in /proc/PID/task/*/schedstat). For a process that uses almost none: the clock
+    ticks of process_cpu_seconds (10 ms each) are too coarse to tell 0.1% of a core from 0.3%
+    over ten seconds. Threads that end are not counted, so use it across a window in which the
+    process starts or ends no thread (an idle server). Falls back to the ticks where the
+    kernel has no schedstat."""
+    total = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+                total += int((task / "schedstat").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return process_cpu_seconds(pid)
+    return total / 1e9
 
 
 # --------------------------------------------------------------------------------------------

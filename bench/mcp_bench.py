@@ -77,7 +77,7 @@ from typing import Any
 
 # Only the standard library at module level (and _common beside this script, which is standard
 # library only too): --baseline-client runs under another venv's python.
-from _common import load_average, machine, percentile, table
+from _common import load_average, machine, percentile, table, threads_cpu_seconds
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -403,8 +403,8 @@ def stop_warm(runtime: Path, *, started: bool = False) -> None:
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time of an idle process (see threads_cpu_seconds: measured to the nanosecond)."""
+    return threads_cpu_seconds(pid)
 
 
 def rss_mib(pid: int) -> float:

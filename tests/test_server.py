@@ -1431,3 +1431,30 @@ async def test_tool_sets_can_be_served_together_and_a_bad_set_is_refused(tmp_pat
         for bad in ("standard,standard", "standard,nope", ""):
             with pytest.raises(ValueError, match="tool set"):
                 Agenthold(Coordinator(store), tools=bad)
+
+
+def test_a_call_over_json_rpc_without_a_progress_token_gets_no_progress_reporter() -> None:
+    """stdio and HTTP serve with report_if_asked: a wait whose request carried no token is
+    given no reporter, so it is never woken to report (the SDK would drop the report anyway)."""
+    from mcp.server.context import ServerRequestContext
+
+    from agenthold.server import report_if_asked
+
+    class Session:  # what the SDK's session offers a handler: its report_progress
+        async def report_progress(self, *_: Any) -> None:
+            return None
+
+    session: Any = Session()
+
+    def ctx(meta: Any) -> Any:
+        return ServerRequestContext(
+            session=session,
+            lifespan_context={},
+            protocol_version="2026-07-28",
+            method="tools/call",
+            meta=meta,
+        )
+
+    assert report_if_asked(ctx(None)) is None
+    assert report_if_asked(ctx({})) is None
+    assert report_if_asked(ctx({"progress_token": 7})) == session.report_progress
