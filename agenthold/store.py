@@ -1477,6 +1477,19 @@ def _file_state(real_path: str, uri: str) -> _FileState:
         return state
 
 
+def _open_here(real_path: str) -> bool:
+    """Whether a store of this process has the file now at ``real_path`` open."""
+    identity = _identity(real_path)
+    with _files_lock:
+        state = _files.get(real_path)
+        return (
+            identity is not None
+            and state is not None
+            and state.stores > 0
+            and state.identity == identity
+        )
+
+
 def _after_fork_in_child() -> None:
     # Connections, locks and threads do not survive fork(): start afresh in the child.
     global _files_lock, _watcher, _watcher_lock, _watcher_tried
@@ -1731,6 +1744,11 @@ class SQLiteDatabase:
                 raise IncompatibleDatabaseError(
                     f"no database at {path!r} (read-only opening never creates one)"
                 )
+            return
+        if _open_here(os.path.realpath(path)):
+            # SQLite has this very file open in this process, so it is a SQLite database; and
+            # opening it here would be harmful: closing any descriptor of a file drops every
+            # POSIX lock the process holds on it, the locks of those connections included.
             return
         try:
             with open(path, "rb") as f:

@@ -2062,3 +2062,39 @@ def test_joiners_that_spell_words_and_emoji_are_kept_in_names(memory_store: Stat
     ):
         memory_store.set("ns", key, 1, updated_by="w")
         assert memory_store.get("ns", key).value == 1
+
+
+SQLITE_SHARED_FIRST, SQLITE_SHARED_SIZE = 0x40000000 + 2, 510  # SQLite's unix lock bytes
+
+
+def shared_lock_seen_from_another_process(path: Path) -> bool:
+    """Whether another process sees a SQLite SHARED lock held on the database file (F_GETLK
+    on SQLite's shared-lock bytes: a write lock there would conflict with it)."""
+    probe = (
+        "import fcntl, os, struct, sys\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR)\n"
+        f"req = struct.pack('hhqqi', fcntl.F_WRLCK, 0, {SQLITE_SHARED_FIRST}, "
+        f"{SQLITE_SHARED_SIZE}, 0)\n"
+        "got = fcntl.fcntl(fd, fcntl.F_GETLK, req)\n"
+        "print(struct.unpack('hhqqi', got)[0] != fcntl.F_UNLCK)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=30
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip() == "True"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX advisory locks")
+def test_opening_a_second_store_on_a_file_keeps_the_locks_of_the_first(tmp_path: Path) -> None:
+    # Closing any descriptor of a file drops every POSIX lock the process holds on it; a
+    # second store must not open and close the file that the first one's connections lock.
+    path = tmp_path / "locks.db"
+    with StateStore(path) as first:
+        first.set("ns", "k", 1, updated_by="t")
+        with first.db.snapshot() as conn:
+            conn.execute("SELECT count(*) FROM state").fetchone()  # holds SHARED on the file
+            assert shared_lock_seen_from_another_process(path)
+            with StateStore(path) as second:
+                assert second.get("ns", "k").value == 1
+                assert shared_lock_seen_from_another_process(path)  # still held
