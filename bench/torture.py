@@ -6,6 +6,7 @@ a pass/FAIL line per property; the exit status is 1 if any property failed.
     python bench/torture.py --scenario crash --iterations 200 --seed 7
     python bench/torture.py --scenario contention --processes 8 --seconds 60
     python bench/torture.py --scenario soak --iterations 20000 --seconds 600
+    python bench/torture.py --scenario loris --connections 5000 --seconds 20
     python bench/torture.py --ci                     # the sizes tests/test_torture.py runs
     python bench/torture.py --json --keep DIR        # the reports as JSON; keep the files
     python bench/torture.py --db postgresql://user@/db?host=/run/postgresql   # on PostgreSQL
@@ -48,6 +49,17 @@ soak        One ``agenthold --transport http`` server (standard tools, --reap-id
             registration, claim, release (by outcome), lapsed claim and reaped agent, and one
             history row per write.
 
+loris       One ``agenthold --transport http`` server with a token and its default bounds; a
+            legitimate client (the token, mcp.Client) claims and releases a resource every
+            20 ms for ``--seconds`` (20; 4 in CI), alone and then while another process holds
+            ``--connections`` slow connections without a token (5,000; 300 in CI), each sending
+            half a request head and a byte a second and reconnecting when dropped; then five
+            new legitimate clients connect one by one, alone and under attack. A table gives
+            the legitimate client's latency in both phases (the baseline is the same run's).
+            Checked: every legitimate call answered, their p99 under attack within 100 ms, the
+            server's descriptors below its limit, counts rather than tracebacks on its stderr.
+            The attacker is torture_loris.py, which has the details.
+
 ``--seconds`` caps the crash and soak runs too: they stop early and report what they did.
 
 ``--db URL`` runs the scenarios on PostgreSQL: each in a new schema of that database (dropped
@@ -75,7 +87,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -160,10 +172,14 @@ class Sizes:
     seconds: float  # contention: how long the workers run
     cycles: int  # soak: cycles
     agents: int  # soak: distinct agents
+    slow: int = 0  # loris: slow connections
+    attack_seconds: float = 0.0  # loris: how long the legitimate client calls, alone and attacked
 
 
 LONG = Sizes(kills=200, processes=8, threads=2, seconds=60.0, cycles=20_000, agents=1_000)
+LONG = replace(LONG, slow=5_000, attack_seconds=20.0)
 CI = Sizes(kills=20, processes=4, threads=2, seconds=4.0, cycles=2_000, agents=100)
+CI = replace(CI, slow=300, attack_seconds=4.0)
 
 
 @dataclass
@@ -1008,14 +1024,36 @@ def run(
             seed=seed,
             url=url,
         )
+    if scenario == "loris":
+        return run_loris(
+            place, connections=sizes.slow, seconds=seconds or sizes.attack_seconds, seed=seed
+        )
     return run_soak(
         place, cycles=sizes.cycles, agents=sizes.agents, seed=seed, seconds=seconds, url=url
     )
 
 
+def run_loris(work: Path, *, connections: int, seconds: float, seed: int) -> Report:
+    """The slow-loris scenario (torture_loris.py): a legitimate client alone, then under
+    ``connections`` slow connections without a token."""
+    from torture_loris import run_loris as attack
+
+    report = Report(
+        "loris",
+        f"loris: one HTTP server, a legitimate client alone and then beside {connections:,} "
+        f"slow connections, {seconds:g} s each (seed {seed})",
+    )
+    report.figures, report.checks, report.series = attack(
+        work, connections=connections, seconds=seconds, seed=seed
+    )
+    return report
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--scenario", choices=("crash", "contention", "soak", "all"), default="all")
+    parser.add_argument(
+        "--scenario", choices=("crash", "contention", "soak", "loris", "all"), default="all"
+    )
     parser.add_argument("--seed", type=int, help="seed of every random choice (default: random)")
     parser.add_argument(
         "--iterations", type=int, help="crash: writers to kill; soak: cycles (default: long sizes)"
@@ -1028,6 +1066,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, help="contention: worker processes")
     parser.add_argument("--threads", type=int, help="contention: threads per worker process")
     parser.add_argument("--agents", type=int, help="soak: distinct agents")
+    parser.add_argument("--connections", type=int, help="loris: slow connections")
     parser.add_argument("--ci", action="store_true", help="the sizes of tests/test_torture.py")
     parser.add_argument("--json", action="store_true", help="print the reports as JSON")
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep the files")
@@ -1045,13 +1084,16 @@ def main(argv: list[str] | None = None) -> int:
         seconds=base.seconds,
         cycles=args.iterations or base.cycles,
         agents=args.agents or base.agents,
+        slow=args.connections or base.slow,
+        attack_seconds=base.attack_seconds,
     )
-    for name in ("iterations", "seconds", "processes", "threads", "agents"):
+    for name in ("iterations", "seconds", "processes", "threads", "agents", "connections"):
         value = getattr(args, name)
         if value is not None and value <= 0:
             parser.error(f"--{name} must be more than 0, got {value}")
     seed = args.seed if args.seed is not None else random.randrange(2**31)
-    scenarios = ("crash", "contention", "soak") if args.scenario == "all" else (args.scenario,)
+    every = ("crash", "contention", "soak", "loris")
+    scenarios = every if args.scenario == "all" else (args.scenario,)
     if not args.json:
         print(f"agenthold torture run, seed {seed}\n{machine_line(machine())}\n", flush=True)
     reports = []
