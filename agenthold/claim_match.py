@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from agenthold.store import InvalidInputError
-from agenthold.uris import Resolver, Resource
+from agenthold.uris import Resolver, Resource, Walk
 
 __all__ = ["Pattern", "ancestors", "is_pattern", "overlaps", "parse_pattern", "resolve_target"]
 
@@ -78,9 +78,12 @@ def is_pattern(text: object) -> bool:
 PROBE = ".agenthold-scope"  # a name resolved inside a pattern's directory to find its key
 
 
-def resolve_target(resolver: Resolver, text: str) -> Resource | Pattern:
-    """What ``text`` names: a directory or glob, or else a file or custom resource."""
-    return parse_pattern(resolver, text) if is_pattern(text) else resolver.resolve(text)
+def resolve_target(resolver: Resolver, text: str, walk: Walk | None = None) -> Resource | Pattern:
+    """What ``text`` names: a directory or glob, or else a file or custom resource (``walk``:
+    see ``Resolver.resolve``)."""
+    if is_pattern(text):
+        return parse_pattern(resolver, text)
+    return resolver.resolve(text, walk=walk)
 
 
 def parse_pattern(resolver: Resolver, text: str) -> Pattern:

@@ -27,10 +27,10 @@ from agenthold.claim_match import (
     parse_pattern,
     resolve_target,
 )
-from agenthold.claim_schema import _ALIASES, _CLAIM_ROW, _HELD_UNDER, _PATTERNS_AT
+from agenthold.claim_schema import _ALIASES, _CLAIM_ROW, _HELD_UNDER, _LOOK_ROW, _PATTERNS_AT
 from agenthold.claim_types import OUTCOMES, ClaimInfo, ForeignAgentError
 from agenthold.store import InvalidInputError, utc_iso
-from agenthold.uris import Resolver, Resource
+from agenthold.uris import Resolver, Resource, Walk
 
 Fetch = Callable[[str, tuple[Any, ...]], list[Any]]
 Target = Resource | Pattern
@@ -70,26 +70,51 @@ def own(fetchall: Fetch, target: Target, now: float) -> ClaimInfo | None:
 
 @dataclass
 class Prefetched:
-    """The rows a set of targets needs, read in two statements instead of two per target:
-    their own claim rows, and the held patterns at any of their files' ancestors."""
+    """The rows a set of targets needs, read in one statement instead of two or three per
+    target: their own claim rows (and those of ``extra`` keys), and, ``blockers`` unless false,
+    the held patterns at any of their files' ancestors and the held claims on other names of
+    their files (rows are 15 columns here: ``_LOOK_ROW``, the file id last)."""
 
     own: dict[str, Any]
     above: list[Any]
+    by_file: dict[str, list[Any]]
 
     @classmethod
-    def read(cls, fetchall: Fetch, targets: Sequence[Target]) -> Prefetched:
-        keys = tuple(t.key for t in targets)
-        rows = fetchall(_CLAIM_ROW + f"WHERE c.resource IN ({', '.join('?' * len(keys))})", keys)
-        dirs = tuple(
-            dict.fromkeys(
-                a for t in targets if isinstance(t, Resource) and t.kind == "file"
-                for a in ancestors(t.key)
-            )
-        )  # fmt: skip
-        above = (
-            fetchall(_PATTERNS_AT.format(marks=", ".join("?" * len(dirs))), dirs) if dirs else []
-        )
-        return cls({r[0]: r for r in rows}, above)
+    def read(
+        cls,
+        fetchall: Fetch,
+        targets: Sequence[Target],
+        extra: Sequence[str] = (),
+        *,
+        blockers: bool = True,
+    ) -> Prefetched:
+        keys = tuple(dict.fromkeys([*(t.key for t in targets), *extra]))
+        sql = _LOOK_ROW + f"WHERE c.resource IN ({', '.join('?' * len(keys))})"
+        dirs: tuple[str, ...] = ()
+        ids: tuple[str, ...] = ()
+        if blockers:
+            files = [t for t in targets if isinstance(t, Resource) and t.kind == "file"]
+            # the files of a set often share their directories: each is listed once
+            parents = dict.fromkeys(t.key[: t.key.rfind("/") + 1] for t in files)
+            dirs = tuple(dict.fromkeys(a for p in parents for a in ancestors(p)))
+            ids = tuple(dict.fromkeys(t.file_id for t in files if t.file_id is not None))
+        if dirs:
+            sql += f" OR (c.holder IS NOT NULL AND c.scope IN ({', '.join('?' * len(dirs))}))"
+        if ids:
+            sql += f" OR (c.holder IS NOT NULL AND c.file_id IN ({', '.join('?' * len(ids))}))"
+        own: dict[str, Any] = {}
+        above: list[Any] = []
+        by_file: dict[str, list[Any]] = {}
+        wanted, at = set(keys), set(dirs)
+        for row in fetchall(sql, keys + dirs + ids):
+            # a row may answer several of the conditions
+            if row[0] in wanted:
+                own[row[0]] = row
+            if row[2] is not None and row[13] in at:
+                above.append(row)
+            if row[2] is not None and row[14] is not None:
+                by_file.setdefault(row[14], []).append(row)
+        return cls(own, above, by_file)
 
     def own_of(self, target: Target, now: float) -> ClaimInfo | None:
         row = self.own.get(target.key)
@@ -139,23 +164,26 @@ def blocking(
             hit = pattern_of(info).covers(target.key)
         if hit:
             found[info.resource] = info
-    if isinstance(target, Resource):
-        alias = _alias(fetchall, target, now, agent_id)
+    if isinstance(target, Resource) and target.file_id is not None:
+        if prefetched is not None:
+            same = [r for r in prefetched.by_file.get(target.file_id, ()) if r[0] != target.key]
+        else:
+            same = fetchall(_ALIASES, (target.file_id, target.key))
+        alias = _alias(same, target, now, agent_id)
         if alias is not None:
             found.setdefault(alias.resource, alias)
     return [found[k] for k in sorted(found)]
 
 
 def _alias(
-    fetchall: Fetch, resource: Resource, now: float, agent_id: str | None
+    rows: Sequence[Any], resource: Resource, now: float, agent_id: str | None
 ) -> ClaimInfo | None:
-    """A live claim by another agent (not ``agent_id``) on another name of ``resource``'s file.
+    """Of ``rows`` (held claims on other names that recorded ``resource``'s file), a live claim
+    by another agent than ``agent_id``.
 
     A claim records its file's device and inode; it counts only while the name it was taken
     under still leads to that file, so a deleted file whose inode is reused blocks nothing."""
-    if resource.file_id is None:
-        return None
-    for row in fetchall(_ALIASES, (resource.file_id, resource.key)):
+    for row in rows:
         info = claim_info(row, now)
         if info.state != "claimed" or info.holder == agent_id:
             continue
@@ -191,9 +219,14 @@ class Plan:
 
 
 def plan_release(
-    resolver: Resolver, resource: str, outcome: str = "released", moved_to: str | None = None
+    resolver: Resolver,
+    resource: str,
+    outcome: str = "released",
+    moved_to: str | None = None,
+    *,
+    walk: Walk | None = None,
 ) -> Plan:
-    """Check a release's arguments before its transaction."""
+    """Check a release's arguments before its transaction (``walk``: see Resolver.resolve)."""
     if outcome not in OUTCOMES:
         raise InvalidInputError(f"outcome must be one of {', '.join(OUTCOMES)}; got {outcome!r}")
     refused: InvalidInputError | None = None
@@ -202,7 +235,7 @@ def plan_release(
     if is_pattern(resource):
         named = res = parse_pattern(resolver, resource)
     else:
-        named, followed = resolver.resolve_both(resource)
+        named, followed = resolver.resolve_both(resource, walk=walk)
         if isinstance(followed, InvalidInputError):  # a link made after the claim leads out
             res, refused = named, followed
         else:

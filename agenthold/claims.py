@@ -51,6 +51,7 @@ from agenthold.claim_schema import (
     CLAIMS_SCHEMA,
     agent_topic,
     resource_topic,
+    write_rows,
 )
 from agenthold.claim_types import (
     AGENT_ID_RE,
@@ -88,7 +89,7 @@ from agenthold.store import (
     utc_iso,
     wait_until,
 )
-from agenthold.uris import Resolver, Resource
+from agenthold.uris import Resolver, Resource, Walk
 
 __all__ = [  # the records and schema are re-exported: agenthold.claims names them all
     "AGENT_ID_RE",
@@ -125,7 +126,7 @@ MAX_SET = 100  # resources one call may claim, release or look at together
 
 
 class _Batch:
-    """The rows a claim or release of a set writes, sent as one executemany per statement."""
+    """The rows a claim or release of a set writes, sent as one statement per table."""
 
     def __init__(self) -> None:
         self.inserts: list[tuple[Any, ...]] = []
@@ -138,8 +139,7 @@ class _Batch:
     def run(self, conn: Any, changed: list[Topic]) -> None:
         for sql, rows in ((_INSERT, self.inserts), (_TAKE, self.updates), (_FREE, self.frees),
                           (_EVENT_BY, self.events)):  # fmt: skip
-            if rows:
-                conn.executemany(sql, rows)
+            write_rows(conn, sql, rows)
         changed.extend(resource_topic(k) for k in self.keys)
 
 
@@ -267,11 +267,13 @@ class Coordinator:
 
     # -- claims --------------------------------------------------------------------------------
 
-    def target(self, resource: str | Resource | Pattern) -> Resource | Pattern:
+    def target(
+        self, resource: str | Resource | Pattern, walk: Walk | None = None
+    ) -> Resource | Pattern:
         """What ``resource`` names: a file or custom resource, or a directory or glob."""
         if isinstance(resource, (Resource, Pattern)):
             return resource
-        return resolve_target(self.resolver, resource)
+        return resolve_target(self.resolver, resource, walk)
 
     def claim(
         self, resource: str | Resource | Pattern, agent_id: str, *, principal: str | None = None
@@ -301,9 +303,8 @@ class Coordinator:
             now = self.db.serialize(conn, CLAIMS_LOCK)
             check_owner(conn, agent_id, principal)
             self._touch(conn, changed, agent_id, now)
-
             fetch = fetch_in(conn)
-            ahead = Prefetched.read(fetch, targets) if len(targets) > 1 else None
+            ahead = Prefetched.read(fetch, targets)  # its rows and all in their way, at once
             looks = [self._may_claim(fetch, t, agent_id, now, ahead) for t in targets]
             if any(r.status == "busy" for r, _ in looks):
                 return ClaimSetResult(
@@ -328,8 +329,9 @@ class Coordinator:
                 f"resources must list 1 to {MAX_SET} resources, got {len(resources)}"
             )
         unique: dict[str, Resource | Pattern] = {}
+        walk = Walk() if len(resources) > 1 else None  # the directories the files share
         for resource in resources:
-            found = self.target(resource)
+            found = self.target(resource, walk)
             unique.setdefault(found.key, found)  # one spelling of a resource counts once
         return list(unique.values())
 
@@ -424,19 +426,21 @@ class Coordinator:
                 f"resources must list 1 to {MAX_SET} releases, got {len(releases)}"
             )
         plans = []
+        walk = Walk() if len(releases) > 1 else None  # the directories the files share
         for item in releases:
             if isinstance(item, str) or not isinstance(item, Sequence) or not 2 <= len(item) <= 3:
                 raise InvalidInputError(
                     f"each release is (resource, outcome) or (resource, outcome, moved_to), "
                     f"got {item!r}"
                 )
-            plans.append(plan_release(self.resolver, *item))
+            plans.append(plan_release(self.resolver, *item, walk=walk))
         check_agent_id(agent_id)
         with self.db.write() as (conn, changed):
             now = self.db.serialize(conn, CLAIMS_LOCK)
             check_owner(conn, agent_id, principal)
             self._touch(conn, changed, agent_id, now)
-            ahead = Prefetched.read(fetch_in(conn), [p.res for p in plans])
+            named = [p.named.key for p in plans]  # each name as written too: see _release_one
+            ahead = Prefetched.read(fetch_in(conn), [p.res for p in plans], named, blockers=False)
             batch = _Batch()
             at = utc_iso(now)
             results = tuple(
@@ -464,7 +468,7 @@ class Coordinator:
         if named.key != res.key and (row is None or row[2] != agent_id):
             # The name became a symbolic link after this agent claimed it: release the
             # claim taken under the name as written.
-            held = conn.execute(_CLAIM_ROW + "WHERE c.resource = ?", (named.key,)).fetchone()
+            held = ahead.own.get(named.key)
             if held is not None and held[2] == agent_id:
                 res, row = named, held
         if plan.refused is not None and (row is None or row[2] != agent_id):

@@ -41,6 +41,7 @@ __all__ = [
     "WORKSPACE_NAME_RE",
     "Resolver",
     "Resource",
+    "Walk",
     "Workspace",
     "default_workspace",
 ]
@@ -55,6 +56,7 @@ _SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _SEPARATOR_RE = re.compile(r"[/\\]")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SURROGATE_RE = re.compile(r"[\ud800-\udfff]")  # not encodable as UTF-8, so never storable
+_REFUSED_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # either: one scan when clean
 RESOURCE_HINT = (
     "Name the resource as a path relative to the workspace (src/main.py), an absolute path "
     "inside a workspace, file://<workspace>/<path>, or custom://<name> for things that are "
@@ -179,6 +181,17 @@ class Resource:
     file_id: str | None = dataclasses.field(default=None, compare=False)
 
 
+class Walk:
+    """What one call has seen of the disk on the way to its files: each directory it looked at
+    (its lstat, or None if missing), so that the files of a set that share directories cost one
+    look at each. Make one per call and drop it after: the disk changes between calls."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self) -> None:
+        self.seen: dict[str, os.stat_result | None] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class _Anchor:
     """One spelling of a workspace root, split for matching absolute paths against it."""
@@ -220,10 +233,12 @@ class Resolver:
         self._bare = by_name.get("default") or (chosen[0] if len(chosen) == 1 else None)
         self._key_prefixes: dict[str, str] = {}
         self._real_roots: dict[str, str] = {}
+        self._walk_roots: dict[str, str] = {}  # each real root with one separator after it
         anchors: list[_Anchor] = []
         for ws in chosen:
             real = os.path.realpath(ws.root)
             self._real_roots[ws.name] = real
+            self._walk_roots[ws.name] = real.rstrip(os.sep) + os.sep
             posix_real = _nfc(real).replace(os.sep, "/").rstrip("/")
             self._key_prefixes[ws.name] = self._fold(f"file://{posix_real}/")
             for spelling in dict.fromkeys((os.path.normpath(ws.root), real)):
@@ -269,11 +284,14 @@ class Resolver:
         """Whether file paths match regardless of case (custom:// names never do)."""
         return self._case_insensitive
 
-    def resolve(self, text: str, *, follow_links: bool = True) -> Resource:
+    def resolve(
+        self, text: str, *, follow_links: bool = True, walk: Walk | None = None
+    ) -> Resource:
         """Canonicalise a bare path, an absolute path, a file:// URI or a custom:// URI.
 
         With ``follow_links`` false, symbolic links are not followed and no ``file_id`` is
         read: the name as written, which a claim taken before a link appeared is keyed on.
+        ``walk``, shared by the resolutions of one call, spares looking at a directory twice.
 
         Raises InvalidInputError, naming the input and what to do, when it is empty, too long,
         contains control characters or unpaired surrogates, has "." or ".." segments, names a
@@ -284,7 +302,7 @@ class Resolver:
             text = self._clean(text)
             resource = self._resolve(text)
             if resource.kind == "file" and follow_links:
-                resource = self._follow(resource, text)
+                resource = self._follow(resource, text, walk)
         except InvalidInputError as exc:
             exc.hint = exc.hint or RESOURCE_HINT
             raise
@@ -295,14 +313,16 @@ class Resolver:
             )
         return resource
 
-    def resolve_both(self, text: str) -> tuple[Resource, Resource | InvalidInputError]:
+    def resolve_both(
+        self, text: str, *, walk: Walk | None = None
+    ) -> tuple[Resource, Resource | InvalidInputError]:
         """``text`` as written (``follow_links=False``) and as resolved through its links, or
         the error resolving through them gives; in one pass over the text."""
         named = self.resolve(text, follow_links=False)
         if named.kind != "file":
             return named, named
         try:
-            followed = self._follow(named, text.strip())
+            followed = self._follow(named, text.strip(), walk)
         except InvalidInputError as exc:
             exc.hint = exc.hint or RESOURCE_HINT
             return named, exc
@@ -322,25 +342,36 @@ class Resolver:
         root = self._by_name[checked.workspace].root
         return os.path.normpath(os.path.join(root, *checked.path.split("/")))
 
-    def _follow(self, resource: Resource, text: str) -> Resource:
+    def _follow(self, resource: Resource, text: str, walk: Walk | None = None) -> Resource:
         """The resource a file path resolves to on disk: symlinks of the file and its parents
         followed as far as the path exists, refused if that leads outside every workspace.
 
-        The common case costs one lstat per segment below the workspace's real root: a walk
-        that meets no symlink already names the file; only one that meets a link resolves the
-        whole path (os.path.realpath) and names it again."""
+        The common case costs one lstat per segment below the workspace's real root (the
+        directories ``walk`` has seen: none): a walk that meets no symlink already names the
+        file; only one that meets a link resolves the whole path (os.path.realpath) and names
+        it again."""
         assert resource.workspace is not None and resource.path is not None
-        current = self._real_roots[resource.workspace].rstrip(os.sep) + os.sep
-        found: os.stat_result | None = None
-        for segment in resource.path.split("/"):
+        current = self._walk_roots[resource.workspace]
+        *directories, name = resource.path.split("/")
+        seen = None if walk is None else walk.seen
+        for segment in directories:
             current += segment
-            try:
-                found = os.lstat(current)
-            except (OSError, ValueError):  # missing (or unreadable): no link below this point
+            if seen is None:
+                found = _lstat(current)
+            elif current in seen:
+                found = seen[current]
+            else:
+                found = seen[current] = _lstat(current)
+            if found is None:  # missing (or unreadable): no link below this point
                 return resource
             if stat.S_ISLNK(found.st_mode):
                 return self._through_link(resource, text)
             current += os.sep
+        found = _lstat(current + name)
+        if found is None:
+            return resource
+        if stat.S_ISLNK(found.st_mode):
+            return self._through_link(resource, text)
         return _with_file_id(resource, found)
 
     def _through_link(self, resource: Resource, text: str) -> Resource:
@@ -407,6 +438,8 @@ class Resolver:
                 f"resource {_show(text)} is {len(text)} characters long; "
                 f"the limit is {MAX_INPUT_LENGTH}, use a shorter path or name"
             )
+        if _REFUSED_RE.search(text) is None:
+            return _nfc(text)
         control = _CONTROL_RE.search(text)
         if control is not None:
             raise InvalidInputError(
@@ -470,9 +503,10 @@ class Resolver:
 
     def _file(self, ws: Workspace, parts: Sequence[str], text: str) -> Resource:
         segments = _segments(parts, text)
-        if segments:
+        nested = self._nested.get(ws.name)
+        if segments and nested:
             folded = tuple(self._fold(s) for s in segments)
-            for relative, inner in self._nested.get(ws.name, ()):
+            for relative, inner in nested:
                 if folded[: len(relative)] == relative:
                     return self._file(inner, segments[len(relative) :], text)
         if not segments:
@@ -506,6 +540,14 @@ def _with_file_id(resource: Resource, found: os.stat_result | None) -> Resource:
 def _segments(parts: Sequence[str], text: str) -> list[str]:
     """Drop empty segments; reject "." and ".." ones."""
     segments = [part for part in parts if part]
-    if any(segment in (".", "..") for segment in segments):
+    if "." in segments or ".." in segments:
         raise InvalidInputError(f"{_show(text)}: {_DOT_SEGMENTS}")
     return segments
+
+
+def _lstat(path: str) -> os.stat_result | None:
+    """``os.lstat(path)``, or None if there is nothing there (or it cannot be read)."""
+    try:
+        return os.lstat(path)
+    except (OSError, ValueError):
+        return None

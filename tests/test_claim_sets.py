@@ -269,6 +269,64 @@ def test_a_release_of_a_set_with_one_foreign_claim_releases_none(coord: Coordina
     assert coord.status("src/a.py").status == "claimed"
 
 
+@pytest.mark.backends
+def test_a_set_writes_every_row_as_one_claim_at_a_time_would(
+    coord: Coordinator, root: Path
+) -> None:
+    """A set's rows go to the database in one statement per table: versions, outcomes, moved_to,
+    file ids and the events come out as single claims and releases leave them."""
+    (root / "src" / "kept.py").write_text("x")  # exists: its claim records the file
+    a, b = agents(coord, "a", "b")
+    coord.claim("src/b.py", b)
+    coord.release("src/b.py", b, "modified")  # b.py's row exists, at version 2
+    names = ["src/a.py", "src/b.py", "src/kept.py", "custom://lock"]
+    first = coord.claim_many(names, a)
+    assert [(r.status, r.version) for r in first.results] == [
+        ("claimed", 1), ("claimed", 3), ("claimed", 1), ("claimed", 1)
+    ]  # fmt: skip
+    assert first.results[1].previous is not None and first.results[1].previous.outcome == "modified"
+    done = coord.release_many(
+        [("src/a.py", "modified"), ("src/b.py", "moved", "src/c.py"), ("src/kept.py", "deleted"),
+         ("custom://lock", "released")], a,
+    )  # fmt: skip
+    assert [(r.status, r.version, r.outcome, r.moved_to) for r in done.results] == [
+        ("released", 2, "modified", None),
+        ("released", 4, "moved", "file://default/src/c.py"),
+        ("released", 2, "deleted", None),
+        ("released", 2, "released", None),
+    ]
+    again = coord.claim_many(list(reversed(names)), a)  # every row exists: all are updated
+    assert [(r.resource, r.version) for r in again.results] == [
+        ("custom://lock", 3), ("file://default/src/kept.py", 3), ("file://default/src/b.py", 5),
+        ("file://default/src/a.py", 3),
+    ]  # fmt: skip
+    assert {c.uri: (c.holder, c.version) for c in coord.list_claims()} == {
+        r.resource: (a, r.version) for r in again.results
+    }
+    events = coord.db.fetchall(
+        "SELECT event, uri, outcome, moved_to, version FROM claim_events "
+        "WHERE agent_id = ? AND event != 'registered' ORDER BY id",
+        (a,),
+    )
+    assert events[4:8] == [
+        ("released", "file://default/src/a.py", "modified", None, 2),
+        ("released", "file://default/src/b.py", "moved", "file://default/src/c.py", 4),
+        ("released", "file://default/src/kept.py", "deleted", None, 2),
+        ("released", "custom://lock", "released", None, 2),
+    ]
+    assert [(e[0], e[1], e[4]) for e in events[8:]] == [
+        ("claimed", r.resource, r.version) for r in again.results
+    ]
+    # the file id of kept.py was written with the set: another name of the file is busy
+    os.link(root / "src" / "kept.py", root / "src" / "alias.py")
+    busy = coord.claim_many(["src/d.py", "src/alias.py"], b)
+    assert [r.status for r in busy.results] == ["available", "busy"]
+    holder = busy.results[1].holder
+    assert holder is not None and (holder.agent_id, holder.held_as) == (
+        a, "file://default/src/kept.py"
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "bad",
     [[], "src/a.py", [("src/a.py", "bogus")], [("src/a.py",)], ["src/a.py"] * 101],

@@ -19,6 +19,7 @@ from agenthold.uris import (
     WORKSPACE_NAME_RE,
     Resolver,
     Resource,
+    Walk,
     Workspace,
     default_workspace,
 )
@@ -884,3 +885,26 @@ def test_a_dangling_symlink_is_named_as_the_file_it_would_lead_to(
     (root / "later.md").symlink_to("not-yet.md")
     resource = resolver.resolve("later.md")
     assert (resource.uri, resource.file_id) == ("file://default/not-yet.md", None)
+
+
+@posix_only
+def test_paths_resolved_with_one_walk_come_out_as_each_alone(
+    root: Path, resolver: Resolver
+) -> None:
+    """A Walk spares the second look at a shared directory, never a look at a new name."""
+    make_dir(root / "src")
+    (root / "src" / "a.py").write_text("")
+    (root / "link").symlink_to(root / "src")
+    (root / "src" / "b.md").symlink_to("a.py")
+    names = ["src/a.py", "src/new.py", "link/a.py", "src/b.md", "gone/x.py", "gone/y.py",
+             "src/a.py", "src", "custom://lock"]  # fmt: skip
+    walk = Walk()
+    shared = [resolver.resolve(n, walk=walk) for n in names]
+    alone = [resolver.resolve(n) for n in names]
+    assert [(r, r.file_id) for r in shared] == [(r, r.file_id) for r in alone]
+    assert shared[0].file_id is not None and shared[2].uri == shared[3].uri == shared[0].uri
+    # the directories were seen once each, the files never kept: a walk is one call's view
+    real = os.path.realpath(root)
+    assert sorted(walk.seen) == [os.path.join(real, d) for d in ("gone", "link", "src")]
+    both = [resolver.resolve_both(n, walk=walk) for n in names[:4]]
+    assert [followed for _, followed in both] == alone[:4]
