@@ -27,6 +27,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from agenthold.backup import add_backup_command, run_backup
 from agenthold.limits import Bounds, add_arguments, bounds_from, raise_descriptor_limit
 
 if TYPE_CHECKING:
@@ -321,6 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", title="inspecting a database (read-only)", metavar="COMMAND"
     )
     inspector.add_subcommands(subcommands)
+    add_backup_command(subcommands)
     add_token_commands(subcommands)
     return parser
 
@@ -557,7 +559,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.db = database_path(args.db, dict(os.environ))[0]
         except UsageError as exc:
             _fail(str(exc))
-        return inspector.run(args)
+        return run_backup(args.db, args.dest) if args.command == "backup" else inspector.run(args)
     try:
         opts, warnings = serve_options(args, dict(os.environ))
     except UsageError as exc:

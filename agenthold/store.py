@@ -681,6 +681,16 @@ COMPONENTS_SQL = (
     "CREATE TABLE IF NOT EXISTS agenthold_components ("
     "component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
 )
+# Every SQLite file of agenthold carries a database id of its own, so that a file replaced by
+# another (a backup restored over it) is told apart from the file a process opened, even when
+# it has the same inode (cp) or the same contents up to some moment. The id's row lives alone
+# on a page that is written only when the id is made, so reading that page from the file
+# itself (not through SQLite's cache or the WAL) says which file is there now. A copy made by
+# `agenthold backup` gets a new id ending in FRESH until a writer first opens it: a WAL found
+# beside a file that no writer ever opened cannot be that file's.
+META_SQL = "CREATE TABLE IF NOT EXISTS agenthold_meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
+ID_PREFIX = "agenthold-id:"
+FRESH = ":fresh"
 
 
 @dataclass(frozen=True)
@@ -1455,6 +1465,13 @@ class _FileState:
         self.feed = _ChangeFeed(uri, path)
         self.identity = identity  # the file's (device, inode), once it exists
         self.stores = 0  # open SQLiteDatabases of this process on the file
+        # Where the database id's page is (page number, page size), the id, and a descriptor of
+        # the file that reads it; kept open until the last store of the file closes (closing a
+        # descriptor of a file drops this process's POSIX locks on it, SQLite's included).
+        self.id_page: tuple[int, int] | None = None
+        self.database_id: str | None = None
+        self.raw_fd: int | None = None
+        self.replaced = False  # another file's contents were found in this one
 
 
 _files: dict[str, _FileState] = {}
@@ -1701,6 +1718,9 @@ class SQLiteDatabase:
             mode = "ro" if read_only else "rwc"
             self._uri = f"file:{_quote_path(real)}?mode={mode}"
             self._file = _file_state(real, f"file:{_quote_path(real)}?mode=ro")
+            self._real = real
+            if self._file.stores == 0:  # the first store of this process on the file
+                self._check_wal(real)
         with _files_lock:
             self._file.stores += 1  # from here on, close() counts it out again
         self._prepare_schema()
@@ -1709,7 +1729,6 @@ class SQLiteDatabase:
             # empty one in its place (the file was deleted), and no write may go to it unseen.
             self._uri = self._uri.replace("?mode=rwc", "?mode=rw")
             self._identity = _identity(real)
-            self._real = real
             if self._file.identity is None:  # this store made the file
                 self._file.identity = self._identity
         _open_databases.add(self)
@@ -1816,6 +1835,107 @@ class SQLiteDatabase:
                 if layout == 0 and not tables:  # a new file: its page size can still change
                     conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
                 self._enable_wal(conn)
+                if app_id == APPLICATION_ID:  # a new file gets its id with its first tables
+                    self._ensure_database_id(conn)
+
+    def _check_wal(self, real: str) -> None:
+        """Refuse a write-ahead log that cannot belong to the file, before any connection that
+        could apply it opens (see META_SQL). The id is read from the file alone (immutable: the
+        WAL is not read) and through the WAL (read-only: such a connection cannot checkpoint
+        the log into the file when it closes). The WAL is foreign if they name different
+        databases, or if it holds commits while the file is still as `agenthold backup` wrote
+        it (a writer's first act on such a file is to drop FRESH from its id)."""
+        try:
+            if os.path.getsize(real + "-wal") <= 32:  # a WAL header at most: no commits
+                return
+        except OSError:
+            return
+        alone = _read_database_id(f"file:{_quote_path(real)}?immutable=1")
+        seen = _read_database_id(f"file:{_quote_path(real)}?mode=ro")
+        if alone is None or seen is None:
+            return  # not an agenthold file with an id yet: nothing to compare
+        if alone.removesuffix(FRESH) == seen.removesuffix(FRESH) and not seen.endswith(FRESH):
+            return
+        error = IncompatibleDatabaseError(
+            f"the write-ahead log {self.path + '-wal'!r} does not belong to the database file "
+            f"{self.path!r} (it was left by the file this one replaced: a backup restored while "
+            "a server ran, or over a server that was killed); agenthold did not apply it"
+        )
+        error.hint = (
+            "If the database file is the one you want (a restored backup), stop every agenthold "
+            "process using it, then move its -wal and -shm files away and start again."
+        )
+        raise error
+
+    def _ensure_database_id(self, conn: sqlite3.Connection) -> None:
+        """Give the file a database id if it has none (a file made by an older agenthold), or
+        drop FRESH from it (the first writer to open a backup). The id's page is then
+        checkpointed into the file at once, where the checks of ``_check_contents`` read it."""
+        try:
+            row = conn.execute(_DATABASE_ID).fetchone()
+        except sqlite3.OperationalError:  # no agenthold_meta table yet
+            row = None
+        if row is not None and not str(row[0]).endswith(FRESH):
+            self._remember_id(conn)
+            return
+        with self._file.write_lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                _write_database_id(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        self._remember_id(conn)
+
+    def _remember_id(self, conn: sqlite3.Connection) -> None:
+        """Note where the database id's page is and what it says (once per file and process)."""
+        state = self._file
+        if state.id_page is not None:
+            return
+        row = conn.execute(
+            "SELECT rootpage, (" + _DATABASE_ID + ") FROM sqlite_master "
+            "WHERE type = 'table' AND name = 'agenthold_meta'"
+        ).fetchone()
+        if row is None or not isinstance(row[1], str):
+            return
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+        state.database_id = row[1].removesuffix(FRESH)
+        state.id_page = (int(row[0]), int(size))
+
+    def _check_contents(self, conn: sqlite3.Connection) -> None:
+        """Inside a write: raise UnavailableError if the file now holds another database's
+        contents (copied over it in place, so its inode is the same): the page of its id, read
+        from the file itself, names another id. SQLite cannot see this: its cache and its WAL
+        still show the file it opened, and it would go on acknowledging writes into a WAL that
+        mixes the two."""
+        state = self._file
+        if not hasattr(os, "pread"):  # pragma: no cover - Windows has no pread
+            return
+        if state.id_page is None:
+            self._remember_id(conn)
+            if state.id_page is None or state.database_id is None:
+                return  # a file without an id: made before ids, opened read-only so far
+        page, size = state.id_page
+        if state.raw_fd is None:
+            state.raw_fd = os.open(self._real, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        content = os.pread(state.raw_fd, size, (page - 1) * size)
+        if state.database_id is not None and state.database_id.encode() in content:
+            return
+        if ID_PREFIX.encode() not in content:
+            return  # the page is not in the file yet (its checkpoint is still to come)
+        state.replaced = True
+        error = UnavailableError(
+            f"the database file {self.path!r} was replaced while agenthold was running: it now "
+            "holds another database (a backup copied over it?); nothing was written"
+        )
+        error.hint = (
+            "Stop every agenthold process using this file, then start again: the file that is "
+            "there now is opened, and the log of the one it replaced is not applied to it."
+        )
+        raise error
 
     @contextmanager
     def _closed_on_failure(self) -> Iterator[None]:
@@ -1854,11 +1974,13 @@ class SQLiteDatabase:
                     if have < component.version:
                         self._migrate(conn, component, have)
                     conn.execute("COMMIT")
-                    return component.version
                 except BaseException:
                     if conn.in_transaction:
                         conn.execute("ROLLBACK")
                     raise
+                if not self.memory:  # the database id's page goes into the file now
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+                return component.version
 
     def _component_version(self, conn: sqlite3.Connection, component: Component) -> int:
         app_id, layout, versions, tables = _describe(conn)
@@ -1894,6 +2016,8 @@ class SQLiteDatabase:
         )
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        if not self.memory:
+            _write_database_id(conn)
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
         """Switch the file to WAL (a lasting setting). Processes opening a new file together
@@ -2054,6 +2178,8 @@ class SQLiteDatabase:
             except sqlite3.Error as exc:
                 raise self._error(exc) from None
             try:
+                if not self.memory:
+                    self._check_contents(conn)
                 yield conn, changed
                 conn.execute("COMMIT")
             except BaseException as exc:
@@ -2100,6 +2226,7 @@ class SQLiteDatabase:
         return "id > ? AND id <= ?", (after, newest), newest
 
     def close(self) -> None:
+        last = False
         if not self._closed:
             with _files_lock:
                 self._file.stores -= 1
@@ -2107,6 +2234,7 @@ class SQLiteDatabase:
             if last:
                 self._file.feed.stop()
         self._closed = True
+        guard = self._forget_stale_wal() if last and not self.memory else None
         with self._connections_lock:
             conns, self._connections = list(self._connections.values()), {}
         for conn in conns:
@@ -2115,6 +2243,86 @@ class SQLiteDatabase:
         self._shared = None
         self._local = threading.local()
         _open_databases.discard(self)
+        if last and self._file.raw_fd is not None:  # no connection of ours is left on the file
+            with suppress(OSError):
+                os.close(self._file.raw_fd)
+            self._file.raw_fd = None
+        if guard is not None:
+            os.close(guard)
+
+    def _forget_stale_wal(self) -> int | None:
+        """When the last store of this process closes a file that was replaced under it: empty
+        the WAL it leaves, unless another process uses it. That log holds the replaced file's
+        last commits; SQLite keeps it when the file was moved away (and would copy it into a
+        file copied over in place), so the next opener would apply it to the new file. Returns
+        a descriptor that holds the log alone until the connections are closed (or None)."""
+        if self.read_only or not self._real:
+            return None
+        state = self._file
+        replaced = state.replaced or (
+            self._identity is not None and _identity(self._real) != self._identity
+        )
+        if not replaced:
+            return None
+        guard = _wal_alone(self._real)
+        if guard is None:
+            log.warning("the WAL of the replaced database %s is in use elsewhere: kept", self.path)
+            return None
+        with suppress(OSError):
+            os.truncate(self._real + "-wal", 0)
+        log.warning(
+            "the database file %s was replaced while agenthold ran: the write-ahead log of the "
+            "file it replaced was emptied, so it is never applied to the new one",
+            self.path,
+        )
+        return guard
+
+    def backup(self, dest: str | os.PathLike[str]) -> str:
+        """Copy the database into a new file ``dest`` with SQLite's online backup API: one
+        consistent snapshot, taken while other connections and processes go on writing. The
+        copy gets a database id of its own, marked FRESH (see META_SQL), so that a WAL of the
+        file it is later restored over is never applied to it. It is written beside ``dest``
+        and renamed into place, so ``dest`` is either the whole copy or absent. Returns the
+        path written. Refuses a ``dest`` that exists."""
+        if self.memory:
+            raise InvalidInputError("a ':memory:' database has no file to back up")
+        target = os.path.abspath(os.path.expanduser(os.fspath(dest)))
+        if os.path.lexists(target):
+            raise InvalidInputError(
+                f"{os.fspath(dest)!r} already exists; give a new file name for the backup"
+            )
+        folder = os.path.dirname(target)
+        if not os.path.isdir(folder):
+            raise InvalidInputError(f"the directory {folder!r} for the backup does not exist")
+        partial = f"{target}.{uuid.uuid4().hex[:8]}.partial"
+        try:
+            copy = sqlite3.connect(partial, isolation_level=None)
+            try:
+                with self._exclusive_if_memory():
+                    self._shared_or_thread().backup(copy)
+                copy.execute("BEGIN IMMEDIATE")
+                copy.execute(META_SQL)
+                copy.execute(
+                    "INSERT INTO agenthold_meta (name, value) VALUES ('database_id', ?) "
+                    "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                    (ID_PREFIX + uuid.uuid4().hex + FRESH,),
+                )
+                copy.execute("COMMIT")
+                copy.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            finally:
+                copy.close()  # the last connection: SQLite checkpoints and removes its WAL
+            with open(partial, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(partial, target)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from None
+        except OSError as exc:
+            raise UnavailableError(f"cannot write the backup {target!r}: {exc.strerror}") from None
+        finally:
+            for leftover in (partial, partial + "-wal", partial + "-shm"):
+                with suppress(OSError):
+                    os.unlink(leftover)
+        return target
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -2153,6 +2361,63 @@ def _identity(path: str) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+_DATABASE_ID = "SELECT value FROM agenthold_meta WHERE name = 'database_id'"
+
+
+def _write_database_id(conn: Any) -> None:
+    """Inside a write transaction: give the file a new database id if it has none, and drop
+    FRESH from the one it has (see META_SQL)."""
+    conn.execute(META_SQL)
+    row = conn.execute(_DATABASE_ID).fetchone()
+    if row is None:
+        conn.execute(
+            "INSERT INTO agenthold_meta (name, value) VALUES ('database_id', ?)",
+            (ID_PREFIX + uuid.uuid4().hex,),
+        )
+    elif str(row[0]).endswith(FRESH):
+        conn.execute(
+            "UPDATE agenthold_meta SET value = ? WHERE name = 'database_id'",
+            (str(row[0]).removesuffix(FRESH),),
+        )
+
+
+def _read_database_id(uri: str) -> str | None:
+    """The database id of the file at ``uri`` (None: it has none, or it cannot be read)."""
+    try:
+        conn = sqlite3.connect(uri, uri=True)
+        try:
+            row = conn.execute(_DATABASE_ID).fetchone()
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    return row[0] if row is not None and isinstance(row[0], str) else None
+
+
+SHM_DMS_BYTE = 128  # the byte of the -shm file every SQLite connection of a WAL holds shared
+
+
+def _wal_alone(real: str) -> int | None:
+    """A descriptor of ``real``'s -shm file holding its dead-man's-switch byte exclusively, if
+    no other process has the WAL open (each SQLite connection holds that byte shared, and
+    this process's own locks never conflict with it); None if another does, or where POSIX
+    locks are not available."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    try:
+        fd = os.open(real + "-shm", os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, SHM_DMS_BYTE)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _quote_path(path: str) -> str:
@@ -2389,6 +2654,17 @@ class StateStore:
     def close(self) -> None:
         """Close every connection. The store cannot be used afterwards."""
         self.db.close()
+
+    def backup(self, dest: str | os.PathLike[str]) -> str:
+        """Copy a SQLite database into the new file ``dest`` while it is in use (see
+        ``SQLiteDatabase.backup``); returns the path written. PostgreSQL has pg_dump."""
+        backup = getattr(self.db, "backup", None)
+        if backup is None:
+            raise InvalidInputError(
+                f"{self.path} is not a SQLite file; back up a PostgreSQL database with pg_dump"
+            )
+        written: str = backup(dest)
+        return written
 
     def __enter__(self) -> StateStore:
         return self

@@ -64,7 +64,7 @@ from agenthold.store import (
 HELPER = Path(__file__).parent / "helpers" / "store_worker.py"
 APPLICATION_ID = 0x41474844  # "AGHD", how an agenthold database marks itself
 # what a StateStore alone creates: its own tables and the table of component versions
-OUR_TABLES = {"state", "state_history", "agenthold_components"}
+OUR_TABLES = {"state", "state_history", "agenthold_components", "agenthold_meta"}
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals and fork()")
 

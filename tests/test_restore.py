@@ -1,0 +1,242 @@
+"""Backing up and restoring a SQLite database, with real server processes.
+
+The procedure of docs/upgrading.md ("Backing up and restoring") is performed step by step:
+`agenthold backup` while a server runs and writes, the server stopped, the copy put back, a new
+server started; the backed-up data is there, and nothing of the replaced file's write-ahead log
+is. Then the ways a restore goes wrong: a copy put over the file of a running server (in place,
+or moved over it), and a WAL left by a killed server beside a restored copy. Each is refused or
+repaired as the docs say; none brings back data from after the backup.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import StdioPipes, agenthold_args, child_env
+
+from agenthold.store import IncompatibleDatabaseError, InvalidInputError, StateStore
+
+
+class Server:
+    """A stdio server process on ``db`` with the standard and advanced tools."""
+
+    def __init__(self, tmp_path: Path, db: Path) -> None:
+        self.pipes = StdioPipes(
+            [sys.executable, *agenthold_args(db, tmp_path, "--tools", "standard,advanced")],
+            tmp_path,
+        )
+        self.pipes.handshake("restore-test")
+
+    def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        result = self.pipes.request("tools/call", {"name": tool, "arguments": arguments})
+        reply: dict[str, Any] = json.loads(result["content"][0]["text"])
+        return reply
+
+    def set(self, value: Any) -> dict[str, Any]:
+        return self.call(
+            "agenthold_set", namespace="ns", key="k", value=value, updated_by="t", force=True
+        )
+
+    def get(self) -> Any:
+        return self.call("agenthold_get", namespace="ns", key="k")["value"]
+
+    def stop(self) -> str:
+        status, err = self.pipes.close()
+        assert status == 0, err
+        return err
+
+
+def backup(db: Path, dest: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agenthold", "backup", str(dest), "--db", str(db)],
+        capture_output=True, text=True, timeout=60, env=child_env(), stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def side_files(db: Path) -> dict[str, int]:
+    """The -wal and -shm files beside ``db`` and their sizes."""
+    return {
+        suffix: os.path.getsize(f"{db}{suffix}")
+        for suffix in ("-wal", "-shm")
+        if os.path.exists(f"{db}{suffix}")
+    }
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> tuple[Path, Path, Server]:
+    """A running server that wrote "backed-up", a backup taken while it runs, then "after"
+    written by the server: what a restore must undo."""
+    db, copy = tmp_path / "agenthold.db", tmp_path / "backup.db"
+    server = Server(tmp_path, db)
+    assert server.set("backed-up")["version"] == 1
+    agent = server.call("agenthold_register", name="worker")["agent_id"]
+    assert server.call("agenthold_claim", agent_id=agent, resource="a.txt")["status"] == "claimed"
+    made = backup(db, copy)
+    assert made.returncode == 0 and made.stdout.strip() == f"agenthold: backed up {db} to {copy}"
+    assert not made.stderr
+    assert server.set("after")["version"] == 2
+    assert server.get() == "after"
+    return db, copy, server
+
+
+def test_the_documented_restore_procedure_brings_back_the_backup_and_nothing_after_it(
+    tmp_path: Path, started: tuple[Path, Path, Server]
+) -> None:
+    db, copy, server = started
+    server.stop()  # 2. stop every server on the database
+    assert side_files(db) == {}  # a clean exit checkpoints and removes the WAL
+    shutil.copyfile(copy, db)  # 3. copy the backup over the database file
+    again = Server(tmp_path, db)  # 4. start again
+    try:
+        assert again.get() == "backed-up"
+        history = again.call("agenthold_history", namespace="ns", key="k")["history"]
+        assert [h["value"] for h in history] == ["backed-up"]
+        assert again.set("new life")["version"] == 2  # the restored file is served as usual
+    finally:
+        again.stop()
+    with StateStore(db) as store:  # the first writer took the copy's FRESH mark off its id
+        assert not store.db.fetchone("SELECT value FROM agenthold_meta")[0].endswith(":fresh")
+        assert store.get("ns", "k").value == "new life"
+
+
+def test_a_backup_copied_in_place_under_a_running_server_is_detected_and_kept(
+    tmp_path: Path, started: tuple[Path, Path, Server]
+) -> None:
+    db, copy, server = started
+    inode = os.stat(db).st_ino
+    shutil.copyfile(copy, db)  # in place: the same inode, another database's contents
+    assert os.stat(db).st_ino == inode
+    refused = server.set("into the restored file")
+    assert refused["status"] == "unavailable"
+    assert "replaced while agenthold was running" in refused["message"]
+    assert "nothing was written" in refused["message"] and "Stop every" in refused["hint"]
+    err = server.stop()
+    assert "write-ahead log of the file it replaced was emptied" in err
+    assert side_files(db).get("-wal", 0) == 0
+    again = Server(tmp_path, db)
+    try:
+        assert again.get() == "backed-up"  # none of the old WAL's pages reached the file
+    finally:
+        again.stop()
+    with sqlite3.connect(db) as check:
+        assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_backup_moved_over_the_file_of_a_running_server_is_not_undone_by_its_wal(
+    tmp_path: Path, started: tuple[Path, Path, Server]
+) -> None:
+    db, copy, server = started
+    os.replace(copy, db)  # a new inode at the path; the server still has the old file open
+    refused = server.set("into the old file")
+    assert refused["status"] == "unavailable" and "deleted or replaced" in refused["message"]
+    err = server.stop()  # SQLite keeps the WAL of a file moved away: the server empties it
+    assert "write-ahead log of the file it replaced was emptied" in err
+    assert side_files(db).get("-wal", 0) == 0
+    again = Server(tmp_path, db)
+    try:
+        assert again.get() == "backed-up"
+    finally:
+        again.stop()
+
+
+def test_a_wal_left_by_a_killed_server_is_never_applied_to_a_restored_backup(
+    tmp_path: Path, started: tuple[Path, Path, Server]
+) -> None:
+    db, copy, server = started
+    server.pipes.proc.send_signal(signal.SIGKILL)
+    server.pipes.close()
+    assert side_files(db)["-wal"] > 0  # the killed server's log, with "after" in it
+    shutil.copyfile(copy, db)  # restored without moving that log away first
+    with pytest.raises(IncompatibleDatabaseError, match="does not belong") as caught:
+        StateStore(db)
+    assert "-wal and -shm" in (caught.value.hint or "")
+    started_anyway = subprocess.run(
+        [sys.executable, *agenthold_args(db, tmp_path)], capture_output=True, text=True,
+        timeout=60, env=child_env(), stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert started_anyway.returncode != 0
+    assert "does not belong to the database file" in started_anyway.stderr
+    assert "Traceback" not in started_anyway.stderr
+    for suffix in ("-wal", "-shm"):  # as the hint says
+        os.replace(f"{db}{suffix}", tmp_path / f"moved{suffix}")
+    again = Server(tmp_path, db)
+    try:
+        assert again.get() == "backed-up"
+    finally:
+        again.stop()
+
+
+def test_a_wal_left_by_a_killed_server_is_still_recovered_on_its_own_file(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "agenthold.db"
+    server = Server(tmp_path, db)
+    server.set("acknowledged")
+    server.pipes.proc.send_signal(signal.SIGKILL)
+    server.pipes.close()
+    assert side_files(db)["-wal"] > 0
+    with StateStore(db) as store:  # crash recovery: the log is this file's own
+        assert store.get("ns", "k").value == "acknowledged"
+
+
+@pytest.mark.backends
+def test_the_library_backs_up_sqlite_and_names_pg_dump_for_postgresql(
+    store: StateStore, backend: str, tmp_path: Path
+) -> None:
+    store.set("ns", "k", [1, 2], updated_by="t")
+    dest = tmp_path / "copy.db"
+    if backend == "postgresql":
+        with pytest.raises(InvalidInputError, match="pg_dump"):
+            store.backup(dest)
+        return
+    assert store.backup(dest) == str(dest)
+    with pytest.raises(InvalidInputError, match="already exists"):
+        store.backup(dest)
+    with pytest.raises(InvalidInputError, match="does not exist"):
+        store.backup(tmp_path / "missing" / "copy.db")
+    assert sorted(p.name for p in tmp_path.iterdir() if "copy" in p.name) == ["copy.db"]
+    with StateStore(dest, read_only=True) as copy:
+        assert copy.get("ns", "k").value == [1, 2]
+        ids = {s.db.fetchone("SELECT value FROM agenthold_meta")[0] for s in (store, copy)}
+        assert len(ids) == 2  # the copy is a database of its own
+    with StateStore(":memory:") as memory, pytest.raises(InvalidInputError, match="memory"):
+        memory.backup(tmp_path / "m.db")
+
+
+def test_the_backup_command_fails_in_one_line_and_never_imports_mcp(tmp_path: Path) -> None:
+    db = tmp_path / "agenthold.db"
+    StateStore(db).close()
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c",
+             "import sys; from agenthold.cli import main; status = main(sys.argv[1:]); "
+             "print('mcp' in sys.modules); sys.exit(status)", *args],
+            capture_output=True, text=True, timeout=60, env=child_env(), cwd=tmp_path,
+        )  # fmt: skip
+
+    done = run("backup", str(tmp_path / "b.db"), "--db", str(db))
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "False"
+    cases = [
+        (("backup", str(tmp_path / "b.db"), "--db", str(db)), 1, "already exists"),
+        (("backup", "x.db", "--db", "postgresql://u@h/d"), 2, "pg_dump"),
+        (("backup", "x.db", "--db", ""), 2, "empty path"),
+        (("backup", "", "--db", str(db)), 2, "DEST is empty"),
+        (("backup", "x.db", "--db", str(tmp_path / "none.db")), 1, "no database at"),
+        (("backup", "x.db", "--db", ":memory:"), 2, "':memory:' has none"),
+    ]
+    for args, status, fragment in cases:
+        failed = run(*args)
+        assert failed.returncode == status, (args, failed.stderr)
+        lines = failed.stderr.strip().splitlines()
+        assert len(lines) == 1 and fragment in lines[0], (args, failed.stderr)
+    assert run("backup").returncode == 2  # DEST is required (argparse)
