@@ -26,6 +26,7 @@ import h11
 import uvicorn
 from mcp.server import ServerRequestContext
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -34,6 +35,7 @@ from agenthold.auth import BearerAuth, FoldHostCase, LoopbackOrigins, is_loopbac
 from agenthold.limits import Bounds, accept_backlog, connection_limit, descriptor_limit
 from agenthold.principals import TokenTable
 from agenthold.server import SHUTDOWN_GRACE, Agenthold, SignalSource, build_server, report_if_asked
+from agenthold.sessions import SessionLimits
 from agenthold.toolkit import Report
 
 log = logging.getLogger("agenthold.http")
@@ -433,7 +435,9 @@ def http_app(app: Agenthold, opts: HttpOptions) -> ASGIApp:
 
 
 def _http_stack(app: Agenthold, opts: HttpOptions) -> tuple[ASGIApp, CancelOnDisconnect]:
-    """The HTTP application, and its layer that can end every open request at shutdown."""
+    """The HTTP application, and its layer that can end every open request at shutdown: bearer
+    tokens, then the bound on each principal's sessions, the Host and Origin checks, and the
+    layer that ends requests, around the SDK's app."""
     app.transport = "http"
     report_of = session_progress if opts.json_response else report_if_asked
     server = build_server(app, session_connection(app), report_of)
@@ -443,6 +447,7 @@ def _http_stack(app: Agenthold, opts: HttpOptions) -> tuple[ASGIApp, CancelOnDis
         transport_security=transport_security(opts),
         host=opts.host,
         max_request_body_size=MAX_BODY_BYTES,
+        session_idle_timeout=opts.bounds.session_idle,  # sessions.py keeps the same clock
     )
     requests = CancelOnDisconnect(starlette_app)
     asgi: ASGIApp = requests
@@ -450,6 +455,12 @@ def _http_stack(app: Agenthold, opts: HttpOptions) -> tuple[ASGIApp, CancelOnDis
         asgi = FoldHostCase(asgi)
     elif is_loopback(opts.host):
         asgi = LoopbackOrigins(asgi)
+    asgi = SessionLimits(
+        asgi,
+        limit=opts.bounds.sessions,
+        idle=opts.bounds.session_idle,
+        handshake_versions=HANDSHAKE_PROTOCOL_VERSIONS,
+    )
     if opts.auth_tokens or opts.auth_file is not None:
         asgi = BearerAuth(asgi, opts.auth_tokens, table=opts.auth_file)
     return asgi, requests

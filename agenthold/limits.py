@@ -1,7 +1,7 @@
-"""The bounds of a long-lived HTTP server: open connections, and the process's file-descriptor
-limit they are counted against. Their flags and checks live here (standard library only), so
-that the command line can refuse a bad value before anything imports mcp; http.py enforces
-them.
+"""The bounds of a long-lived HTTP server: open connections, the process's file-descriptor
+limit they are counted against, and the handshake-era sessions each principal may keep. Their
+flags and checks live here (standard library only), so that the command line can refuse a bad
+value before anything imports mcp; http.py and sessions.py enforce them.
 
 Decisions behind it:
 - A server started with the common soft limit of 1,024 descriptors ran out of them under a few
@@ -18,12 +18,17 @@ Decisions behind it:
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from dataclasses import dataclass
 
 DEFAULT_CONNECTIONS = 4096  # the most open HTTP connections by default
 DESCRIPTOR_RESERVE = 256  # descriptors kept back from connections (half, on tiny limits)
+DEFAULT_SESSIONS = 256  # handshake-era sessions one principal may keep open
+DEFAULT_SESSION_IDLE = 600.0  # seconds a session may go without a request before it ends
 MOST_CONNECTIONS = 1_000_000
+MOST_SESSIONS = 10_000  # the SDK's own limit, over all principals together
+MOST_SESSION_IDLE = 86_400.0
 
 
 @dataclass
@@ -31,6 +36,8 @@ class Bounds:
     """What the HTTP server bounds, as the command line checked it."""
 
     connections: int | None = None  # None: derived from the descriptor limit at start
+    sessions: int = DEFAULT_SESSIONS
+    session_idle: float = DEFAULT_SESSION_IDLE
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
@@ -42,6 +49,19 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
         "the oldest one that has not sent a complete request yet, or is refused with 503 "
         f"(default: {DEFAULT_CONNECTIONS}, or fewer if the file-descriptor limit is lower)",
     )
+    group.add_argument(
+        "--session-limit",
+        metavar="N",
+        help="the most 2025-era sessions (Mcp-Session-Id) one token's principal may keep; "
+        "beyond it its oldest idle session ends, or the new one is refused with 429 if all are "
+        f"in use (default: {DEFAULT_SESSIONS})",
+    )
+    group.add_argument(
+        "--session-idle",
+        metavar="SECONDS",
+        help="a 2025-era session without a request in flight (an open event stream is one) "
+        f"ends after this long (default: {DEFAULT_SESSION_IDLE:g})",
+    )
 
 
 def bounds_from(args: argparse.Namespace) -> Bounds:
@@ -49,6 +69,19 @@ def bounds_from(args: argparse.Namespace) -> Bounds:
     bounds = Bounds()
     if args.connection_limit is not None:
         bounds.connections = _count(args.connection_limit, "--connection-limit", MOST_CONNECTIONS)
+    if args.session_limit is not None:
+        bounds.sessions = _count(args.session_limit, "--session-limit", MOST_SESSIONS)
+    if args.session_idle is not None:
+        try:
+            idle = float(args.session_idle)
+        except ValueError:
+            idle = math.nan
+        if not (math.isfinite(idle) and 0 < idle <= MOST_SESSION_IDLE):
+            raise ValueError(
+                f"--session-idle: {args.session_idle!r} must be a number of seconds, more than 0 "
+                f"and at most {MOST_SESSION_IDLE:.0f}"
+            )
+        bounds.session_idle = idle
     return bounds
 
 

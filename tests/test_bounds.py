@@ -29,12 +29,15 @@ import pytest
 from support import (
     ACCEPT,
     ANSWER_LIMIT,
+    LEGACY,
     STARTUP,
     child_env,
     coordinator_at,
     free_port,
     initialize_request,
+    open_session,
     raw_connection,
+    sdk_client,
     uvicorn_serving,
 )
 
@@ -42,7 +45,10 @@ from agenthold import http as http_module
 from agenthold import limits
 from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
 from agenthold.http import ConnectionGuard, http_app
+from agenthold.limits import Bounds
+from agenthold.principals import SHARED, TokenTable, add_token
 from agenthold.server import Agenthold
+from agenthold.sessions import SessionLimits
 from agenthold.store import StateStore
 
 pytestmark = pytest.mark.anyio
@@ -57,20 +63,30 @@ class Bounded:
     url: str
     port: int
     guard: ConnectionGuard
+    sessions: SessionLimits
+    app: Agenthold
 
 
 @contextlib.asynccontextmanager
 async def bounded(
-    tmp_path: Path, limit: int, *, keep_alive: float | None = None, **options: Any
+    tmp_path: Path,
+    limit: int = 100,
+    *,
+    keep_alive: float | None = None,
+    grace: float | None = None,
+    **options: Any,
 ) -> AsyncIterator[Bounded]:
     """agenthold's HTTP application on uvicorn in this loop, capped at ``limit`` connections."""
     with StateStore(tmp_path / "state.db") as store:
-        app = Agenthold(coordinator_at(store, tmp_path), disconnect_grace=None)
+        app = Agenthold(coordinator_at(store, tmp_path), disconnect_grace=grace)
         opts = ServeOptions(transport="http", **options)
         guard = ConnectionGuard(limit)
         asgi = http_app(app, opts)
+        layer: Any = asgi
+        while not isinstance(layer, SessionLimits):  # the layer under the bearer tokens
+            layer = layer.app
         async with uvicorn_serving(app, asgi, keep_alive=keep_alive, guard=guard) as web:
-            yield Bounded(web.url, web.port, guard)
+            yield Bounded(web.url, web.port, guard, layer, app)
 
 
 async def poll(condition: Callable[[], bool], timeout: float = ANSWER_LIMIT) -> None:
@@ -393,6 +409,139 @@ def test_a_connection_limit_beyond_the_descriptors_warns_and_exhaustion_is_only_
 
 
 # --------------------------------------------------------------------------------------------
+# Sessions of the handshake era, per principal
+# --------------------------------------------------------------------------------------------
+
+
+def in_session(session: str, **extra: str) -> dict[str, str]:
+    return {
+        "Content-Type": "application/json",
+        "Accept": ACCEPT,
+        "Mcp-Session-Id": session,
+        "MCP-Protocol-Version": LEGACY,
+        **extra,
+    }
+
+
+async def list_status(http: httpx2.AsyncClient, url: str, session: str) -> int:
+    """The HTTP status of a tools/list in ``session`` (404 once it has ended)."""
+    listed = await http.post(
+        url, json={"jsonrpc": "2.0", "id": 9, "method": "tools/list"}, headers=in_session(session)
+    )
+    return listed.status_code
+
+
+async def tool_call(
+    http: httpx2.AsyncClient, url: str, session: str, tool: str, **arguments: Any
+) -> dict[str, Any]:
+    message = {"jsonrpc": "2.0", "id": 5, "method": "tools/call"}
+    message["params"] = {"name": tool, "arguments": arguments}  # type: ignore[assignment]
+    reply = await http.post(url, json=message, headers=in_session(session))
+    assert reply.status_code == 200, reply.text
+    structured: dict[str, Any] = reply.json()["result"]["structuredContent"]
+    return structured
+
+
+async def test_at_the_session_limit_a_new_session_ends_the_oldest_idle_one(
+    tmp_path: Path,
+) -> None:
+    """Forty sessions opened and never closed by one token leave its last three open; the
+    oldest's agent loses its claim after the disconnect grace, as if its client had left."""
+    async with (
+        bounded(tmp_path, grace=0.2, json_response=True, bounds=Bounds(sessions=3)) as s,
+        httpx2.AsyncClient(timeout=ANSWER_LIMIT) as http,
+    ):
+        first = await open_session(http, s.url)
+        agent = await tool_call(http, s.url, first, "agenthold_register", name="early")
+        claimed = await tool_call(
+            http, s.url, first, "agenthold_claim", resource="a.md", agent_id=agent["agent_id"]
+        )
+        assert claimed["status"] == "claimed"
+        opened = [first] + [await open_session(http, s.url) for _ in range(39)]
+        statuses = [await list_status(http, s.url, session) for session in opened]
+        assert statuses == [404] * 37 + [200] * 3
+        assert len(s.sessions.owned("")) == 3  # everyone is one principal without tokens
+        later = await open_session(http, s.url)
+        assert await list_status(http, s.url, later) == 200
+        with anyio.fail_after(ANSWER_LIMIT):
+            while True:  # the ended session's agent is released after its grace
+                later_status = await tool_call(
+                    http, s.url, later, "agenthold_status", resource="a.md"
+                )
+                if later_status["status"] == "available":
+                    assert later_status["previous_outcome"] == "abandoned"
+                    break
+                await anyio.sleep(0.05)
+
+
+async def test_when_every_session_is_in_use_a_new_one_gets_429_naming_the_flag(
+    tmp_path: Path,
+) -> None:
+    """SDK clients keep an event stream open (a request in flight), so neither is idle; the
+    third is refused until one of them closes its session."""
+    async with (
+        bounded(tmp_path, auth_tokens=[TOKEN], bounds=Bounds(sessions=2)) as s,
+        httpx2.AsyncClient(timeout=ANSWER_LIMIT, headers=AUTH) as http,
+        sdk_client(s.url, mode="legacy", headers=AUTH) as one,
+    ):
+        async with sdk_client(s.url, mode="legacy", headers=AUTH) as two:
+            await one.list_tools()
+            await two.list_tools()
+            await poll(lambda: all(x.in_flight for x in s.sessions.owned(SHARED.name)))
+            refused = await http.post(s.url, json=initialize_request(), headers={"Accept": ACCEPT})
+            assert refused.status_code == 429
+            assert refused.json()["error"] == "too_many_sessions"
+            assert "--session-limit" in refused.json()["message"]
+            assert len((await one.list_tools()).tools) == len((await two.list_tools()).tools) > 0
+        # `two` closed its session (DELETE): there is room again
+        await poll(lambda: len(s.sessions.owned(SHARED.name)) == 1)
+        session = await open_session(http, s.url)
+        assert await list_status(http, s.url, session) == 200
+
+
+async def test_sessions_are_bounded_per_principal_of_the_token_file(tmp_path: Path) -> None:
+    auth_file = tmp_path / "tokens.json"
+    tokens = {name: add_token(auth_file, name, None)[0] for name in ("alice", "bob")}
+    async with (
+        bounded(tmp_path, auth_file=TokenTable(auth_file), bounds=Bounds(sessions=1)) as s,
+        httpx2.AsyncClient(timeout=ANSWER_LIMIT) as http,
+    ):
+
+        async def as_(who: str) -> dict[str, str]:
+            return {"Authorization": f"Bearer {tokens[who]}"}
+
+        http.headers.update(await as_("alice"))
+        alices = await open_session(http, s.url)
+        http.headers.update(await as_("bob"))
+        bobs = await open_session(http, s.url)
+        http.headers.update(await as_("alice"))
+        alices_next = await open_session(http, s.url)  # ends alice's first, not bob's
+        assert await list_status(http, s.url, alices) == 404
+        assert await list_status(http, s.url, alices_next) == 200
+        http.headers.update(await as_("bob"))
+        assert await list_status(http, s.url, bobs) == 200
+        assert [x.owner for x in s.sessions.sessions.values()] == ["bob", "alice"]
+
+
+async def test_a_session_without_a_request_in_flight_ends_after_session_idle(
+    tmp_path: Path,
+) -> None:
+    """A raw session left alone ends; an SDK client's, whose event stream stays open, lives."""
+    async with (
+        bounded(tmp_path, bounds=Bounds(session_idle=0.5)) as s,
+        httpx2.AsyncClient(timeout=ANSWER_LIMIT) as http,
+        sdk_client(s.url, mode="legacy") as client,
+    ):
+        await client.list_tools()
+        session = await open_session(http, s.url)
+        await anyio.sleep(1.6)  # the idle time, and the margin sessions.py gives the SDK's timer
+        left = [x.id.decode() for x in s.sessions.owned("")]
+        assert session not in left and len(left) == 1  # the SDK client's, still in use
+        assert await list_status(http, s.url, session) == 404
+        assert len((await client.list_tools()).tools) > 0
+
+
+# --------------------------------------------------------------------------------------------
 # Flags and defaults
 # --------------------------------------------------------------------------------------------
 
@@ -402,9 +551,14 @@ def options(*argv: str) -> tuple[ServeOptions, list[str]]:
 
 
 def test_the_bounds_default_to_the_documented_values() -> None:
-    assert options("--transport", "http")[0].bounds.connections is None  # from the descriptors
-    given = options("--transport", "http", "--connection-limit", "100")[0].bounds
-    assert given.connections == 100
+    defaults = options("--transport", "http")[0].bounds
+    assert defaults.connections is None  # derived from the descriptor limit at start
+    assert (defaults.sessions, defaults.session_idle) == (256, 600)
+    given = options(
+        "--transport", "http", "--connection-limit", "100", "--session-limit", "3",
+        "--session-idle", "2.5",
+    )[0].bounds  # fmt: skip
+    assert (given.connections, given.sessions, given.session_idle) == (100, 3, 2.5)
     assert http_module.HEAD_TIMEOUT == 5.0 and http_module.REFUSALS_EVERY == 10.0
 
 
@@ -414,6 +568,12 @@ def test_the_bounds_default_to_the_documented_values() -> None:
         ("--connection-limit", "0"),
         ("--connection-limit", "many"),
         ("--connection-limit", "1000001"),
+        ("--session-limit", "-1"),
+        ("--session-limit", "10001"),
+        ("--session-idle", "0"),
+        ("--session-idle", "nan"),
+        ("--session-idle", "86401"),
+        ("--session-idle", "soon"),
     ],
 )
 def test_a_bad_bound_is_refused_with_one_line_naming_its_flag(flag: str, value: str) -> None:
@@ -422,8 +582,9 @@ def test_a_bad_bound_is_refused_with_one_line_naming_its_flag(flag: str, value: 
 
 
 def test_the_bound_flags_given_with_stdio_warn_that_they_are_ignored() -> None:
-    _, warnings = options("--connection-limit", "10")
-    assert "--connection-limit only applies with --transport http" in warnings[0]
+    _, warnings = options("--connection-limit", "10", "--session-limit", "2", "--session-idle", "9")
+    flags = "--connection-limit, --session-limit, --session-idle"
+    assert f"{flags} only apply with --transport http" in warnings[0]
 
 
 @pytest.mark.parametrize(
