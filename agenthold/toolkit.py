@@ -150,7 +150,10 @@ def _json_type(value: Any) -> str:
 def short(value: Any, limit: int = 60) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
         return "a very large integer"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except ValueError:  # a container holding an integer Python will not print (4,300 digits)
+        return "a value holding a very large integer"
     return text if len(text) <= limit else text[:limit] + "…"
 
 

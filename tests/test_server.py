@@ -1458,3 +1458,13 @@ def test_a_call_over_json_rpc_without_a_progress_token_gets_no_progress_reporter
     assert report_if_asked(ctx(None)) is None
     assert report_if_asked(ctx({})) is None
     assert report_if_asked(ctx({"progress_token": 7})) == session.report_progress
+
+
+@pytest.mark.backends
+async def test_a_list_holding_a_huge_integer_is_an_error_naming_it_not_a_bug(
+    standard: Served,
+) -> None:
+    # repr() of a list holding an integer of over 4,300 digits raises: the message must not
+    reply = await standard.call("agenthold_status", resources=["a.md", HUGE])
+    assert reply["error"] == "invalid_arguments", reply
+    assert "very large integer" in reply["message"]
