@@ -116,33 +116,40 @@ class SessionLimits:
     async def _opening(
         self, owner: str, host: bytes, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        full = len(self.owned(owner)) + self.opening.get(owner, 0) >= self.limit
-        if full and not await self._make_room(owner, scope):
-            await refuse(send, 429, self._refusal())
-            return
-        self.opening[owner] = self.opening.get(owner, 0) + 1
+        # a place is taken before any await, so that requests opening at once count each other
+        self._reserve(owner, +1)
+        reserved = True
         opened: Session | None = None
-
-        async def noting(message: Message) -> None:
-            nonlocal opened
-            if message["type"] == "http.response.start" and message["status"] < 400:
-                sid = next(
-                    (v for k, v in message.get("headers", ()) if k == b"mcp-session-id"), None
-                )
-                if sid is not None and sid not in self.sessions:
-                    opened = Session(sid, owner, host, None, in_flight=1)
-                    self.sessions[sid] = opened
-            await send(message)
-
         try:
+            full = len(self.owned(owner)) + self.opening[owner] > self.limit
+            if full and not await self._make_room(owner, scope):
+                await refuse(send, 429, self._refusal())
+                return
+
+            async def noting(message: Message) -> None:
+                nonlocal opened, reserved
+                if message["type"] == "http.response.start" and message["status"] < 400:
+                    headers = message.get("headers", ())
+                    sid = next((v for k, v in headers if k == b"mcp-session-id"), None)
+                    if sid is not None and sid not in self.sessions:
+                        opened = Session(sid, owner, host, None, in_flight=1)
+                        self.sessions[sid] = opened  # the reserved place is this session now
+                        self._reserve(owner, -1)
+                        reserved = False
+                await send(message)
+
             await self.app(scope, receive, noting)
         finally:
-            self.opening[owner] -= 1
-            if not self.opening[owner]:
-                del self.opening[owner]
+            if reserved:
+                self._reserve(owner, -1)
             if opened is not None:
                 opened.in_flight -= 1
                 opened.idle_since = time.monotonic()
+
+    def _reserve(self, owner: str, change: int) -> None:
+        self.opening[owner] = self.opening.get(owner, 0) + change
+        if not self.opening[owner]:
+            del self.opening[owner]
 
     async def _make_room(self, owner: str, scope: Scope) -> bool:
         """End ``owner``'s oldest idle session; whether one was ended."""

@@ -474,6 +474,31 @@ async def test_at_the_session_limit_a_new_session_ends_the_oldest_idle_one(
                 await anyio.sleep(0.05)
 
 
+async def test_sessions_opened_at_once_at_the_limit_count_each_other(tmp_path: Path) -> None:
+    """Three opened at once beside two idle ones, with a limit of two: the idle ones make room
+    for two, and the third is refused, since the other two are in use while they open."""
+    async with (
+        bounded(tmp_path, json_response=True, bounds=Bounds(sessions=2)) as s,
+        httpx2.AsyncClient(timeout=ANSWER_LIMIT) as http,
+    ):
+        old = [await open_session(http, s.url) for _ in range(2)]
+        answers: list[httpx2.Response] = []
+
+        async def open_one() -> None:
+            answers.append(
+                await http.post(s.url, json=initialize_request(), headers={"Accept": ACCEPT})
+            )
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(3):
+                tg.start_soon(open_one)
+        assert sorted(a.status_code for a in answers) == [200, 200, 429]
+        new = [a.headers["mcp-session-id"] for a in answers if a.status_code == 200]
+        statuses = [await list_status(http, s.url, session) for session in old + new]
+        assert statuses == [404, 404, 200, 200]
+        assert len(s.sessions.owned("")) == 2 and not s.sessions.opening
+
+
 async def test_when_every_session_is_in_use_a_new_one_gets_429_naming_the_flag(
     tmp_path: Path,
 ) -> None:
