@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractContextManager
@@ -33,6 +34,7 @@ import anyio.to_thread
 import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 
+from agenthold import pending
 from agenthold.auth import PRINCIPAL
 from agenthold.claims import Coordinator, ForeignAgentError
 from agenthold.messages import MessageBus
@@ -76,6 +78,7 @@ log = logging.getLogger("agenthold.server")
 REAP_EVERY = 600.0  # seconds between two looks for idle agents to remove
 PROGRESS_EVERY = 10.0  # seconds between two progress notifications of a wait that asked
 SHUTDOWN_GRACE = 5  # seconds that calls in flight get to finish after SIGINT, SIGTERM or EOF
+EXIT_PATIENCE = 30.0  # seconds a refused lease end is retried (AGENTHOLD_EXIT_PATIENCE)
 PROCESS = "this process"  # the connection key of stdio: one client per server process
 BUSY_DB_HINT = (
     "The database is busy or cannot take writes right now; nothing was changed. Retry in a moment."
@@ -139,6 +142,8 @@ class Agenthold:
         self.in_flight = 0  # tool calls being answered
         self.progress_every = PROGRESS_EVERY  # seconds between progress reports of a wait
         self.stopping = False  # the server is shutting down: waits end now
+        # seconds a lease end the database refuses is retried (see end_leases)
+        self.exit_patience = exit_patience(os.environ.get("AGENTHOLD_EXIT_PATIENCE"))
         self._wakers: set[Callable[[], None]] = set()
         self._bus: MessageBus | None = None
         self.read_limiter = anyio.CapacityLimiter(16)
@@ -321,7 +326,9 @@ class Agenthold:
                 log.warning("could not release the claims of %s: %s", agent_id, exc)
 
     async def reap_forever(self) -> None:
-        """Remove idle agents now and then (see --reap-idle)."""
+        """At start, apply lease ends earlier servers left pending; then remove idle agents
+        now and then (see --reap-idle)."""
+        await self.apply_pending()
         if self.reap_idle is None:
             return
         while True:
@@ -335,13 +342,67 @@ class Agenthold:
             await anyio.sleep(min(max(self.reap_idle / 4, 1.0), REAP_EVERY))
 
     async def end_leases(self, agents: Iterable[str]) -> None:
+        """End the leases of ``agents`` (their client left) after the disconnect grace. A
+        database that refuses the write (locked by another process, full) does not make them
+        keep their claims for good: the lease ends go first to the side file of pending.py,
+        which the next server applies, and are retried here until they are written or
+        ``exit_patience`` seconds have passed."""
         if self.disconnect_grace is None:
             return
-        for agent_id in agents:
-            try:
-                await self.write(self.coordinator.end_lease, agent_id, self.disconnect_grace)
-            except AgentholdError as exc:
-                log.warning("could not end the lease of %s: %s", agent_id, exc)
+        grace, left = self.disconnect_grace, list(agents)
+        if not left:
+            return
+        started = time.monotonic()
+        left_at = await anyio.to_thread.run_sync(pending.clock, self.store.db)
+        deferred, pause, reason = False, 0.05, ""
+        while left:
+            unwritten = []
+            for agent_id in left:
+                ends_in = max(0.0, grace - (time.monotonic() - started))
+                try:
+                    await self.write(self.coordinator.end_lease, agent_id, ends_in)
+                except UnavailableError as exc:  # locked, full: worth another try
+                    unwritten.append(agent_id)
+                    reason = str(exc)
+                except AgentholdError as exc:
+                    log.warning("could not end the lease of %s: %s", agent_id, exc)
+            left = unwritten
+            if left and not deferred:
+                where = await anyio.to_thread.run_sync(
+                    pending.defer, self.store.db, left, grace, left_at
+                )
+                deferred = True
+                log.warning(
+                    "could not end the leases of %s yet (%s); retrying for %g s%s",
+                    ", ".join(left), reason, self.exit_patience,
+                    f", and the next server to start applies them from {where}" if where else "",
+                )  # fmt: skip
+            if left and time.monotonic() + pause > started + self.exit_patience:
+                log.warning("gave up ending the leases of %s here: %s", ", ".join(left), reason)
+                return
+            if left:
+                await anyio.sleep(pause)
+                pause = min(pause * 2, 1.0)
+
+    async def apply_pending(self) -> None:
+        """Write the lease ends that earlier servers could not (see pending.py)."""
+        try:
+            done = await self.write(pending.apply_pending, self.coordinator)
+        except AgentholdError as exc:  # pragma: no cover - apply_pending keeps what fails
+            log.warning("could not apply pending lease ends: %s", exc)
+            return
+        if done:
+            log.info("ended %d leases that an earlier server could not", done)
+
+
+def exit_patience(text: str | None) -> float:
+    """Seconds a refused lease end is retried: AGENTHOLD_EXIT_PATIENCE (0 to 3600 seconds), or
+    EXIT_PATIENCE when it is not set or not such a number."""
+    try:
+        seconds = float(text or "-1")
+    except ValueError:
+        seconds = -1.0
+    return seconds if 0 <= seconds <= 3600 else EXIT_PATIENCE
 
 
 async def _report(progress: Progress, elapsed: float) -> Progress | None:

@@ -1,0 +1,200 @@
+"""Leases end even when a client leaves while the database refuses writes.
+
+A server ends its agents' leases when their client leaves. Here the database is held locked by
+another real process (SQLite: BEGIN EXCLUSIVE; PostgreSQL: LOCK TABLE agents) while that
+happens: the server retries, records the lease ends beside the database (pending.py), and the
+next server to start writes them, so the claims come free after the disconnect grace instead
+of never. Nothing of ours is mocked: real stdio server processes, real locks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import StdioPipes, agenthold_args
+
+from agenthold.claims import Coordinator
+from agenthold.pending import apply_pending, pending_path
+from agenthold.server import EXIT_PATIENCE, Agenthold, exit_patience
+from agenthold.store import StateStore
+from agenthold.uris import Resolver, Workspace
+
+pytestmark = pytest.mark.anyio
+
+HOLD_EXCLUSIVE = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN EXCLUSIVE")
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("ROLLBACK")
+"""
+
+
+@contextlib.contextmanager
+def exclusive_lock(db: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding ``BEGIN EXCLUSIVE`` on ``db`` until the block ends (or until
+    it is sent a line)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_EXCLUSIVE, str(db)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        with contextlib.suppress(OSError):
+            holder.stdin.write("done\n")
+            holder.stdin.close()
+        holder.wait(10)
+
+
+class Server:
+    def __init__(self, tmp_path: Path, db: Path, *flags: str) -> None:
+        argv = agenthold_args(db, tmp_path, "--disconnect-grace", "1", *flags)
+        self.pipes = StdioPipes([sys.executable, *argv], tmp_path)
+        self.pipes.handshake("lease-test")
+
+    def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        result = self.pipes.request("tools/call", {"name": tool, "arguments": arguments})
+        reply: dict[str, Any] = json.loads(result["content"][0]["text"])
+        return reply
+
+
+def holder_of(db: Path, tmp_path: Path, resource: str) -> str | None:
+    with StateStore(db) as store:
+        coordinator = Coordinator(store, resolver=Resolver([Workspace("default", str(tmp_path))]))
+        status = coordinator.status(resource)
+        return status.holder.agent_id if status.holder is not None else None
+
+
+def claimed_by_a_server(tmp_path: Path, db: Path) -> tuple[Server, str]:
+    server = Server(tmp_path, db, "--busy-timeout", "0.2")
+    agent = server.call("agenthold_register", name="leaver")["agent_id"]
+    assert server.call("agenthold_claim", agent_id=agent, resource="a.txt")["status"] == "claimed"
+    return server, agent
+
+
+def test_a_lease_end_refused_at_exit_is_written_by_the_next_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTHOLD_EXIT_PATIENCE", "1")
+    db = tmp_path / "agenthold.db"
+    server, agent = claimed_by_a_server(tmp_path, db)
+    with exclusive_lock(db):
+        started = time.monotonic()
+        status, err = server.pipes.close()  # the client leaves while the database is locked
+        assert status == 0, err
+        assert time.monotonic() - started < 15  # patience, not forever
+    assert "could not end the leases of" in err and "the next server to start applies" in err
+    assert "gave up ending the leases" in err
+    pending = Path(f"{db}-disconnects")
+    assert [json.loads(line)["agent_id"] for line in pending.read_text().splitlines()] == [agent]
+    assert holder_of(db, tmp_path, "a.txt") == agent  # nothing wrote the lease end yet
+    nxt = Server(tmp_path, db)  # the next server writes it as it starts
+    try:
+        deadline = time.monotonic() + 15
+        while holder_of(db, tmp_path, "a.txt") is not None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert holder_of(db, tmp_path, "a.txt") is None  # free, one grace after it left
+        assert not pending.exists()
+        other = nxt.call("agenthold_register", name="next")["agent_id"]
+        assert nxt.call("agenthold_claim", agent_id=other, resource="a.txt")["status"] == "claimed"
+    finally:
+        nxt.pipes.close()
+
+
+def test_a_lease_end_refused_at_exit_is_retried_until_the_lock_is_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENTHOLD_EXIT_PATIENCE", "20")
+    db = tmp_path / "agenthold.db"
+    server, agent = claimed_by_a_server(tmp_path, db)
+    with exclusive_lock(db) as holder:
+        assert server.pipes.proc.stdin is not None
+        server.pipes.proc.stdin.close()  # the client leaves while the database is locked
+        time.sleep(1.0)
+        assert server.pipes.proc.poll() is None  # still retrying
+        assert holder.stdin is not None
+        holder.stdin.write("done\n")  # the lock goes
+        holder.stdin.flush()
+        status, err = server.pipes.close()
+    assert status == 0 and "gave up" not in err, err
+    deadline = time.monotonic() + 10
+    while holder_of(db, tmp_path, "a.txt") is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert holder_of(db, tmp_path, "a.txt") is None  # its own retry ended the lease
+    assert holder_of(db, tmp_path, "a.txt") != agent
+
+
+@pytest.mark.backends
+async def test_lease_ends_the_database_refuses_are_kept_and_applied_later(
+    backend: str, db_url: str, tmp_path: Path
+) -> None:
+    with StateStore(db_url, busy_timeout=0.2) as store:
+        coordinator = Coordinator(store, resolver=Resolver([Workspace("d", str(tmp_path))]))
+        agent = coordinator.register("leaver").agent_id
+        assert coordinator.claim("a.txt", agent).status == "claimed"
+        app = Agenthold(coordinator, disconnect_grace=0.3)
+        app.exit_patience = 0.3
+        with _locked(backend, db_url):
+            await app.end_leases([agent])
+        path = pending_path(store.db)
+        assert path is not None and os.path.exists(path)
+        assert coordinator.status("a.txt").status == "claimed"  # not yet
+        assert apply_pending(coordinator) == 1 and not os.path.exists(path)
+        time.sleep(0.4)
+        assert coordinator.status("a.txt").status == "available"
+        # An agent that came back after it left keeps its lease: the old record is left alone.
+        again = coordinator.register("back").agent_id
+        coordinator.claim("b.txt", again)
+        with _locked(backend, db_url):
+            await app.end_leases([again])
+        time.sleep(1.1)  # last_seen_at is rewritten at most once a second
+        coordinator.claim("c.txt", again)  # a call: it is back
+        assert apply_pending(coordinator) == 0
+        time.sleep(0.4)
+        assert coordinator.status("b.txt").status == "claimed"
+
+
+@contextlib.contextmanager
+def _locked(backend: str, db_url: str) -> Iterator[None]:
+    if backend == "postgresql":
+        import psycopg
+
+        with psycopg.connect(db_url) as conn:
+            conn.execute("LOCK TABLE agents IN ACCESS EXCLUSIVE MODE")
+            yield
+            conn.rollback()
+    else:
+        with exclusive_lock(Path(db_url)):
+            yield
+
+
+def test_the_patience_comes_from_the_environment_within_bounds() -> None:
+    assert exit_patience("2.5") == 2.5 and exit_patience("0") == 0
+    assert exit_patience(None) == exit_patience("soon") == exit_patience("-1") == EXIT_PATIENCE
+    assert exit_patience("1e9") == EXIT_PATIENCE
+
+
+def test_a_torn_or_foreign_line_in_the_side_file_is_skipped(tmp_path: Path) -> None:
+    with StateStore(tmp_path / "s.db") as store:
+        coordinator = Coordinator(store, resolver=Resolver([Workspace("d", str(tmp_path))]))
+        path = pending_path(store.db)
+        assert path is not None
+        Path(path).write_text('{"agent_id": "agent-00", "left_at": 1}\nnot json\n[1]\n')
+        assert apply_pending(coordinator) == 0 and not os.path.exists(path)
+        gone = {"agent_id": "agent-0123456789abcdef", "left_at": 1.0, "ends_at": 2.0,
+                "outcome": "abandoned"}  # fmt: skip
+        Path(path).write_text(json.dumps(gone) + "\n")
+        assert apply_pending(coordinator) == 0  # an agent that is gone is left alone
