@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -203,12 +204,22 @@ async def test_refusals_are_counted_in_one_log_line_per_interval_without_a_trace
     monkeypatch.setattr(http_module, "REFUSALS_EVERY", 0.3)
     caplog.set_level(logging.WARNING)
     async with bounded(tmp_path, 5) as s:
+        started = time.monotonic()
         streams = [await raw_connection(s.port) for _ in range(45)]
-        await poll(lambda: any("displaced" in r.getMessage() for r in caplog.records))
+
+        def counted() -> int:
+            found = (re.search(r"(\d+) displaced before sending", r.getMessage())
+                     for r in caplog.records if r.name == "agenthold.http")  # fmt: skip
+            return sum(int(m.group(1)) for m in found if m)
+
+        await poll(lambda: counted() == 40)
+        spent = time.monotonic() - started
         lines = [r for r in caplog.records if r.name == "agenthold.http"]
-        assert len(lines) == 1, [r.getMessage() for r in lines]
-        assert "40 displaced before sending a request" in lines[0].getMessage()
-        assert "limit: 5 open connections" in lines[0].getMessage()
+        # one count per interval (the 45 connections may span two on a busy machine), no
+        # line per connection and no traceback
+        assert 1 <= len(lines) <= 2 + int(spent / 0.3), [r.getMessage() for r in lines]
+        assert all("limit: 5 open connections" in r.getMessage() for r in lines)
+        assert not any(r.exc_info for r in lines)
         await anyio.sleep(0.6)  # a quiet interval logs nothing
         assert [r for r in caplog.records if r.name == "agenthold.http"] == lines
         for stream in streams:
