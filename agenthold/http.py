@@ -213,7 +213,13 @@ class ConnectionGuard:
     a connection that has sent one (a client that was served, so one with a valid token where
     tokens are required) is never displaced. If every open connection has, the new one gets
     503 and is closed. Nothing is logged per connection: what was refused or dropped is
-    counted, and one WARNING line per REFUSALS_EVERY seconds says how many."""
+    counted, and one WARNING line per REFUSALS_EVERY seconds says how many.
+
+    Why not uvicorn's ``limit_concurrency``: it is checked per request, once a request head has
+    arrived, against the connections and tasks open, and answers that request 503. Connections
+    that never finish a head are accepted and kept all the same (they are what ran the process
+    out of descriptors), and the request it refuses is the one that did arrive, an
+    authenticated client's. The cap here acts when a connection is accepted instead."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
