@@ -195,6 +195,8 @@ def reply(result: Any) -> Reply:
         held = {"status": "claimed", "resource": result.resource, "held_by": h.agent_id,
                 "agent_name": h.name, "agent_model": h.model, "claimed_at": h.claimed_at,
                 "version": result.version}  # fmt: skip
+        if not h.model:  # as register leaves out a model that was not given
+            del held["agent_model"]
         _held_as(held, h)
         if h.lease_ends_at is not None:
             held["lease_ends_at"] = utc_iso(h.lease_ends_at)
@@ -214,6 +216,8 @@ def reply(result: Any) -> Reply:
                              "registered_at": result.registered_at}  # fmt: skip
         if result.model:
             registered["model"] = result.model
+        if result.purpose:
+            registered["purpose"] = result.purpose
         return registered
     raise TypeError(f"not a Coordinator result: {type(result).__name__}")
 

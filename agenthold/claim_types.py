@@ -114,6 +114,7 @@ class Registration:
     name: str
     model: str
     registered_at: str
+    purpose: str = ""
     status: Literal["registered"] = "registered"
 
 

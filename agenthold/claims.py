@@ -223,7 +223,7 @@ class Coordinator:
                 (at, agent_id, "registered", None, None, None, None, None, principal),
             )
             changed.append(agent_topic(agent_id))
-        return Registration(agent_id, name, model, at)
+        return Registration(agent_id, name, model, at, purpose)
 
     def agent(self, agent_id: str) -> Agent:
         """Return a registered agent; UnknownAgentError if there is none with this id."""

@@ -291,7 +291,7 @@ async def test_tool_descriptions_teach_the_claim_protocol(standard: Served) -> N
 
 
 @pytest.mark.backends
-async def test_register_returns_an_agent_id_and_echoes_the_model_when_given(
+async def test_register_returns_an_agent_id_and_echoes_the_model_and_purpose_when_given(
     standard: Served,
 ) -> None:
     plain = await standard.call("agenthold_register", name="editor")
@@ -301,9 +301,11 @@ async def test_register_returns_an_agent_id_and_echoes_the_model_when_given(
     full = await standard.call(
         "agenthold_register", name="reviewer", model="claude-sonnet-4-6", purpose="review"
     )
-    assert set(full) == {"status", "agent_id", "name", "registered_at", "model"}
-    assert full["model"] == "claude-sonnet-4-6"
+    assert set(full) == {"status", "agent_id", "name", "registered_at", "model", "purpose"}
+    assert (full["model"], full["purpose"]) == ("claude-sonnet-4-6", "review")
     assert full["agent_id"] != plain["agent_id"]
+    only = await standard.call("agenthold_register", name="tester", purpose="run the tests")
+    assert set(only) == {"status", "agent_id", "name", "registered_at", "purpose"}
 
 
 @pytest.mark.backends
@@ -337,6 +339,17 @@ async def test_status_shows_the_holder_without_registering(standard: Served) -> 
     }  # fmt: skip
     assert held["status"] == "claimed" and held["held_by"] == reply["agent_id"]
     assert (held["agent_name"], held["agent_model"], held["version"]) == ("editor", "m1", 1)
+
+
+@pytest.mark.backends
+async def test_status_leaves_out_the_model_of_a_holder_that_gave_none(standard: Served) -> None:
+    agent = await standard.register("reviewer")  # no model, as register's reply shows
+    await standard.call("agenthold_claim", resource="notes.md", agent_id=agent)
+    held = await standard.call("agenthold_status", resource="notes.md")
+    assert held["status"] == "claimed" and held["agent_name"] == "reviewer"
+    assert "agent_model" not in held
+    both = await standard.call("agenthold_status", resources=["notes.md", "other.md"])
+    assert "agent_model" not in both["resources"][0]
 
 
 @pytest.mark.backends
