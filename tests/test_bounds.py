@@ -686,3 +686,18 @@ async def test_other_event_loop_errors_still_reach_the_loops_own_handler() -> No
         loop.set_exception_handler(original)
     assert [type(c.get("exception")) for c in seen] == [ZeroDivisionError]
     assert guard.counts == {}
+
+
+def test_the_session_benchmark_quick_run_keeps_at_most_the_limit_open() -> None:
+    """bench/session_bench.py with 300 sessions: its check, not its figures."""
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parents[1] / "bench" / "session_bench.py"),
+         "--sessions", "300"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "pass: at most 256 stay open and a new client gets a session" in done.stdout
+    assert "still open" in done.stdout

@@ -1,0 +1,160 @@
+"""What older-protocol sessions that are never closed cost an HTTP server, with and without the
+per-principal bound (sessions.py).
+
+    python bench/session_bench.py                  # 3,000 sessions opened by one token
+    python bench/session_bench.py --sessions 10000
+
+For each setting, one ``agenthold --transport http --json-response`` process with a token; one
+client opens ``--sessions`` sessions of the 2025-11-25 protocol (initialize, 8 at a time) and
+closes none, as a client that leaves without a DELETE does. The baseline, in the same run, is
+``--session-limit 10000``: the SDK's own cap over all callers, which was the only bound before.
+The table gives the server's resident memory before and after, what each session cost, how
+many of the sessions are still open at the end (a tools/list with each id), and whether a new
+client of the same token still gets a session. Memory the server freed is not always given
+back to the system, so the bounded figure is an upper bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+from _common import machine, machine_line, table  # noqa: E402
+
+TOKEN = "session-bench-token"
+ACCEPT = "application/json, text/event-stream"
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "session-bench", "version": "0"},
+    },
+}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def resident_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+async def one_setting(work: Path, limit: int, sessions: int) -> dict[str, Any]:
+    import httpx2
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "agenthold", "--db", str(work / f"s{limit}.db"),
+         "--transport", "http", "--port", str(port), "--claim-ttl", "60", "--json-response",
+         "--session-limit", str(limit)],
+        env={**os.environ, "AGENTHOLD_AUTH_TOKEN": TOKEN},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    headers = {"Content-Type": "application/json", "Accept": ACCEPT}
+    try:
+        async with httpx2.AsyncClient(
+            timeout=30, headers={"Authorization": f"Bearer {TOKEN}"}
+        ) as http:
+            for _ in range(300):  # until it serves
+                try:
+                    await http.get(url)
+                    break
+                except httpx2.TransportError:
+                    await asyncio.sleep(0.1)
+            await http.post(url, json=INITIALIZE, headers=headers)  # warm
+            before = resident_kb(server.pid)
+            ids: list[str] = []
+            gate = asyncio.Semaphore(8)
+            started = time.monotonic()
+
+            async def open_one() -> None:
+                async with gate:
+                    reply = await http.post(url, json=INITIALIZE, headers=headers)
+                    if reply.status_code == 200:
+                        ids.append(reply.headers["mcp-session-id"])
+
+            await asyncio.gather(*(open_one() for _ in range(sessions)))
+            seconds = time.monotonic() - started
+            after = resident_kb(server.pid)
+            listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+            still_open = 0
+            for sid in ids:
+                reply = await http.post(
+                    url,
+                    json=listing,
+                    headers={
+                        **headers,
+                        "Mcp-Session-Id": sid,
+                        "MCP-Protocol-Version": "2025-11-25",
+                    },
+                )
+                still_open += reply.status_code == 200
+            newcomer = await http.post(url, json=INITIALIZE, headers=headers)
+    finally:
+        server.terminate()
+        server.wait(30)
+    return {
+        "limit": limit,
+        "opened": len(ids),
+        "seconds": seconds,
+        "before": before,
+        "after": after,
+        "still_open": still_open,
+        "newcomer": newcomer.status_code,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=3000, help="sessions to open (3000)")
+    args = parser.parse_args(argv)
+    if not 0 < args.sessions <= 10_000:
+        parser.error(f"--sessions must be from 1 to 10000, got {args.sessions}")
+    print(f"{machine_line(machine())}\n", flush=True)
+    with tempfile.TemporaryDirectory(prefix="agenthold-sb-") as work:
+        results = [
+            asyncio.run(one_setting(Path(work), limit, args.sessions)) for limit in (10_000, 256)
+        ]
+    rows = [["--session-limit", "opened", "s", "RSS before MB", "after MB", "kB a session",
+             "still open", "a new client"]]  # fmt: skip
+    for r in results:
+        grown = r["after"] - r["before"]
+        name = f"{r['limit']:,}" + (" (the SDK's cap: baseline)" if r["limit"] == 10_000 else "")
+        rows.append([
+            name, f"{r['opened']:,}", f"{r['seconds']:.0f}", f"{r['before'] / 1024:.0f}",
+            f"{r['after'] / 1024:.0f}", f"{grown / max(1, r['opened']):.1f}",
+            f"{r['still_open']:,}", str(r["newcomer"]),
+        ])  # fmt: skip
+    print(table(rows))
+    bounded = results[1]
+    ok = bounded["still_open"] <= 256 and bounded["newcomer"] == 200
+    print(f"\n{'pass' if ok else 'FAIL'}: at most 256 stay open and a new client gets a session")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
