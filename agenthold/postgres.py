@@ -502,6 +502,7 @@ class PostgresDatabase:
                 f"PostgreSQL at {self.path} is unreachable: {self._scrub(exc)}"
             )
             error.hint = UNREACHABLE_HINT
+            error.transient = True
         else:
             error = UnavailableError(f"the database failed: {self._scrub(exc)}")
             error.hint = "Retry in a moment; if it keeps failing, check the PostgreSQL server."
@@ -526,6 +527,7 @@ class PostgresDatabase:
                 raise self._error(exc) from None
             error = UnavailableError(f"PostgreSQL at {self.path} is unreachable: {down}")
             error.hint = UNREACHABLE_HINT
+            error.transient = True
             raise error from None
         except psycopg.Error as exc:
             raise self._error(exc) from None

@@ -361,8 +361,11 @@ class Agenthold:
                 ends_in = max(0.0, grace - (time.monotonic() - started))
                 try:
                     await self.write(self.coordinator.end_lease, agent_id, ends_in)
-                except UnavailableError as exc:  # locked, full: worth another try
-                    unwritten.append(agent_id)
+                except UnavailableError as exc:
+                    if not exc.transient:  # read-only, replaced: no retry will change that
+                        log.warning("could not end the lease of %s: %s", agent_id, exc)
+                        continue
+                    unwritten.append(agent_id)  # locked, full: worth another try
                     reason = str(exc)
                 except AgentholdError as exc:
                     log.warning("could not end the lease of %s: %s", agent_id, exc)

@@ -193,11 +193,17 @@ class DamagedRecordError(AgentholdError, ValueError):
 
 
 class UnavailableError(AgentholdError):
-    """The database cannot serve the call right now (locked, full, read-only, I/O error)."""
+    """The database cannot serve the call right now (locked, full, read-only, I/O error).
+    ``transient`` says whether the same call may succeed later by itself (a lock released, room
+    made), rather than only after someone fixes something (permissions, a replaced file)."""
+
+    transient = False
 
 
 class BusyError(UnavailableError):
     """Another writer held the database longer than ``busy_timeout``."""
+
+    transient = True
 
 
 # --------------------------------------------------------------------------------------------
@@ -1542,6 +1548,7 @@ def _translate(exc: sqlite3.Error, busy_timeout: float, path: str = "") -> Agent
             "nothing was written"
         )
         error.hint = "Free disk space; writes work again as soon as there is room."
+        error.transient = True
     elif "readonly" in lowered or "read-only" in lowered:
         stuck = _unwritable(path)
         error = UnavailableError(
@@ -1559,6 +1566,7 @@ def _translate(exc: sqlite3.Error, busy_timeout: float, path: str = "") -> Agent
             "or a failing disk); nothing was written"
         )
         error.hint = "Check the disk and its free space, then retry."
+        error.transient = True
     elif "malformed" in lowered or "corrupt" in lowered:
         error = UnavailableError(f"the database file is damaged: {text}")
         error.hint = (
