@@ -14,6 +14,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+import anyio
+
+from agenthold.claim_match import Pattern
+from agenthold.claim_queue import claim_waited
 from agenthold.claim_types import (
     MAX_AGENT_NAME,
     MAX_MODEL,
@@ -31,11 +35,13 @@ from agenthold.claim_types import (
     StatusResult,
     UnknownAgentError,
     WaitResult,
+    check_mode,
 )
 from agenthold.claims import MAX_SET, Coordinator, waited
 from agenthold.principals import require_claim
 from agenthold.store import utc_iso
 from agenthold.toolkit import WAIT_TIMEOUT, App, Param, Reply, ToolCall, ToolError, ToolSpec, short
+from agenthold.uris import Resource
 
 HINTS: dict[str, str] = {
     "modified": "The previous holder modified this resource: read it again before you change it.",
@@ -96,6 +102,14 @@ RESOURCE_ONE = Param(
 RESOURCE = Param(RESOURCE_ONE.name, "string", RESOURCE_ONE.description, required=False)
 RESOURCES = Param("resources", "array", "instead of resource: a list of them", required=False)
 AGENT_ID = Param("agent_id", "string", "your agent_id, from agenthold_register")
+MODE = Param(
+    "mode",
+    "string",
+    "shared: to read, with others",
+    required=False,
+    default="exclusive",
+    enum=("exclusive", "shared"),
+)
 
 STANDARD_NAMES = frozenset(
     {"agenthold_register", "agenthold_claim", "agenthold_release", "agenthold_status",
@@ -119,7 +133,8 @@ def previous_fields(previous: Previous | None) -> Reply:
     }
     if previous.outcome == "moved":
         fields["moved_to"] = previous.moved_to
-    fields["hint"] = HINTS[previous.outcome].format(moved_to=previous.moved_to)
+    if previous.outcome in HINTS:  # a hand-off tells a plain release too, which needs no hint
+        fields["hint"] = HINTS[previous.outcome].format(moved_to=previous.moved_to)
     return fields
 
 
@@ -140,7 +155,24 @@ def statuses(results: tuple[StatusResult, ...]) -> Reply:
 def _held_as(reply: Reply, holder: Holder) -> Reply:
     if holder.held_as is not None:
         reply["held_as"] = holder.held_as
+    if holder.mode == "shared":
+        reply["mode"] = "shared"
     return reply
+
+
+def _busy_fields(busy: Reply, result: ClaimResult) -> None:
+    """What a busy reply adds when several claims, readers or queued waits stand in the way."""
+    held = [c for c in result.conflicts if not c.queued]
+    if len(held) > 1:  # a directory or glob in the way of several claims, or several readers
+        busy["conflicts"] = [
+            _held_as({"resource": c.held_as or result.resource, "held_by": c.agent_id}, c)
+            for c in held[:MAX_CONFLICTS_SHOWN]
+        ]
+        for c in busy["conflicts"]:
+            c.pop("held_as", None)
+    queued = [c.agent_id for c in result.conflicts if c.queued]
+    if queued:  # waits in line ahead, which a claim may not jump
+        busy["queued"] = queued[:MAX_CONFLICTS_SHOWN]
 
 
 def reply(result: Any) -> Reply:
@@ -162,11 +194,7 @@ def reply(result: Any) -> Reply:
                     "agent_name": h.name, "claimed_at": h.claimed_at,
                     "hint": BUSY_HINT}  # fmt: skip
             _held_as(busy, h)
-            if len(result.conflicts) > 1:  # a directory or glob in the way of several claims
-                busy["conflicts"] = [
-                    {"resource": c.held_as or result.resource, "held_by": c.agent_id}
-                    for c in result.conflicts[:MAX_CONFLICTS_SHOWN]
-                ]
+            _busy_fields(busy, result)
             return busy
         return {"status": result.status, "resource": result.resource, "version": result.version,
                 **previous_fields(result.previous)}  # fmt: skip
@@ -192,16 +220,25 @@ def reply(result: Any) -> Reply:
             return {"status": "available", "resource": result.resource,
                     **previous_fields(result.previous)}  # fmt: skip
         h = result.holder
-        held = {"status": "claimed", "resource": result.resource, "held_by": h.agent_id,
+        held: Reply = {"status": "claimed", "resource": result.resource, "held_by": h.agent_id,
                 "agent_name": h.name, "agent_model": h.model, "claimed_at": h.claimed_at,
-                "version": result.version}  # fmt: skip
+                "version": result.version, "mode": result.mode}  # fmt: skip
         if not h.model:  # as register leaves out a model that was not given
             del held["agent_model"]
         _held_as(held, h)
+        if result.holders:  # every reader of a shared claim
+            held["holders"] = [
+                {"held_by": r.agent_id, "agent_name": r.name, "claimed_at": r.claimed_at}
+                for r in result.holders
+            ]
         if h.lease_ends_at is not None:
             held["lease_ends_at"] = utc_iso(h.lease_ends_at)
         return held
     if isinstance(result, WaitResult):
+        if result.status in ("claimed", "already_claimed"):  # handed over by the queue
+            return {"status": result.status, "resource": result.resource,
+                    "version": result.version, **previous_fields(result.previous),
+                    "elapsed_seconds": result.elapsed_seconds}  # fmt: skip
         if result.holder is None:
             return {"status": "available", "resource": result.resource,
                     **previous_fields(result.previous),
@@ -248,7 +285,9 @@ class ClaimHandlers:
             for found in wanted:
                 require_claim(call.principal, found.uri, found.workspace)
         done = await self.app.write(
-            lambda: self.coordinator.claim_many(wanted, a["agent_id"], principal=call.by)
+            lambda: self.coordinator.claim_many(
+                wanted, a["agent_id"], mode=a["mode"], principal=call.by
+            )
         )
         self.app.note_agent(call.connection, a["agent_id"])
         return reply(done if a["resources"] is not None else done.results[0])
@@ -280,8 +319,24 @@ class ClaimHandlers:
         return statuses(await self.app.read(self.coordinator.status_many, named))
 
     async def wait(self, call: ToolCall) -> Reply:
-        resource = self.coordinator.target(call.args["resource"])
-        timeout = call.args["timeout_seconds"]
+        a = call.args
+        if not a["claim"] and (a["agent_id"] is not None or a["mode"] is not None):
+            raise ToolError(
+                "agent_id and mode are for a wait that claims: add claim true",
+                "Call agenthold_wait again with claim: true to be handed the claim, or "
+                "without agent_id and mode to be told when it is free.",
+            )
+        if a["claim"] and a["agent_id"] is None:
+            raise ToolError(
+                "claim: true needs agent_id: the agent the claim is handed to",
+                "Call agenthold_wait again with your agent_id from agenthold_register.",
+            )
+        resource = self.coordinator.target(a["resource"])
+        if a["claim"]:
+            if call.principal is not None:
+                require_claim(call.principal, resource.uri, resource.workspace)
+            return await self._wait_to_claim(call, resource)
+        timeout = a["timeout_seconds"]
         start = time.monotonic()
         coordinator = self.coordinator
 
@@ -297,6 +352,49 @@ class ClaimHandlers:
 
         progress = call.progress(timeout, f"{resource.uri} to be released")
         return await self.app.wait_for(look, give_up, timeout, progress)
+
+    async def _wait_to_claim(self, call: ToolCall, resource: Resource | Pattern) -> Reply:
+        """A wait in the resource's queue: each look is one write (coordinator.queue_look) that
+        serves the queue; a wait that ends unanswered (timeout, cancel, closed connection)
+        leaves it."""
+        a, coordinator = call.args, self.coordinator
+        agent_id, mode, timeout = a["agent_id"], a["mode"] or "exclusive", a["timeout_seconds"]
+        check_mode(mode)
+        start, seq = time.monotonic(), None
+
+        async def look() -> tuple[Reply | None, Iterable[tuple[str, ...]], float | None]:
+            nonlocal seq
+            left = max(0.0, timeout - (time.monotonic() - start))
+            step = await self.app.write(
+                lambda: coordinator.queue_look(
+                    resource, agent_id, mode, seq, left, principal=call.by
+                )
+            )
+            seq = step.seq
+            if step.result is not None:
+                return reply(claim_waited(step.result, time.monotonic() - start)), (), None
+            if not step.in_line:
+                return await give_up(), (), None
+            return None, step.topics, step.wake_at
+
+        async def give_up() -> Reply:
+            if seq is not None:
+                got = await self.app.write(coordinator.leave_queue, seq)
+                if got is not None:  # handed over just before the deadline
+                    return reply(claim_waited(got, time.monotonic() - start))
+            probe = await self.app.read(coordinator.probe, resource)
+            return reply(waited(resource, probe, time.monotonic() - start))
+
+        self.app.note_agent(call.connection, agent_id)
+        progress = call.progress(timeout, f"{resource.uri} to be handed over")
+        out: Reply = {}
+        try:
+            out = await self.app.wait_for(look, give_up, timeout, progress)
+            return out
+        finally:
+            if seq is not None and out.get("version") is None:  # not handed over: leave
+                with anyio.CancelScope(shield=True):  # also when cancelled, or disconnected
+                    await self.app.write(coordinator.leave_queue, seq)
 
 
 def one_or_many(tool: str, args: dict[str, Any], *, strings: bool) -> list[Any]:
@@ -397,7 +495,7 @@ def standard_tools(app: App) -> list[ToolSpec]:
             "else or call agenthold_wait, then claim again. A path ending in / claims a "
             "directory; * ? [abc] and ** (any depth) make a glob. resources claims a list: "
             "all or none. To rename, claim the old and the new path.",
-            (RESOURCE, RESOURCES, AGENT_ID),
+            (RESOURCE, RESOURCES, AGENT_ID, MODE),
             read_only=False,
             destructive=False,
             idempotent=True,
@@ -449,14 +547,20 @@ def standard_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_wait",
             "Wait for a resource to be released",
-            "Wait until a claimed resource is released; waiting does not claim it, so claim it "
-            "next. 'available' (with previous_outcome: read it again if it was modified, use "
-            "moved_to if it moved) or 'timeout'. Your turn is blocked while you wait: wait "
-            "only when you have nothing else to do.",
-            (RESOURCE_ONE, WAIT_TIMEOUT),
-            read_only=True,
+            "Wait until a claimed resource is released: 'available' (with previous_outcome: "
+            "read it again if it was modified, use moved_to if it moved) or 'timeout'; this "
+            "does not claim it. With claim true you queue and, in turn, get it 'claimed'. "
+            "Your turn is blocked while you wait: wait only when you have nothing else to do.",
+            (
+                RESOURCE_ONE,
+                WAIT_TIMEOUT,
+                Param("agent_id", "string", "yours, with claim", required=False),
+                Param("claim", "boolean", "queue to be handed it", required=False, default=False),
+                Param("mode", "string", "with claim", required=False, enum=MODE.enum),
+            ),
+            read_only=False,
             destructive=False,
-            idempotent=True,
+            idempotent=False,
             handler=a.wait,
         ),
     ]

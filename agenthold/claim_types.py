@@ -19,6 +19,7 @@ from agenthold.store import AgentholdError, InvalidInputError, Topic, utc_iso
 
 __all__ = [
     "LAPSE_OUTCOMES",
+    "MODES",
     "OUTCOMES",
     "Agent",
     "ClaimInfo",
@@ -36,10 +37,13 @@ __all__ = [
     "WaitProbe",
     "WaitResult",
     "check_agent_id",
+    "check_mode",
     "unknown_agent",
 ]
 
 Outcome = Literal["released", "modified", "created", "deleted", "moved"]
+Mode = Literal["exclusive", "shared"]
+MODES: tuple[str, ...] = ("exclusive", "shared")
 OUTCOMES: tuple[str, ...] = ("released", "modified", "created", "deleted", "moved")
 LAPSE_OUTCOMES = ("expired", "abandoned")  # what a lease that ended means for its claims
 
@@ -141,6 +145,8 @@ class Holder:
     claimed_at: str | None
     lease_ends_at: float | None
     held_as: str | None = None
+    mode: str = "exclusive"  # "shared": one of possibly many readers
+    queued: bool = False  # not a holder: a wait with claim, ahead in the queue (claim_queue)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +168,7 @@ class ClaimInfo:
     last_outcome_at: str | None
     moved_to: str | None
     scope: str | None = None  # a directory or glob claim's directory key (claim_match)
+    mode: str = "exclusive"  # "shared": a shared hold (claim_queue), one of possibly many
 
     def previous(self) -> Previous | None:
         """What the last holder left, if the resource is free and it is worth knowing."""
@@ -181,6 +188,7 @@ class ClaimInfo:
             self.claimed_at,
             self.lease_ends_at,
             held_as,
+            self.mode,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -249,24 +257,29 @@ class ReleaseResult:
 @dataclass(frozen=True, slots=True)
 class StatusResult:
     """A resource as of now: "available" (with ``previous``, if worth knowing) or "claimed"
-    (by ``holder``, at fencing ``version``)."""
+    (by ``holder``, at fencing ``version``; ``mode`` "shared": ``holders`` are every reader)."""
 
     status: Literal["available", "claimed"]
     resource: str
     version: int | None = None
     previous: Previous | None = None
     holder: Holder | None = None
+    mode: str = "exclusive"
+    holders: tuple[Holder, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
 class WaitResult:
-    """A wait's end: "available" (with ``previous``) or "timeout" (``holder`` still holds it)."""
+    """A wait's end: "available" (with ``previous``) or "timeout" (``holder`` still holds it);
+    a wait with claim may end "claimed" or "already_claimed" (at fencing ``version``, with
+    ``previous``: what the last holder did, a plain release included)."""
 
-    status: Literal["available", "timeout"]
+    status: Literal["available", "timeout", "claimed", "already_claimed"]
     resource: str
     elapsed_seconds: float
     previous: Previous | None = None
     holder: Holder | None = None
+    version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +294,12 @@ class WaitProbe:
     @property
     def available(self) -> bool:
         return self.status.status == "available"
+
+
+def check_mode(mode: object) -> str:
+    if mode not in MODES:
+        raise InvalidInputError(f"mode must be 'exclusive' or 'shared', got {mode!r}")
+    return str(mode)
 
 
 def check_agent_id(agent_id: object) -> str:

@@ -19,6 +19,8 @@ next claimant is told. Decisions behind it:
   (``src/**/*.py``; agenthold.claim_match); what stands in its way is read by claim_rows.
   Several at once are one transaction under the same lock as every claim write, so sets in any
   order never deadlock and are granted whole or not at all.
+- Shared claims (many readers, no writer) and the queue of waits that claim are
+  agenthold.claim_queue: every claim write serves that queue first, in arrival order.
 """
 
 from __future__ import annotations
@@ -28,10 +30,31 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from agenthold.claim_grant import (
+    grant_claim,
+    in_way_of,
+    may_claim,
+    release_lapsed,
+    release_one,
+    serve,
+)
 from agenthold.claim_match import Pattern, resolve_target
+from agenthold.claim_queue import (
+    Batch,
+    QueueLook,
+    activity,
+    check_wait_to_claim,
+    claim_waited,
+    drop_shares,
+    enqueue,
+    handed,
+    leave,
+    queued_in_way,
+    shared_status,
+    waited,
+)
 from agenthold.claim_rows import (
     Fetch,
-    Plan,
     Prefetched,
     blocking,
     check_owner,
@@ -51,7 +74,6 @@ from agenthold.claim_schema import (
     CLAIMS_SCHEMA,
     agent_topic,
     resource_topic,
-    write_rows,
 )
 from agenthold.claim_types import (
     AGENT_ID_RE,
@@ -76,6 +98,7 @@ from agenthold.claim_types import (
     WaitProbe,
     WaitResult,
     check_agent_id,
+    check_mode,
     unknown_agent,
 )
 from agenthold.store import (
@@ -115,6 +138,7 @@ __all__ = [  # the records and schema are re-exported: agenthold.claims names th
     "UnknownAgentError",
     "WaitProbe",
     "WaitResult",
+    "waited",
 ]
 
 # Seconds: a last-seen time or lease end that would move by less than this (a lease end: by
@@ -123,34 +147,6 @@ RENEW_EVERY = 1.0
 
 
 MAX_SET = 100  # resources one call may claim, release or look at together
-
-
-class _Batch:
-    """The rows a claim or release of a set writes, sent as one statement per table."""
-
-    def __init__(self) -> None:
-        self.inserts: list[tuple[Any, ...]] = []
-        self.updates: list[tuple[Any, ...]] = []
-        self.frees: list[tuple[Any, ...]] = []
-        self.events: list[tuple[Any, ...]] = []
-        self.keys: list[str] = []
-        self.released: dict[str, int] = {}  # key: the version its release gave it
-
-    def run(self, conn: Any, changed: list[Topic]) -> None:
-        for sql, rows in ((_INSERT, self.inserts), (_TAKE, self.updates), (_FREE, self.frees),
-                          (_EVENT_BY, self.events)):  # fmt: skip
-            write_rows(conn, sql, rows)
-        changed.extend(resource_topic(k) for k in self.keys)
-
-
-_INSERT = (
-    "INSERT INTO claims (resource, uri, holder, claimed_at, version, file_id, scope) "
-    "VALUES (?, ?, ?, ?, 1, ?, ?)"
-)
-_TAKE = (
-    "UPDATE claims SET holder = ?, claimed_at = ?, version = ?, uri = ?, file_id = ?, scope = ? "
-    "WHERE resource = ?"
-)
 
 
 class Coordinator:
@@ -276,20 +272,27 @@ class Coordinator:
         return resolve_target(self.resolver, resource, walk)
 
     def claim(
-        self, resource: str | Resource | Pattern, agent_id: str, *, principal: str | None = None
+        self,
+        resource: str | Resource | Pattern,
+        agent_id: str,
+        *,
+        mode: str = "exclusive",
+        principal: str | None = None,
     ) -> ClaimResult:
         """Claim ``resource`` (a path, URI, directory ``d/`` or glob) for ``agent_id``:
-        "claimed", "already_claimed" or "busy".
+        "claimed", "already_claimed" or "busy". ``mode`` "shared" lets other readers hold it
+        too, while nobody holds it exclusively.
 
         With ``principal`` (the caller, as a token names it), ForeignAgentError unless the agent
         was registered through that principal; None is a trusted caller."""
-        return self.claim_many([resource], agent_id, principal=principal).results[0]
+        return self.claim_many([resource], agent_id, mode=mode, principal=principal).results[0]
 
     def claim_many(
         self,
         resources: Sequence[str | Resource | Pattern],
         agent_id: str,
         *,
+        mode: str = "exclusive",
         principal: str | None = None,
     ) -> ClaimSetResult:
         """Claim every one of ``resources`` for ``agent_id`` in one transaction, or none: the
@@ -297,25 +300,31 @@ class Coordinator:
         order by any number of agents never deadlock and never half-succeed."""
         targets = self._targets(resources)
         check_agent_id(agent_id)
+        check_mode(mode)
         with self.db.write() as (conn, changed):
             # the database's clock, read once the lock is held: a wait for it may cross a
             # lease end, and every host must judge leases by the same clock
             now = self.db.serialize(conn, CLAIMS_LOCK)
             check_owner(conn, agent_id, principal)
             self._touch(conn, changed, agent_id, now)
+            waits, shares = activity(conn)
+            queue = serve(conn, changed, now) if waits else []
+
             fetch = fetch_in(conn)
             ahead = Prefetched.read(fetch, targets)  # its rows and all in their way, at once
-            looks = [self._may_claim(fetch, t, agent_id, now, ahead) for t in targets]
+            looks = [
+                may_claim(fetch, t, agent_id, now, ahead, mode, queue, shares) for t in targets
+            ]
             if any(r.status == "busy" for r, _ in looks):
                 return ClaimSetResult(
                     "busy",
                     tuple(ClaimResult("available", r.resource) if r.status == "claimed" else r
                           for r, _ in looks),
                 )  # fmt: skip
-            at, batch = utc_iso(now), _Batch()
+            at, batch = utc_iso(now), Batch()
             results = tuple(
-                r if r.status == "already_claimed" else self._grant(conn, batch, t, info,
-                                                                     agent_id, at, principal)
+                r if r.status == "already_claimed" else grant_claim(
+                    conn, batch, t, info, agent_id, at, principal, mode, shares)
                 for t, (r, info) in zip(targets, looks, strict=True)
             )  # fmt: skip
             batch.run(conn, changed)
@@ -334,64 +343,6 @@ class Coordinator:
             found = self.target(resource, walk)
             unique.setdefault(found.key, found)  # one spelling of a resource counts once
         return list(unique.values())
-
-    def _may_claim(
-        self,
-        fetch: Fetch,
-        target: Resource | Pattern,
-        agent_id: str,
-        now: float,
-        ahead: Prefetched | None = None,
-    ) -> tuple[ClaimResult, ClaimInfo | None]:
-        """Whether ``agent_id`` may claim ``target`` now ("claimed": it may; nothing written),
-        and the target's own claim row."""
-        info = own(fetch, target, now) if ahead is None else ahead.own_of(target, now)
-        if info is not None and info.holder == agent_id:
-            return ClaimResult("already_claimed", info.uri, info.version), info
-        in_way = [info] if info is not None and info.state == "claimed" else []
-        in_way += blocking(fetch, target, now, agent_id, ahead)
-        if in_way:
-            uri = in_way[0].uri if in_way[0].resource == target.key else target.uri
-            conflicts = tuple(c.held(c.uri if c.uri != uri else None) for c in in_way)
-            result = ClaimResult("busy", uri, holder=conflicts[0], conflicts=conflicts)
-            return result, info
-        return ClaimResult("claimed", target.uri), info
-
-    def _grant(
-        self,
-        conn: Any,
-        batch: _Batch,
-        target: Resource | Pattern,
-        info: ClaimInfo | None,
-        agent_id: str,
-        at: str,
-        principal: str | None,
-    ) -> ClaimResult:
-        file_id = target.file_id if isinstance(target, Resource) else None
-        scope = target.scope if isinstance(target, Pattern) else None
-        if info is None:
-            version = 1
-            batch.inserts.append((target.key, target.uri, agent_id, at, file_id, scope))
-        else:
-            version = info.version
-            lapsed = info.state == "free" and info.last_outcome in LAPSE_OUTCOMES
-            if lapsed and self._held_row(conn, target.key):  # the lease lapsed: record it first
-                version += 1
-                self._record_lapse(conn, info, version)
-            version += 1
-            batch.updates.append((agent_id, at, version, target.uri, file_id, scope, target.key))
-        batch.events.append(
-            (at, agent_id, "claimed", target.key, target.uri, None, None, version, principal)
-        )
-        batch.keys.append(target.key)
-        previous = None if info is None else info.previous()
-        return ClaimResult("claimed", target.uri, version, previous)
-
-    @staticmethod
-    def _held_row(conn: Any, key: str) -> bool:
-        """Whether the row still names a holder (a lapse not yet recorded as a release)."""
-        row = conn.execute("SELECT holder FROM claims WHERE resource = ?", (key,)).fetchone()
-        return row is not None and row[0] is not None
 
     def release(
         self,
@@ -439,62 +390,17 @@ class Coordinator:
             now = self.db.serialize(conn, CLAIMS_LOCK)
             check_owner(conn, agent_id, principal)
             self._touch(conn, changed, agent_id, now)
-            named = [p.named.key for p in plans]  # each name as written too: see _release_one
+            named = [p.named.key for p in plans]  # each name as written too: see release_one
             ahead = Prefetched.read(fetch_in(conn), [p.res for p in plans], named, blockers=False)
-            batch = _Batch()
-            at = utc_iso(now)
+            batch, at, (waits, shares) = Batch(), utc_iso(now), activity(conn)
             results = tuple(
-                self._release_one(conn, batch, ahead, plan, agent_id, now, at, principal)
+                release_one(conn, batch, ahead, plan, agent_id, now, at, principal, shares)
                 for plan in plans
             )
             batch.run(conn, changed)
+            if waits:
+                serve(conn, changed, now)  # hand what was freed to the queue, oldest first
         return ReleaseSetResult(results)
-
-    def _release_one(
-        self,
-        conn: Any,
-        batch: _Batch,
-        ahead: Prefetched,
-        plan: Plan,
-        agent_id: str,
-        now: float,
-        at: str,
-        principal: str | None,
-    ) -> ReleaseResult:
-        res, named = plan.res, plan.named
-        if res.key in batch.released:  # named twice in one set: released once
-            return ReleaseResult("already_free", res.uri, batch.released[res.key])
-        row = ahead.own.get(res.key)
-        if named.key != res.key and (row is None or row[2] != agent_id):
-            # The name became a symbolic link after this agent claimed it: release the
-            # claim taken under the name as written.
-            held = ahead.own.get(named.key)
-            if held is not None and held[2] == agent_id:
-                res, row = named, held
-        if plan.refused is not None and (row is None or row[2] != agent_id):
-            raise plan.refused
-        if row is None:
-            return ReleaseResult("not_found", res.uri)
-        info = claim_info(row, now)
-        if info.holder != agent_id:
-            if info.state == "claimed":
-                raise NotHolderError(
-                    f"{info.uri} is held by {info.holder} ({info.holder_name}), not by "
-                    f"{agent_id}; only the holder can release it"
-                )
-            ended = None
-            if info.last_holder == agent_id and info.last_outcome in LAPSE_OUTCOMES:
-                assert info.last_outcome is not None
-                ended = Previous(info.last_outcome, agent_id, info.last_outcome_at)
-            return ReleaseResult("already_free", info.uri, info.version, ended=ended)
-        version, outcome, moved_to = info.version + 1, plan.outcome, plan.moved_to
-        batch.frees.append((version, outcome, agent_id, at, moved_to, res.key))
-        batch.events.append(
-            (at, agent_id, "released", res.key, res.uri, outcome, moved_to, version, principal)
-        )
-        batch.keys.append(res.key)
-        batch.released[res.key] = version
-        return ReleaseResult("released", info.uri, version, outcome, moved_to or None)
 
     def status(self, resource: str | Resource | Pattern) -> StatusResult:
         """Whether ``resource`` is "available" (with what the last holder left) or "claimed"
@@ -526,6 +432,9 @@ class Coordinator:
             return StatusResult("claimed", info.uri, info.version, holder=info.held()), [info]
         in_way = blocking(fetch, target, now)
         if not in_way:
+            shared = shared_status(fetch, target, now, None if info is None else info.version)
+            if shared is not None:
+                return shared
             previous = None if info is None else info.previous()
             return StatusResult("available", target.uri, previous=previous), []
         first = in_way[0]
@@ -560,11 +469,28 @@ class Coordinator:
         ends = [i.lease_ends_at for i in held if i.lease_ends_at is not None]
         return WaitProbe(status, frozenset(topics), min(ends, default=None))
 
-    def wait(self, resource: str | Resource | Pattern, timeout: float) -> WaitResult:
+    def wait(
+        self,
+        resource: str | Resource | Pattern,
+        timeout: float,
+        *,
+        agent_id: str | None = None,
+        claim: bool = False,
+        mode: str = "exclusive",
+        principal: str | None = None,
+    ) -> WaitResult:
         """Block until ``resource`` is free ("available", with what the last holder left) or
-        ``timeout`` seconds pass ("timeout", naming the holder)."""
+        ``timeout`` seconds pass ("timeout", naming the holder).
+
+        With ``claim``, ``agent_id`` joins the resource's queue instead: the oldest waiter is
+        handed the claim (in ``mode``) as soon as it can be granted ("claimed", with the
+        fencing version and what the last holder did). A wait that ends unanswered leaves."""
         res = self.target(resource)
         seconds = check_seconds("timeout", timeout, maximum=MAX_WAIT_SECONDS)
+        if claim:
+            return self._wait_to_claim(res, seconds, agent_id, mode, principal)
+        if agent_id is not None or mode != "exclusive":
+            raise InvalidInputError("agent_id and mode are for a wait with claim=True")
         start = time.monotonic()
         last: list[WaitProbe] = []
 
@@ -581,6 +507,95 @@ class Coordinator:
         if found is not None:
             return found
         return waited(res, last[0], time.monotonic() - start)
+
+    def _wait_to_claim(
+        self,
+        res: Resource | Pattern,
+        seconds: float,
+        agent_id: str | None,
+        mode: str,
+        principal: str | None,
+    ) -> WaitResult:
+        check_wait_to_claim(agent_id, mode)
+        assert agent_id is not None
+        start, seq = time.monotonic(), None
+
+        def look() -> tuple[QueueLook | None, frozenset[Topic], float | None]:
+            nonlocal seq
+            left = max(0.0, seconds - (time.monotonic() - start))
+            step = self.queue_look(res, agent_id, mode, seq, left, principal=principal)
+            seq = step.seq
+            if step.result is not None or not step.in_line:
+                return step, step.topics, None
+            return None, step.topics, step.wake_at
+
+        step: QueueLook | None = None
+        try:
+            step = wait_until(self.db, look, seconds, {resource_topic(res.key)})
+        finally:
+            got = None if seq is None or step is not None else self.leave_queue(seq)
+        got = got if step is None else step.result
+        if got is not None:
+            return claim_waited(got, time.monotonic() - start)
+        return waited(res, self.probe(res), time.monotonic() - start)
+
+    def queue_look(
+        self,
+        target: Resource | Pattern,
+        agent_id: str,
+        mode: str,
+        seq: int | None,
+        seconds: float,
+        *,
+        principal: str | None = None,
+    ) -> QueueLook:
+        """One look of a wait with claim (see ``wait``), in one write: join the queue (``seq``
+        None: for ``seconds``) or check the place ``seq``, serve the queue, and say whether this
+        wait was granted, or what to listen to until the next look."""
+        with self.db.write() as (conn, changed):
+            now = self.db.serialize(conn, CLAIMS_LOCK)
+            check_owner(conn, agent_id, principal)
+            if seq is not None:
+                lease = conn.execute(
+                    "SELECT lease_ends_at FROM agents WHERE agent_id = ?", (agent_id,)
+                ).fetchone()
+                in_line, got = handed(conn, seq)
+                if got is not None:
+                    return QueueLook(seq, got)
+                if not in_line or lease is None or (lease[0] is not None and lease[0] <= now):
+                    leave(conn, seq)  # its agent's lease ended: it was skipped
+                    return QueueLook(seq, None, in_line=False)
+            self._touch(conn, changed, agent_id, now)
+            if seq is None:
+                seq = enqueue(conn, target, agent_id, check_mode(mode), now, now + seconds)
+            queue = serve(conn, changed, now)
+            _, got = handed(conn, seq)
+            if got is not None:
+                return QueueLook(seq, got)
+            # what stands in its way, and the older waits it is behind, are listened to
+            fetch = fetch_in(conn)
+            infos = in_way_of(fetch, target, agent_id, now, mode, own(fetch, target, now))
+            ahead = queued_in_way(queue, target, mode, agent_id, before=seq)
+            topics = {resource_topic(target.key)}
+            topics.update(resource_topic(i.resource) for i in infos)
+            topics.update(agent_topic(i.holder) for i in infos if i.holder is not None)
+            topics.update(resource_topic(w.target.key) for w in ahead)
+            topics.update(agent_topic(w.agent_id) for w in ahead)
+            ends = [i.lease_ends_at for i in infos if i.lease_ends_at is not None]
+            ends += [w.until for w in ahead]
+            if self.claim_ttl is not None:  # look again in time to renew its own lease
+                ends.append(now + self.claim_ttl / 2)
+            return QueueLook(seq, None, True, frozenset(topics), min(ends, default=None))
+
+    def leave_queue(self, seq: int) -> ClaimResult | None:
+        """Take a wait with claim out of the queue (it timed out, or was cancelled); the claim
+        it was handed meanwhile, if any, which its agent then holds."""
+        with self.db.write() as (conn, changed):
+            now = self.db.serialize(conn, CLAIMS_LOCK)
+            got = leave(conn, seq)
+            if got is None:
+                serve(conn, changed, now)  # the waits behind it may go now
+            return got
 
     # -- leases --------------------------------------------------------------------------------
 
@@ -626,7 +641,9 @@ class Coordinator:
                     _EVENT, (at, agent_id, "released", key, uri, outcome, None, version + 1)
                 )
                 changed.append(resource_topic(key))
-        return [uri for _, uri, _ in rows]
+            shared = drop_shares(conn, changed, agent_id, outcome, at)
+            serve(conn, changed, self.db.now())
+        return sorted([uri for _, uri, _ in rows] + shared)
 
     def reap_idle_agents(self, older_than: float) -> list[str]:
         """Remove agents that hold no live claim and made no call for ``older_than`` seconds;
@@ -645,12 +662,14 @@ class Coordinator:
             for agent_id, lease_end in idle:
                 lapsed = lease_end is not None and lease_end <= now
                 held = conn.execute(
-                    "SELECT count(*) FROM claims WHERE holder = ?", (agent_id,)
+                    "SELECT (SELECT count(*) FROM claims WHERE holder = ?) + "
+                    "(SELECT count(*) FROM claim_shares WHERE agent_id = ?)",
+                    (agent_id, agent_id),
                 ).fetchone()[0]
                 if held and not lapsed:
                     continue
                 if held:
-                    self._release_lapsed(conn, changed, agent_id)
+                    release_lapsed(conn, changed, agent_id)
                 conn.execute("DELETE FROM agents WHERE agent_id = ?", (agent_id,))
                 conn.execute(
                     _EVENT, (utc_iso(now), agent_id, "reaped", None, None, None, None, None)
@@ -673,7 +692,7 @@ class Coordinator:
         last_seen, lease_end, lease_outcome = row
         lapsed = lease_end is not None and lease_end <= now
         if lapsed:
-            self._release_lapsed(conn, changed, agent_id)
+            release_lapsed(conn, changed, agent_id)
         new_end = None if self.claim_ttl is None else now + self.claim_ttl
         new_outcome = None if new_end is None else "expired"
         if (
@@ -696,40 +715,6 @@ class Coordinator:
             )
             changed.append(agent_topic(agent_id))
 
-    def _release_lapsed(self, conn: Any, changed: list[Topic], agent_id: str) -> None:
-        rows = conn.execute(_CLAIM_ROW + "WHERE c.holder = ?", (agent_id,)).fetchall()
-        for row in rows:
-            info = claim_info(row, float("inf"))  # as if now were past any lease end
-            self._record_lapse(conn, info, info.version + 1)
-            changed.append(resource_topic(info.resource))
-
-    def _record_lapse(self, conn: Any, info: ClaimInfo, version: int) -> None:
-        """Write the release that a lapsed lease implies (outcome "expired" or "abandoned")."""
-        conn.execute(
-            _FREE,
-            (
-                version,
-                info.last_outcome,
-                info.last_holder,
-                info.last_outcome_at,
-                None,
-                info.resource,
-            ),
-        )
-        conn.execute(
-            _EVENT,
-            (
-                info.last_outcome_at,
-                info.last_holder,
-                "released",
-                info.resource,
-                info.uri,
-                info.last_outcome,
-                None,
-                version,
-            ),
-        )
-
 
 def _close(old_end: float | None, new_end: float | None, ttl: float | None) -> bool:
     """Whether a lease renewal would move the end too little to be worth a write: less than
@@ -740,11 +725,3 @@ def _close(old_end: float | None, new_end: float | None, ttl: float | None) -> b
         and ttl is not None
         and 0 <= new_end - old_end < min(RENEW_EVERY, ttl / 4)
     )
-
-
-def waited(resource: Resource | Pattern, probe: WaitProbe, elapsed: float) -> WaitResult:
-    """The result of a wait for ``resource`` that ends with ``probe``, its last look."""
-    status, elapsed = probe.status, round(elapsed, 3)
-    if status.status == "available":
-        return WaitResult("available", status.resource, elapsed, status.previous)
-    return WaitResult("timeout", resource.uri, elapsed, holder=status.holder)

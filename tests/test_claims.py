@@ -573,6 +573,7 @@ def test_status_of_a_claimed_resource_names_holder_model_time_and_version(
         "agent_name": "editor-agent",
         "agent_model": "claude-sonnet-4-6",
         "version": 3,
+        "mode": "exclusive",
     }  # no lease_ends_at: without a claim TTL the lease has no end
 
 

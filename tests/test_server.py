@@ -191,7 +191,7 @@ HINTS = {
     "agenthold_claim": (False, False, True),
     "agenthold_release": (False, False, False),
     "agenthold_status": (True, False, True),
-    "agenthold_wait": (True, False, True),
+    "agenthold_wait": (False, False, False),  # with claim true, it claims
     "agenthold_get": (True, False, True),
     "agenthold_set": (False, True, False),
     "agenthold_list": (True, False, True),
@@ -205,10 +205,10 @@ HINTS = {
 # (required, optional) arguments per tool
 ARGUMENTS = {
     "agenthold_register": ({"name"}, {"model", "purpose"}),
-    "agenthold_claim": ({"agent_id"}, {"resource", "resources"}),
+    "agenthold_claim": ({"agent_id"}, {"resource", "resources", "mode"}),
     "agenthold_release": ({"agent_id"}, {"resource", "resources", "outcome", "moved_to"}),
     "agenthold_status": (set(), {"resource", "resources"}),
-    "agenthold_wait": ({"resource"}, {"timeout_seconds"}),
+    "agenthold_wait": ({"resource"}, {"timeout_seconds", "agent_id", "claim", "mode"}),
     "agenthold_get": ({"namespace", "key"}, set()),
     "agenthold_set": (
         {"namespace", "key", "value", "updated_by", "expected_version"},
@@ -335,7 +335,8 @@ async def test_status_shows_the_holder_without_registering(standard: Served) -> 
     await standard.call("agenthold_claim", resource="README.md", agent_id=reply["agent_id"])
     held = await standard.call("agenthold_status", resource=str(standard.root / "README.md"))
     assert set(held) == {
-        "status", "resource", "held_by", "agent_name", "agent_model", "claimed_at", "version"
+        "status", "resource", "held_by", "agent_name", "agent_model", "claimed_at", "version",
+        "mode",
     }  # fmt: skip
     assert held["status"] == "claimed" and held["held_by"] == reply["agent_id"]
     assert (held["agent_name"], held["agent_model"], held["version"]) == ("editor", "m1", 1)

@@ -2049,7 +2049,7 @@ def test_a_schema_version_1_database_gains_the_claims_file_id_column(tmp_path: P
     ]
     assert dict(conn.execute("SELECT component, version FROM agenthold_components")) == {
         "store": 2,
-        "claims": 4,  # v4: directory and glob claims (issue 15)
+        "claims": 5,  # v4: directory and glob claims; v5: shared claims, the wait queue (issue 15)
     }
     conn.close()
 

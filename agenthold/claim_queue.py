@@ -1,0 +1,418 @@
+"""Shared claims and the queue of waits that claim: the rows behind ``mode="shared"`` and
+``Coordinator.wait(..., claim=True)``, read and written inside the Coordinator's transactions.
+
+Decisions behind it:
+- A shared hold is a row of ``claim_shares`` per resource and agent; the resource's ``claims``
+  row keeps the fencing version (each shared claim and release adds one, as any other) and the
+  last outcome, with no holder. So every exclusive check in claim_rows reads as before, and an
+  exclusive claim adds one look at the shares in its way, by the same coverage rules (the name
+  itself, covering and covered directories and globs, other names of the same file).
+- A wait that claims is a row of ``claim_waiters``; its ``seq``, given under the claims lock,
+  is its place in the queue. Every claim write first serves the queue (``Coordinator._serve``):
+  in arrival order, each live waiter that could claim now, and conflicts with no older waiter
+  still in line, is granted. A release hands off in its own transaction; a holder's lease that
+  ends is served by the next write, or by the waiters, who wake at that lease end.
+- A new claim is busy behind a queued waiter it conflicts with (an exclusive one on either
+  side), so a stream of new readers never starves a queued writer, and nobody jumps the line.
+- A waiter is live while its ``until`` (the database's clock) is ahead and its agent's lease
+  has not ended; the others are skipped and removed by the next pass. A wait that ends, by
+  answer, timeout, cancel or closed connection, removes its own row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from agenthold.claim_match import Pattern, ancestors, overlaps
+from agenthold.claim_rows import TOP, Fetch, claim_info, pattern_of
+from agenthold.claim_schema import _EVENT_MODE, _FREE, resource_topic, write_rows
+from agenthold.claim_types import (
+    ClaimInfo,
+    ClaimResult,
+    Holder,
+    Previous,
+    StatusResult,
+    WaitProbe,
+    WaitResult,
+    check_agent_id,
+    check_mode,
+)
+from agenthold.store import InvalidInputError, Topic, utc_iso
+from agenthold.uris import Resource
+
+Target = Resource | Pattern
+GRANTED_KEPT = 60.0  # seconds past its deadline a granted row waits for its waiter to read it
+
+_INSERT = (
+    "INSERT INTO claims (resource, uri, holder, claimed_at, version, file_id, scope) "
+    "VALUES (?, ?, ?, ?, 1, ?, ?)"
+)
+_TAKE = (
+    "UPDATE claims SET holder = ?, claimed_at = ?, version = ?, uri = ?, file_id = ?, scope = ? "
+    "WHERE resource = ?"
+)
+_BUMP = "UPDATE claims SET version = ? WHERE resource = ?"
+_SHARE = (
+    "INSERT INTO claim_shares (resource, agent_id, uri, claimed_at, scope, file_id) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+_UNSHARE_ALL = "DELETE FROM claim_shares WHERE resource = ?"
+_UNSHARE = "DELETE FROM claim_shares WHERE resource = ? AND agent_id = ?"
+# The same columns as claim_schema._CLAIM_ROW (so claim_info reads them), for shared holds.
+_SHARE_ROW = (
+    "SELECT s.resource, s.uri, s.agent_id, s.claimed_at, c.version, c.last_outcome, "
+    "c.last_holder, c.last_outcome_at, c.moved_to, a.name, a.model, a.lease_ends_at, "
+    "a.lease_end_outcome, s.scope FROM claim_shares AS s JOIN claims AS c ON "
+    "c.resource = s.resource LEFT JOIN agents AS a ON a.agent_id = s.agent_id "
+)
+_WAITER_ROW = (
+    "SELECT w.seq, w.resource, w.uri, w.scope, w.file_id, w.agent_id, w.mode, w.since, w.until, "
+    "w.granted, a.name, a.lease_ends_at, a.principal FROM claim_waiters AS w "
+    "LEFT JOIN agents AS a ON a.agent_id = w.agent_id "
+)
+
+
+class Batch:
+    """The rows a claim or release (of one resource or a set) writes, one statement per table,
+    in an order that keeps every event after the row it reports."""
+
+    def __init__(self) -> None:
+        self.inserts: list[tuple[Any, ...]] = []
+        self.updates: list[tuple[Any, ...]] = []
+        self.bumps: list[tuple[Any, ...]] = []
+        self.frees: list[tuple[Any, ...]] = []
+        self.shares: list[tuple[Any, ...]] = []
+        self.unshare_all: list[tuple[Any, ...]] = []
+        self.unshare: list[tuple[Any, ...]] = []
+        self.events: list[tuple[Any, ...]] = []
+        self.keys: list[str] = []
+        self.released: dict[str, int] = {}  # key: the version its release gave it
+
+    def run(self, conn: Any, changed: list[Topic]) -> None:
+        for sql, rows in ((_INSERT, self.inserts), (_TAKE, self.updates), (_BUMP, self.bumps),
+                          (_FREE, self.frees), (_UNSHARE_ALL, self.unshare_all),
+                          (_UNSHARE, self.unshare), (_SHARE, self.shares),
+                          (_EVENT_MODE, self.events)):  # fmt: skip
+            if sql.startswith("DELETE"):  # write_rows knows INSERT and UPDATE only
+                if rows:
+                    conn.executemany(sql, rows)
+            else:
+                write_rows(conn, sql, rows)  # one statement per table
+        changed.extend(resource_topic(k) for k in self.keys)
+
+
+# --------------------------------------------------------------------------------------------
+# Shared holds
+# --------------------------------------------------------------------------------------------
+
+
+def shares_in_way(
+    fetch: Fetch, target: Target, now: float, agent_id: str | None = None
+) -> list[ClaimInfo]:
+    """Live shared holds of agents other than ``agent_id`` (None: of anyone) that an exclusive
+    claim of ``target`` would conflict with: on the name itself, on another name of the same
+    file, and covering, covered or overlapping patterns."""
+    rows = fetch(_SHARE_ROW + "WHERE s.resource = ?", (target.key,))
+    if isinstance(target, Pattern):
+        rows += fetch(
+            _SHARE_ROW + "WHERE s.resource >= ? AND s.resource < ?",
+            (target.scope, target.scope + TOP),
+        )
+        above = ancestors(target.scope)
+    else:
+        above = ancestors(target.key) if target.kind == "file" else []
+    if above:
+        marks = ", ".join("?" * len(above))
+        rows += fetch(_SHARE_ROW + f"WHERE s.scope IN ({marks})", tuple(above))
+    aliases = []
+    if isinstance(target, Resource) and target.file_id is not None:
+        aliases = fetch(
+            _SHARE_ROW + "WHERE s.file_id = ? AND s.resource != ?", (target.file_id, target.key)
+        )
+    found: dict[tuple[str, str], ClaimInfo] = {}
+    for row, alias in [(r, False) for r in rows] + [(r, True) for r in aliases]:
+        info = dataclasses.replace(claim_info(row, now), mode="shared")
+        assert info.holder is not None or info.state == "free"
+        if info.state != "claimed" or info.holder == agent_id:
+            continue
+        assert info.holder is not None
+        if (info.resource, info.holder) in found or not _hits(target, info, alias):
+            continue
+        found[(info.resource, info.holder)] = info
+    # by name, then oldest reader first
+    return sorted(found.values(), key=lambda i: (i.resource, i.claimed_at or "", i.holder or ""))
+
+
+def _hits(target: Target, info: ClaimInfo, alias: bool) -> bool:
+    if alias:  # counts only while the name it was taken under still leads to the file
+        try:
+            found = os.stat(info.resource.removeprefix("file://"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(target, Resource) and target.file_id == f"{found.st_dev}:{found.st_ino}"
+    if info.resource == target.key:
+        return True
+    if info.scope is None:
+        return isinstance(target, Pattern) and target.covers(info.resource)
+    if isinstance(target, Pattern):
+        return overlaps(target, pattern_of(info))
+    return pattern_of(info).covers(target.key)
+
+
+def own_share(fetch: Fetch, key: str, agent_id: str) -> bool:
+    """Whether ``agent_id`` holds a shared claim on ``key`` (its lease is checked by the caller:
+    every write renews it first, and releases what lapsed)."""
+    return bool(
+        fetch("SELECT 1 FROM claim_shares WHERE resource = ? AND agent_id = ?", (key, agent_id))
+    )
+
+
+def release_share(
+    batch: Batch,
+    version: int,
+    key: str,
+    uri: str,
+    agent_id: str,
+    outcome: str,
+    moved_to: str | None,
+    at: str,
+    principal: str | None,
+) -> None:
+    """Queue the release of ``agent_id``'s shared hold on ``key`` (at the new ``version``)."""
+    batch.frees.append((version, outcome, agent_id, at, moved_to, key))
+    batch.unshare.append((key, agent_id))
+    batch.events.append(
+        (at, agent_id, "released", key, uri, outcome, moved_to, version, principal, "shared")
+    )
+    batch.keys.append(key)
+    batch.released[key] = version
+
+
+def drop_shares(conn: Any, changed: list[Topic], agent_id: str, outcome: str, at: str) -> list[str]:
+    """Release every shared hold of ``agent_id`` with ``outcome`` (a lapse, or release_all);
+    returns their URIs."""
+    rows = conn.execute(
+        "SELECT s.resource, s.uri, c.version FROM claim_shares AS s JOIN claims AS c ON "
+        "c.resource = s.resource WHERE s.agent_id = ?",
+        (agent_id,),
+    ).fetchall()
+    batch = Batch()
+    for key, uri, version in rows:
+        release_share(batch, version + 1, key, uri, agent_id, outcome, None, at, None)
+    batch.run(conn, changed)
+    return [uri for _, uri, _ in rows]
+
+
+def shared_status(
+    fetch: Fetch, target: Target, now: float, version: int | None
+) -> tuple[StatusResult, list[ClaimInfo]] | None:
+    """``target`` held shared (through its own name or a pattern): the status naming every
+    reader (``holders``), and their holds; None if no reader is in its way."""
+    held = shares_in_way(fetch, target, now)
+    if not held:
+        return None
+    holders = tuple(h.held(h.uri if h.resource != target.key else None) for h in held)
+    status = StatusResult(
+        "claimed", target.uri, version, holder=holders[0], mode="shared", holders=holders
+    )
+    return status, held
+
+
+# --------------------------------------------------------------------------------------------
+# The queue
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Queued:
+    """A wait with claim, in line: what it waits for, for whom, and until when."""
+
+    seq: int
+    target: Target
+    agent_id: str
+    mode: str
+    since: str
+    until: float
+    name: str | None
+    principal: str | None
+
+    def holder(self, asked: str) -> Holder:
+        held_as = None if self.target.uri == asked else self.target.uri
+        return Holder(self.agent_id, self.name, None, self.since, None, held_as, self.mode, True)
+
+
+def _target_of(key: str, uri: str, scope: str | None, file_id: str | None) -> Target:
+    if scope is not None:
+        return Pattern.from_key(uri, key, scope)
+    if uri.startswith("file://"):
+        workspace, path = uri[len("file://") :].split("/", 1)
+        return Resource(uri, key, "file", workspace, path, file_id)
+    return Resource(uri, key, "custom", None, None)
+
+
+def enqueue(conn: Any, target: Target, agent_id: str, mode: str, now: float, until: float) -> int:
+    """Put a wait for ``target`` at the end of the queue; returns its seq."""
+    scope = target.scope if isinstance(target, Pattern) else None
+    file_id = target.file_id if isinstance(target, Resource) else None
+    row = conn.execute(
+        "INSERT INTO claim_waiters (resource, uri, scope, file_id, agent_id, mode, since, until) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+        (target.key, target.uri, scope, file_id, agent_id, mode, utc_iso(now), until),
+    ).fetchone()
+    return int(row[0])
+
+
+def activity(conn: Any) -> tuple[bool, bool]:
+    """Whether any wait is in the queue, and whether any shared hold exists (lapsed or not): a
+    claim write looks at either only when there is something to see, so plain exclusive claims
+    cost one short query more than they did without either."""
+    row = conn.execute(
+        "SELECT EXISTS (SELECT 1 FROM claim_waiters), EXISTS (SELECT 1 FROM claim_shares)"
+    ).fetchone()
+    return bool(row[0]), bool(row[0]) or bool(row[1])  # a hand-off may add a shared hold
+
+
+def check_wait_to_claim(agent_id: object, mode: object) -> None:
+    """A wait with claim needs the agent to claim for, and a mode."""
+    if agent_id is None:
+        raise InvalidInputError(
+            "a wait with claim needs agent_id: the agent the claim is handed to"
+        )
+    check_agent_id(agent_id)
+    check_mode(mode)
+
+
+def waiting(conn: Any, now: float) -> list[Queued]:
+    """The live waits not yet granted, oldest first. Dead ones (past their deadline, or whose
+    agent's lease ended or whose agent is gone) are removed, and so are granted rows nobody
+    came to read."""
+    live: list[Queued] = []
+    dead: list[tuple[int]] = []
+    for row in conn.execute(_WAITER_ROW + "ORDER BY w.seq").fetchall():
+        seq, key, uri, scope, file_id, agent_id, mode, since, until, granted = row[:10]
+        name, lease_end, principal = row[10:]
+        if granted is not None:
+            if until + GRANTED_KEPT < now:
+                dead.append((seq,))
+            continue
+        if until <= now or name is None or (lease_end is not None and lease_end <= now):
+            dead.append((seq,))
+            continue
+        target = _target_of(key, uri, scope, file_id)
+        live.append(Queued(seq, target, agent_id, mode, since, until, name, principal))
+    if dead:
+        conn.executemany("DELETE FROM claim_waiters WHERE seq = ?", dead)
+    return live
+
+
+def conflict(a: Target, a_mode: str, b: Target, b_mode: str) -> bool:
+    """Whether claims of ``a`` and ``b`` (in those modes, by two agents) cannot both be held."""
+    if a_mode == b_mode == "shared":
+        return False
+    if isinstance(a, Pattern) and isinstance(b, Pattern):
+        return a.key == b.key or overlaps(a, b)
+    if isinstance(a, Pattern):
+        return a.covers(b.key)
+    if isinstance(b, Pattern):
+        return b.covers(a.key)
+    return a.key == b.key or (a.file_id is not None and a.file_id == b.file_id)
+
+
+def queued_in_way(
+    queue: Sequence[Queued], target: Target, mode: str, agent_id: str, before: int | None = None
+) -> list[Queued]:
+    """The waits in ``queue`` (before seq ``before``, if given) of other agents that a claim of
+    ``target`` in ``mode`` by ``agent_id`` would jump."""
+    return [
+        w
+        for w in queue
+        if w.agent_id != agent_id
+        and (before is None or w.seq < before)
+        and conflict(w.target, w.mode, target, mode)
+    ]
+
+
+def mark_granted(conn: Any, seq: int, result: ClaimResult, previous: Previous | None) -> None:
+    """Record that the wait ``seq`` was handed its claim (``result``), for its waiter to read."""
+    p = previous or Previous("", None, None)
+    conn.execute(
+        "UPDATE claim_waiters SET granted = ?, granted_as = ?, prev_outcome = ?, prev_holder = ?, "
+        "prev_at = ?, prev_moved_to = ? WHERE seq = ?",
+        (
+            result.version,
+            result.status,
+            p.outcome or None,
+            p.holder,
+            p.at,
+            p.moved_to,
+            seq,
+        ),
+    )
+
+
+def handed(conn: Any, seq: int) -> tuple[bool, ClaimResult | None]:
+    """Whether the wait ``seq`` is still in the queue, and its claim if it was granted (the row
+    is then removed: the waiter has read it)."""
+    row = conn.execute(
+        "SELECT uri, granted, granted_as, prev_outcome, prev_holder, prev_at, prev_moved_to "
+        "FROM claim_waiters WHERE seq = ?",
+        (seq,),
+    ).fetchone()
+    if row is None:
+        return False, None
+    uri, version, status, outcome, holder, at, moved_to = row
+    if version is None:
+        return True, None
+    conn.execute("DELETE FROM claim_waiters WHERE seq = ?", (seq,))
+    previous = None if outcome is None else Previous(outcome, holder, at, moved_to)
+    return True, ClaimResult(status, uri, int(version), previous)
+
+
+def leave(conn: Any, seq: int) -> ClaimResult | None:
+    """Take the wait ``seq`` out of the queue; its claim if it was granted meanwhile."""
+    _, got = handed(conn, seq)
+    conn.execute("DELETE FROM claim_waiters WHERE seq = ?", (seq,))
+    return got
+
+
+def previous_of(info: ClaimInfo | None) -> Previous | None:
+    """What the last holder of a resource did, a plain release included (a hand-off says it)."""
+    if info is None or info.last_outcome is None:
+        return None
+    moved_to = info.moved_to if info.last_outcome == "moved" else None
+    return Previous(info.last_outcome, info.last_holder, info.last_outcome_at, moved_to)
+
+
+def waited(resource: Target, probe: WaitProbe, elapsed: float) -> WaitResult:
+    """The result of a wait for ``resource`` that ends with ``probe``, its last look."""
+    status, elapsed = probe.status, round(elapsed, 3)
+    if status.status == "available":
+        return WaitResult("available", status.resource, elapsed, status.previous)
+    return WaitResult("timeout", resource.uri, elapsed, holder=status.holder)
+
+
+def claim_waited(result: ClaimResult, elapsed: float) -> WaitResult:
+    """The result of a wait with claim that was granted ``result``."""
+    status: Literal["claimed", "already_claimed"] = (
+        "already_claimed" if result.status == "already_claimed" else "claimed"
+    )
+    return WaitResult(
+        status, result.resource, round(elapsed, 3), result.previous, version=result.version
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLook:
+    """One look of a wait with claim: its seq, the claim if it was granted, whether it is
+    still in line (False: it was removed, its agent's lease having ended), and what to listen
+    to until the next look."""
+
+    seq: int
+    result: ClaimResult | None
+    in_line: bool = True
+    topics: frozenset[Topic] = frozenset()
+    wake_at: float | None = None
