@@ -7,8 +7,13 @@ Decisions behind it:
   their agents).
 - Every use of a private part of the SDK or of uvicorn is here, named and commented, and a test
   fails loudly if an upgrade moves it: the session's connection (``ctx.session._connection``),
-  uvicorn's HTTP/1.1 protocol class (a head deadline), ``uvicorn.Server.capture_signals``
-  (signals are ours) and sse-starlette's process-wide ``AppStatus.should_exit`` flag.
+  uvicorn's HTTP/1.1 protocol class (a head deadline and the connection cap, ``_BoundedH11``),
+  ``uvicorn.Server.capture_signals`` (signals are ours), asyncio's report of an accept that ran
+  out of descriptors (counted, ``quiet_accept_errors``) and sse-starlette's process-wide
+  ``AppStatus.should_exit`` flag.
+- Connections are capped when accepted (``ConnectionGuard``), below the descriptor limit that
+  cli.py raised at start (limits.py), and older-protocol sessions per principal
+  (sessions.py); refusals are counted in a log line per interval, never one per connection.
 """
 
 from __future__ import annotations
