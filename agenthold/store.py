@@ -1771,6 +1771,7 @@ class SQLiteDatabase:
                 raise IncompatibleDatabaseError(
                     f"no database at {path!r} (read-only opening never creates one)"
                 )
+            self._check_orphaned_wal()
             return
         if _open_here(os.path.realpath(path)):
             # SQLite has this very file open in this process, so it is a SQLite database; and
@@ -1789,6 +1790,50 @@ class SQLiteDatabase:
                 f"{path!r} is not a SQLite database, so not an agenthold database; "
                 "give another --db path"
             )
+
+    def _check_orphaned_wal(self) -> None:
+        """Refuse to make a new file beside the -wal and -shm of a deleted one. SQLite would
+        take them for the new file's: it would share a running server's log (failing with a
+        misleading I/O error and resetting that server's log), or apply a killed one's to an
+        empty file. An empty log nobody holds (what a server leaves when its file was deleted
+        under it) is harmless."""
+        path, real = self.path, os.path.realpath(self.path)
+        if not os.path.exists(path + "-shm") and not os.path.exists(path + "-wal"):
+            return
+        guard = _wal_alone(real) if os.path.exists(path + "-shm") else None
+        in_use = guard is None and os.path.exists(path + "-shm") and _posix_locks()
+        held_here = _files.get(real)  # this process's own locks never conflict: ask its stores
+        in_use = in_use or (held_here is not None and held_here.stores > 0)
+        if guard is not None:
+            os.close(guard)
+        try:
+            logged = os.path.getsize(path + "-wal")
+        except OSError:
+            logged = 0
+        if not in_use and logged == 0:
+            return
+        if in_use:
+            error = IncompatibleDatabaseError(
+                f"the database file {path!r} is missing, but another process still has its "
+                f"write-ahead log {path + '-wal'!r} open: the file was deleted while a server "
+                "was using it; agenthold created nothing and changed nothing"
+            )
+            error.hint = (
+                "Stop the agenthold processes still using the deleted file (on Linux its data "
+                "can be copied from /proc/PID/fd/ while they run), then start again to make a "
+                "new, empty database."
+            )
+        else:
+            error = IncompatibleDatabaseError(
+                f"the database file {path!r} is missing, but its write-ahead log "
+                f"{path + '-wal'!r} is there (left by a server stopped after the file was "
+                "deleted); it cannot be applied to a new file; agenthold created nothing"
+            )
+            error.hint = (
+                "Put the database file back, or move its -wal and -shm files away to start a "
+                "new, empty database."
+            )
+        raise error
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -2426,6 +2471,15 @@ def _wal_alone(real: str) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def _posix_locks() -> bool:
+    """Whether this platform has the POSIX locks that _wal_alone tests."""
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:  # pragma: no cover - Windows
+        return False
+    return True
 
 
 def _quote_path(path: str) -> str:
