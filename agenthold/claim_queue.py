@@ -287,9 +287,9 @@ def check_wait_to_claim(agent_id: object, mode: object) -> None:
 
 
 def waiting(conn: Any, now: float) -> list[Queued]:
-    """The live waits not yet granted, oldest first. Dead ones (past their deadline, or whose
-    agent's lease ended or whose agent is gone) are removed, and so are granted rows nobody
-    came to read."""
+    """The live waits not yet granted, oldest first (one due now still counts: a wait of 0
+    seconds gets its one look). Dead ones (past their deadline, or whose agent's lease ended or
+    whose agent is gone) are removed, and so are granted rows nobody came to read."""
     live: list[Queued] = []
     dead: list[tuple[int]] = []
     for row in conn.execute(_WAITER_ROW + "ORDER BY w.seq").fetchall():
@@ -299,7 +299,7 @@ def waiting(conn: Any, now: float) -> list[Queued]:
             if until + GRANTED_KEPT < now:
                 dead.append((seq,))
             continue
-        if until <= now or name is None or (lease_end is not None and lease_end <= now):
+        if until < now or name is None or (lease_end is not None and lease_end <= now):
             dead.append((seq,))
             continue
         target = _target_of(key, uri, scope, file_id)

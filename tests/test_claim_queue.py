@@ -277,6 +277,8 @@ def test_a_free_resource_is_claimed_at_once_and_a_timed_out_waiter_is_skipped(
     assert (at_once.status, at_once.version, at_once.previous) == ("claimed", 1, None)
     again = coord.wait("src/a.py", 5, agent_id=h, claim=True)
     assert again.status == "already_claimed"
+    no_time = coord.wait("src/b.py", 0, agent_id=h, claim=True)  # one look, and it is free
+    assert no_time.status == "claimed"
     waits = Waits(coord)
     waits.start("w1", "src/a.py", w1, timeout=0.2)
     waits.start("w2", "src/a.py", w2, timeout=10)

@@ -354,8 +354,18 @@ async def test_claim_scopes_limit_which_resources_a_principal_may_claim(
                     )
                     assert failed and reply["error"] == "forbidden", (resource, reply)
                     assert "claim:" in reply["message"], reply
+                    failed, reply = await call(  # nor may it queue for one (issue 15)
+                        c, "agenthold_wait", resource=resource, agent_id=agent, claim=True,
+                        timeout_seconds=0,
+                    )  # fmt: skip
+                    assert failed and reply["error"] == "forbidden", (resource, reply)
                     _, status = await call(c, "agenthold_status", resource=resource)
                     assert status.get("held_by") != agent  # nothing was claimed
+                failed, reply = await call(
+                    c, "agenthold_wait", resource=allowed[0], agent_id=agent, claim=True,
+                    timeout_seconds=0,
+                )  # fmt: skip
+                assert not failed and reply["status"] == "already_claimed", reply
 
 
 # --------------------------------------------------------------------------------------------
