@@ -30,6 +30,8 @@ DAMAGE = {
     "junk-after": ('{"a": 1} trailing', "Extra data"),
     "bare-word": ("hello", "reads 'hello'"),
     "surrogate": ('"\\ud800"', "lone surrogate"),
+    "huge-integer": ("9" * 5000, "integer string conversion"),
+    "too-deep": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
 }
 
 

@@ -23,7 +23,7 @@ import pytest
 from support import StdioPipes, agenthold_args
 
 from agenthold.claims import Coordinator
-from agenthold.pending import apply_pending, pending_path
+from agenthold.pending import apply_pending, clock, defer, pending_path
 from agenthold.server import EXIT_PATIENCE, Agenthold, exit_patience
 from agenthold.store import StateStore
 from agenthold.uris import Resolver, Workspace
@@ -198,3 +198,42 @@ def test_a_torn_or_foreign_line_in_the_side_file_is_skipped(tmp_path: Path) -> N
                 "outcome": "abandoned"}  # fmt: skip
         Path(path).write_text(json.dumps(gone) + "\n")
         assert apply_pending(coordinator) == 0  # an agent that is gone is left alone
+
+
+def test_a_lease_end_still_refused_when_applied_stays_noted_for_the_next_server(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.db"
+    with StateStore(db, busy_timeout=0.1) as store:
+        coordinator = Coordinator(store, resolver=Resolver([Workspace("d", str(tmp_path))]))
+        agent = coordinator.register("leaver").agent_id
+        path = pending_path(store.db)
+        assert path is not None
+        with StateStore(":memory:") as memory:
+            assert pending_path(memory.db) is None and defer(memory.db, [agent], 1.0, 0.0) is None
+        assert defer(store.db, [agent], 0.0, time.time() + 1) == path
+        with exclusive_lock(db):
+            assert apply_pending(coordinator) == 0  # the database still refuses: kept
+        assert [json.loads(line)["agent_id"] for line in Path(path).read_text().splitlines()] == [
+            agent
+        ]
+        assert apply_pending(coordinator) == 1 and not os.path.exists(path)
+        assert apply_pending(coordinator) == 0  # nothing noted: nothing to do
+
+
+@pytest.mark.backends
+def test_a_note_that_cannot_be_written_either_is_reported_not_raised(
+    store: StateStore, backend: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocker))  # PostgreSQL notes go under it
+    if backend == "sqlite":
+        os.chmod(tmp_path, 0o500)  # and SQLite's beside the file (root ignores this)
+    try:
+        noted = defer(store.db, ["agent-0123456789abcdef"], 1.0, time.time())
+    finally:
+        os.chmod(tmp_path, 0o700)
+    if backend == "postgresql" or os.geteuid() != 0:
+        assert noted is None
+    assert clock(store.db) > 0
