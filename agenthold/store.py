@@ -578,13 +578,16 @@ def _decode(text: str | None) -> Any:
     if type(text) is not str:
         raise _NotJson(_not_text(text))
     try:
-        value, end = _scan(text, 0)
+        try:
+            value, end = _scan(text, 0)
+        except StopIteration:  # nothing the scanner reads at the start: whitespace, or junk
+            if not text[:1].isspace():
+                raise _NotJson(f"it reads {_excerpt(text, 40)}") from None
+            end = -1
         if end != len(text):
             value = _STRICT.decode(text)  # whitespace around it, or junk after it
     except _NotJson:
         raise
-    except StopIteration:
-        raise _NotJson(f"it reads {_excerpt(text, 40)}") from None
     except json.JSONDecodeError as exc:
         raise _NotJson(f"{exc.msg} at character {exc.pos}") from None
     except RecursionError:
@@ -611,8 +614,10 @@ def decode_value(text: str | None, *, damaged: Any = None) -> Any:
 _NOT_UTF8 = "Could not decode to UTF-8"  # how sqlite3 fails a row with such text
 
 
-class _NotUtf8(bytes):
-    """A stored text whose bytes are not UTF-8 (SQLite keeps whatever it is given)."""
+class _NotUtf8(str):
+    """A stored text whose bytes are not UTF-8 (SQLite keeps whatever it is given), read with
+    U+FFFD for each bad byte. A str, so that in a column other than the value (a writer's
+    name, a key) it is shown like any text; as a value, it is a damaged record (_decode)."""
 
 
 def _lenient_text(data: bytes) -> Any:
@@ -621,7 +626,7 @@ def _lenient_text(data: bytes) -> Any:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
-        return _NotUtf8(data)
+        return _NotUtf8(data.decode("utf-8", "replace"))
 
 
 def _not_text(stored: object) -> str:

@@ -182,6 +182,32 @@ def test_text_that_is_not_utf8_is_a_damaged_record_not_a_failed_database(
         assert memory.list_keys("ns", damaged=[]) == []
 
 
+def test_a_writer_name_that_is_not_utf8_leaves_the_record_readable(db_path: Path) -> None:
+    with StateStore(db_path) as store:
+        fill(store)
+        with contextlib.closing(sqlite3.connect(db_path)) as conn, conn:
+            conn.execute("UPDATE state SET updated_by = CAST(X'FF41' AS TEXT) WHERE key = 'b'")
+        record = store.get("ns", "b")
+        assert record.value == {"key": "b"} and record.updated_by == "\ufffdA"
+        assert json.dumps(record.updated_by)  # a plain text in any reply
+        assert [r.key for r in store.list_keys("ns", damaged=[])] == ["a", "b", "c", "d"]
+        assert len(store.export("ns").records) == 4
+
+
+@pytest.mark.backends
+def test_json_text_with_whitespace_around_it_reads_as_its_value(
+    store: StateStore, backend: str, db_url: str
+) -> None:
+    fill(store)
+    damage(backend, db_url, "b", ' {"x": 1}')  # another tool's spacing: still valid JSON
+    damage(backend, db_url, "c", '{"x": 2}\n')
+    assert store.get("ns", "b").value == {"x": 1}
+    assert store.get("ns", "c").value == {"x": 2}
+    with pytest.raises(DamagedRecordError, match="character 1"):
+        damage(backend, db_url, "d", " nope")
+        store.get("ns", "d")
+
+
 @pytest.mark.backends
 async def test_over_mcp_a_damaged_key_is_an_error_and_list_and_export_report_it(
     store: StateStore, backend: str, db_url: str, tmp_path: Path
