@@ -127,7 +127,8 @@ class BearerAuth:
         if header is None:
             return None
         scheme, _, token = header.strip().partition(b" ")
-        presented = _digest(token.strip())
+        token = token.strip()
+        presented = _digest(token)
         matched = False
         for expected in self._digests:  # no early exit: every token is compared
             matched |= hmac.compare_digest(presented, expected)
@@ -138,7 +139,7 @@ class BearerAuth:
                 found = current.match(presented)
             elif not matched:
                 raise UnusableFile
-        if scheme.lower() != b"bearer" or not token.strip():
+        if scheme.lower() != b"bearer" or not token:
             return None
         if found is not None:
             return found
@@ -169,7 +170,12 @@ class BearerAuth:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), None)
+        header = session = None  # the first of each, found in one pass over the headers
+        for key, value in scope.get("headers", ()):
+            if key == b"authorization" and header is None:
+                header = value
+            elif key == b"mcp-session-id" and session is None:
+                session = value
         try:
             principal = self.identify(header)
         except UnusableFile:
@@ -180,7 +186,6 @@ class BearerAuth:
             return
         if principal is not None:
             scope[PRINCIPAL] = principal
-            session = next((v for k, v in scope.get("headers", ()) if k == b"mcp-session-id"), None)
             owner = None if session is None else self._session_owners.get(session)
             if owner is not None and owner != principal.name:
                 await refuse(send, 404, FOREIGN_SESSION)

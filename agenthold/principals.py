@@ -32,6 +32,7 @@ import re
 import secrets
 import stat
 import tempfile
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -440,16 +441,27 @@ class Table:
         # a spare slot that no token hashes to, compared when nothing matched
         digests.append(secrets.token_bytes(DIGEST_SIZE))
         self._all = b"".join(digests)
+        # the buffer a request's digest is written into, over its candidate's, for the one
+        # pass; written back after it (a copy of every digest per request cost more)
+        self._probe = bytearray(self._all)
+        self._probing = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.principals)
 
     def match(self, presented: bytes) -> Principal | None:
         """The principal whose token has digest ``presented``, or None."""
+        if len(presented) != DIGEST_SIZE:
+            return None
         slot = self._index.get(presented, len(self.principals))
-        at = slot * DIGEST_SIZE
-        probe = self._all[:at] + presented + self._all[at + DIGEST_SIZE :]
-        if hmac.compare_digest(probe, self._all) and slot < len(self.principals):
+        at, end = slot * DIGEST_SIZE, (slot + 1) * DIGEST_SIZE
+        with self._probing:
+            self._probe[at:end] = presented
+            try:
+                same = hmac.compare_digest(self._probe, self._all)
+            finally:
+                self._probe[at:end] = self._all[at:end]
+        if same and slot < len(self.principals):
             return self.principals[slot]
         return None
 
