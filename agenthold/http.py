@@ -471,6 +471,7 @@ def _http_stack(app: Agenthold, opts: HttpOptions) -> tuple[ASGIApp, CancelOnDis
         limit=opts.bounds.sessions,
         idle=opts.bounds.session_idle,
         handshake_versions=HANDSHAKE_PROTOCOL_VERSIONS,
+        path=opts.path,
     )
     if opts.auth_tokens or opts.auth_file is not None:
         asgi = BearerAuth(asgi, opts.auth_tokens, table=opts.auth_file)

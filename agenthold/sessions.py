@@ -17,8 +17,10 @@ Decisions behind it:
 - Only if every session of the principal has a request in flight (a live client, or an open
   event stream) is the new one refused: 429 with a JSON error naming ``--session-limit``.
 - Which requests may open a session is read from the headers alone, as the SDK routes them: a
-  POST without ``Mcp-Session-Id`` whose ``MCP-Protocol-Version`` is absent or of the handshake
-  era. The 2026-07-28 protocol keeps no sessions and passes untouched.
+  POST to the MCP path without ``Mcp-Session-Id`` whose ``MCP-Protocol-Version`` is absent or
+  of the handshake era. A request to any other path opens nothing and makes no room, and the
+  DELETE that ends an idle session goes to the MCP path. The 2026-07-28 protocol keeps no
+  sessions and passes untouched.
 """
 
 from __future__ import annotations
@@ -54,9 +56,16 @@ class SessionLimits:
     room, and forget sessions idle for ``idle`` seconds (the SDK ends them then)."""
 
     def __init__(
-        self, app: ASGIApp, *, limit: int, idle: float, handshake_versions: Collection[str]
+        self,
+        app: ASGIApp,
+        *,
+        limit: int,
+        idle: float,
+        handshake_versions: Collection[str],
+        path: str = "/mcp",
     ) -> None:
         self.app = app
+        self.path = path.rstrip("/") or "/"  # the MCP endpoint's path
         self.limit = limit
         self.idle = idle
         self._handshake = {v.encode() for v in handshake_versions}
@@ -79,7 +88,10 @@ class SessionLimits:
         owner = "" if principal is None else principal.name
         sid = headers.get(b"mcp-session-id")
         version = headers.get(b"mcp-protocol-version")
-        if sid is not None:
+        mcp_path = (scope.get("path", "").rstrip("/") or "/") == self.path
+        if not mcp_path:  # another path's answer says nothing about sessions
+            await self.app(scope, receive, send)
+        elif sid is not None:
             await self._in_session(sid, version, scope, receive, send)
         elif scope.get("method") == "POST" and (version is None or version in self._handshake):
             await self._opening(owner, headers.get(b"host", b""), scope, receive, send)
@@ -174,8 +186,8 @@ class SessionLimits:
             **{k: v for k, v in scope.items() if k in ("asgi", "http_version", "server", "scheme")},
             "type": "http",
             "method": "DELETE",
-            "path": scope["path"],
-            "raw_path": scope.get("raw_path", scope["path"].encode()),
+            "path": self.path,
+            "raw_path": self.path.encode(),
             "root_path": scope.get("root_path", ""),
             "query_string": b"",
             "headers": headers,

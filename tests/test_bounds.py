@@ -489,6 +489,24 @@ async def test_at_the_session_limit_a_new_session_ends_the_oldest_idle_one(
                 await anyio.sleep(0.05)
 
 
+async def test_requests_to_another_path_neither_end_nor_hide_a_session(tmp_path: Path) -> None:
+    """Only the MCP path opens sessions: a POST elsewhere (404) makes no room, and its 404 for a
+    session id does not make the bound forget that session, which would let it be exceeded."""
+    async with (
+        bounded(tmp_path, json_response=True, bounds=Bounds(sessions=1)) as s,
+        httpx2.AsyncClient(timeout=ANSWER_LIMIT) as http,
+    ):
+        elsewhere = s.url.rsplit("/", 1)[0] + "/nope"
+        first = await open_session(http, s.url)
+        for headers in ({"Accept": ACCEPT}, {"Accept": ACCEPT, **in_session(first)}):
+            missed = await http.post(elsewhere, json=initialize_request(), headers=headers)
+            assert missed.status_code == 404
+            assert await list_status(http, s.url, first) == 200  # not ended to make room
+            assert [x.id.decode() for x in s.sessions.owned("")] == [first]  # still counted
+        second = await open_session(http, s.url)  # the MCP path: the bound holds
+        assert [await list_status(http, s.url, x) for x in (first, second)] == [404, 200]
+
+
 async def test_sessions_opened_at_once_at_the_limit_count_each_other(tmp_path: Path) -> None:
     """Three opened at once beside two idle ones, with a limit of two: the idle ones make room
     for two, and the third is refused, since the other two are in use while they open."""
