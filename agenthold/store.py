@@ -1937,14 +1937,19 @@ class SQLiteDatabase:
             self._remember_id(conn)
             return
         with self._file.write_lock:
-            conn.execute("BEGIN IMMEDIATE")
             try:
+                conn.execute("BEGIN IMMEDIATE")
                 _write_database_id(conn)
                 conn.execute("COMMIT")
-            except BaseException:
+            except sqlite3.OperationalError as exc:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                raise
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                # Another writer held the file all along: open without the id for now (the
+                # checks that need it wait for an opening that can write it).
+                log.warning("%s: could not write its database id yet: %s", self.path, exc)
+                return
         conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         self._remember_id(conn)
 

@@ -240,3 +240,19 @@ def test_the_backup_command_fails_in_one_line_and_never_imports_mcp(tmp_path: Pa
         lines = failed.stderr.strip().splitlines()
         assert len(lines) == 1 and fragment in lines[0], (args, failed.stderr)
     assert run("backup").returncode == 2  # DEST is required (argparse)
+
+
+def test_a_file_without_an_id_opens_while_another_process_holds_the_write_lock(
+    tmp_path: Path,
+) -> None:
+    from support import another_process_holds_the_write_lock
+
+    db = tmp_path / "old.db"
+    with StateStore(db) as store:
+        store.set("ns", "k", 1, updated_by="t")
+    with sqlite3.connect(db) as conn:  # as an agenthold from before database ids left it
+        conn.execute("DROP TABLE agenthold_meta")
+    with another_process_holds_the_write_lock(db), StateStore(db, busy_timeout=0.1) as store:
+        assert store.get("ns", "k").value == 1  # it opens and reads; the id comes later
+    with StateStore(db) as store:
+        assert store.db.fetchone("SELECT value FROM agenthold_meta")[0].startswith("agenthold-id:")
