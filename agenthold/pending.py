@@ -22,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterable
@@ -82,13 +83,49 @@ def apply_pending(coordinator: Coordinator) -> int:
     rename first, so two servers starting together never apply one line twice or lose one."""
     db = coordinator.db
     path = pending_path(db)
-    if path is None or db.read_only or not os.path.exists(path):
+    if path is None or db.read_only:
         return 0
-    taken = f"{path}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return sum(_apply_file(coordinator, path, taken) for taken in _take(path))
+
+
+def _take(path: str) -> list[str]:
+    """The side file, and any that a server killed while applying it left taken, each renamed
+    to a name of this process's own (one rename decides which server applies a file)."""
+    directory, base = os.path.split(path)
     try:
-        os.rename(path, taken)
+        names = os.listdir(directory or ".")
     except OSError:
-        return 0  # another server took it a moment ago
+        return []
+    taken = []
+    for name in names:
+        orphan = _TAKEN.fullmatch(name[len(base) :]) if name.startswith(base) else None
+        if name != base and (orphan is None or _alive(int(orphan.group(1)))):
+            continue
+        mine = f"{path}.{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            os.rename(os.path.join(directory, name), mine)
+        except OSError:
+            continue  # another server took it a moment ago
+        taken.append(mine)
+    return taken
+
+
+_TAKEN = re.compile(r"\.(\d+)-[0-9a-f]{8}")  # the suffix of a side file a server has taken
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def _apply_file(coordinator: Coordinator, path: str, taken: str) -> int:
+    """Apply one taken side file, putting back (at ``path``) what the database refused."""
+    db = coordinator.db
     with open(taken, encoding="utf-8", errors="replace") as f:
         records = [_parse(line) for line in f]
     left: list[Deferred] = []

@@ -200,6 +200,27 @@ def test_a_torn_or_foreign_line_in_the_side_file_is_skipped(tmp_path: Path) -> N
         assert apply_pending(coordinator) == 0  # an agent that is gone is left alone
 
 
+def test_a_side_file_left_taken_by_a_killed_server_is_applied_by_the_next(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "s.db"
+    with StateStore(db) as store:
+        coordinator = Coordinator(store, resolver=Resolver([Workspace("d", str(tmp_path))]))
+        dead, live = (coordinator.register(n).agent_id for n in ("dead", "live"))
+        path = pending_path(store.db)
+        assert path is not None
+        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        for agent, pid in ((dead, int(gone.stdout)), (live, os.getpid())):
+            assert defer(store.db, [agent], 0.0, time.time() + 1) == path
+            os.rename(path, f"{path}.{pid}-0123abcd")  # taken by a server, which then died
+        assert apply_pending(coordinator) == 1  # the dead server's file
+        assert not os.path.exists(f"{path}.{gone.stdout.strip()}-0123abcd")
+        ends = dict(store.db.fetchall("SELECT agent_id, lease_ends_at FROM agents"))
+        assert ends[dead] is not None and ends[live] is None
+        assert os.path.exists(f"{path}.{os.getpid()}-0123abcd")  # a live server's: its own
+
+
 def test_a_lease_end_still_refused_when_applied_stays_noted_for_the_next_server(
     tmp_path: Path,
 ) -> None:
