@@ -1483,6 +1483,7 @@ class _FileState:
         self.database_id: str | None = None
         self.raw_fd: int | None = None
         self.replaced = False  # another file's contents were found in this one
+        self.id_on_disk = False  # the id was read from the file itself once
 
 
 _files: dict[str, _FileState] = {}
@@ -1986,9 +1987,17 @@ class SQLiteDatabase:
             state.raw_fd = os.open(self._real, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         content = os.pread(state.raw_fd, size, (page - 1) * size)
         if state.database_id is not None and state.database_id.encode() in content:
+            state.id_on_disk = True
             return
         if ID_PREFIX.encode() not in content:
-            return  # the page is not in the file yet (its checkpoint is still to come)
+            # No id on that page: either it is not in the file yet (its checkpoint is still
+            # to come), or another database's file is there, whose id (if it has one) lives
+            # on another page. The file's own schema, read without the WAL, tells which.
+            there = _read_database_id(f"file:{_quote_path(self._real)}?immutable=1")
+            if there is None and not state.id_on_disk:
+                return  # not checkpointed yet
+            if there is not None and there.removesuffix(FRESH) == state.database_id:
+                return
         state.replaced = True
         error = UnavailableError(
             f"the database file {self.path!r} was replaced while agenthold was running: it now "

@@ -10,6 +10,7 @@ repaired as the docs say; none brings back data from after the backup.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,7 +24,13 @@ from typing import Any
 import pytest
 from support import StdioPipes, agenthold_args, child_env
 
-from agenthold.store import IncompatibleDatabaseError, InvalidInputError, StateStore
+from agenthold.store import (
+    IncompatibleDatabaseError,
+    InvalidInputError,
+    NotFoundError,
+    StateStore,
+    UnavailableError,
+)
 
 
 class Server:
@@ -256,3 +263,28 @@ def test_a_file_without_an_id_opens_while_another_process_holds_the_write_lock(
         assert store.get("ns", "k").value == 1  # it opens and reads; the id comes later
     with StateStore(db) as store:
         assert store.db.fetchone("SELECT value FROM agenthold_meta")[0].startswith("agenthold-id:")
+
+
+def test_a_copy_whose_id_lives_on_another_page_is_detected_when_copied_in_place(
+    tmp_path: Path,
+) -> None:
+    """The check reads the page where the running file keeps its id; a copy of a database that
+    got its id later keeps it on another page, and that page holds ordinary rows."""
+    other, db = tmp_path / "other.db", tmp_path / "agenthold.db"
+    with StateStore(other) as store:
+        store.set("fill", "k", "x" * 200, updated_by="t")
+    with contextlib.closing(sqlite3.connect(other)) as conn, conn:
+        conn.execute("DROP TABLE agenthold_meta")  # as a file made before ids
+        conn.execute("CREATE TABLE filler (x)")  # rows on the page the id had
+        conn.executemany("INSERT INTO filler VALUES (?)", [("y" * 200,)] * 300)
+    with StateStore(other) as store:  # gets its id now, on a page after all of those
+        store.backup(tmp_path / "copy.db")
+    with StateStore(db) as running:
+        running.set("ns", "k", "mine", updated_by="t")
+        shutil.copyfile(tmp_path / "copy.db", db)  # in place: the same inode
+        with pytest.raises(UnavailableError, match="replaced while agenthold was running"):
+            running.set("ns", "after-restore", 1, updated_by="t")
+    with StateStore(db) as reopened:
+        with pytest.raises(NotFoundError):  # nothing was written into the copy
+            reopened.get("ns", "after-restore")
+        assert reopened.get("fill", "k").value == "x" * 200
