@@ -2368,7 +2368,11 @@ class SQLiteDatabase:
             raise InvalidInputError(f"the directory {folder!r} for the backup does not exist")
         partial = f"{target}.{uuid.uuid4().hex[:8]}.partial"
         try:
-            copy = sqlite3.connect(partial, isolation_level=None)
+            try:
+                copy = sqlite3.connect(partial, isolation_level=None)
+                copy.execute("PRAGMA user_version").fetchone()  # opened for real, or fails here
+            except sqlite3.Error as exc:
+                raise UnavailableError(f"cannot write the backup {target!r}: {exc}") from None
             try:
                 with self._exclusive_if_memory():
                     self._shared_or_thread().backup(copy)
@@ -2385,7 +2389,7 @@ class SQLiteDatabase:
                 copy.close()  # the last connection: SQLite checkpoints and removes its WAL
             with open(partial, "rb") as f:
                 os.fsync(f.fileno())
-            os.replace(partial, target)
+            _put_in_place(partial, target, os.fspath(dest))
         except sqlite3.Error as exc:
             raise self._error(exc) from None
         except OSError as exc:
@@ -2453,6 +2457,30 @@ def _write_database_id(conn: Any) -> None:
             "UPDATE agenthold_meta SET value = ? WHERE name = 'database_id'",
             (str(row[0]).removesuffix(FRESH),),
         )
+
+
+def _put_in_place(partial: str, target: str, shown: str) -> None:
+    """Give the finished copy ``partial`` its name ``target``, never over a file that appeared
+    there meanwhile (a hard link fails if the name exists; a rename would replace it), and make
+    the name durable."""
+    try:
+        os.link(partial, target)
+    except FileExistsError:
+        raise InvalidInputError(
+            f"{shown!r} already exists; give a new file name for the backup"
+        ) from None
+    except OSError:  # a file system without hard links: a rename, checked just before
+        if os.path.lexists(target):
+            raise InvalidInputError(
+                f"{shown!r} already exists; give a new file name for the backup"
+            ) from None
+        os.replace(partial, target)
+    if hasattr(os, "O_DIRECTORY"):
+        fd = os.open(os.path.dirname(target), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def _read_database_id(uri: str) -> str | None:

@@ -240,6 +240,11 @@ def test_the_backup_command_fails_in_one_line_and_never_imports_mcp(tmp_path: Pa
         (("backup", "", "--db", str(db)), 2, "DEST is empty"),
         (("backup", "x.db", "--db", str(tmp_path / "none.db")), 1, "no database at"),
         (("backup", "x.db", "--db", ":memory:"), 2, "':memory:' has none"),
+        (
+            ("backup", str(tmp_path / ("a" * 300 + ".db")), "--db", str(db)),
+            1,
+            "cannot write the backup",
+        ),  # the copy's name is too long: DEST is named, not the db
     ]
     for args, status, fragment in cases:
         failed = run(*args)
@@ -288,3 +293,17 @@ def test_a_copy_whose_id_lives_on_another_page_is_detected_when_copied_in_place(
         with pytest.raises(NotFoundError):  # nothing was written into the copy
             reopened.get("ns", "after-restore")
         assert reopened.get("fill", "k").value == "x" * 200
+
+
+def test_a_backup_never_replaces_a_file_that_appeared_at_its_name(tmp_path: Path) -> None:
+    from agenthold.store import _put_in_place
+
+    partial, target = tmp_path / "copy.partial", tmp_path / "dest.db"
+    partial.write_bytes(b"the copy")
+    target.write_bytes(b"someone else's")  # made after backup() looked
+    with pytest.raises(InvalidInputError, match="already exists"):
+        _put_in_place(str(partial), str(target), "dest.db")
+    assert target.read_bytes() == b"someone else's"
+    target.unlink()
+    _put_in_place(str(partial), str(target), "dest.db")
+    assert target.read_bytes() == b"the copy"
