@@ -120,6 +120,10 @@ class BearerAuth:
         self.table = table
         self._digests = [_digest(t.encode("utf-8")) for t in accepted]
         self._session_owners: OrderedDict[bytes, str] = OrderedDict()
+        # Once an owner was forgotten (the oldest, past MAX_SESSIONS), a session id of no known
+        # owner may be that one's: it is refused (404: its client opens a new session) rather
+        # than served to whoever names it.
+        self._forgot_owners = False
 
     def identify(self, header: bytes | None) -> Principal | None:
         """The principal an Authorization header value names, or None; UnusableFile if only
@@ -155,6 +159,7 @@ class BearerAuth:
                         self._session_owners[value] = name
                         while len(self._session_owners) > MAX_SESSIONS:
                             self._session_owners.popitem(last=False)
+                            self._forgot_owners = True
             await send(message)
 
         return noting
@@ -187,7 +192,8 @@ class BearerAuth:
         if principal is not None:
             scope[PRINCIPAL] = principal
             owner = None if session is None else self._session_owners.get(session)
-            if owner is not None and owner != principal.name:
+            forgotten = owner is None and session is not None and self._forgot_owners
+            if forgotten or (owner is not None and owner != principal.name):
                 await refuse(send, 404, FOREIGN_SESSION)
                 return
             await self.app(scope, receive, self._noting_sessions(send, principal.name))

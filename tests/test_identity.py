@@ -373,6 +373,31 @@ async def test_claim_scopes_limit_which_resources_a_principal_may_claim(
 # --------------------------------------------------------------------------------------------
 
 
+async def test_a_session_whose_owner_was_forgotten_is_refused_not_served_to_anyone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owners of sessions are remembered up to a bound; past it, a session id of no known
+    owner may be a forgotten one's, so it is refused (its client opens a new session) rather
+    than served to whoever names it."""
+    from agenthold import auth
+
+    monkeypatch.setattr(auth, "MAX_SESSIONS", 2)
+    async with serving(tmp_path) as server:
+        token = server.tokens["alice"]
+        async with httpx2.AsyncClient(
+            timeout=10, headers={"Authorization": f"Bearer {token}"}
+        ) as alice:
+            sessions = [await open_session(alice, server.url) for _ in range(3)]
+            listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+
+            async def status(session: str) -> int:
+                headers = {"Content-Type": "application/json", "Accept": ACCEPT,
+                           "MCP-Protocol-Version": LEGACY, "Mcp-Session-Id": session}  # fmt: skip
+                return (await alice.post(server.url, json=listing, headers=headers)).status_code
+
+            assert [await status(x) for x in sessions] == [404, 200, 200]
+
+
 async def test_a_session_cannot_be_used_or_ended_by_another_principal(tmp_path: Path) -> None:
     async with serving(tmp_path) as server:
 
