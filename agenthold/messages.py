@@ -121,6 +121,9 @@ __all__ = [  # the records and errors are defined in message_types and belong he
 # --------------------------------------------------------------------------------------------
 
 
+KEPT_DELETIONS = 1000  # rows of msg_deletions kept; a feed reads the newest in milliseconds
+
+
 class MessageBus:
     """Agents, threads, ordered messages and read cursors, safe across threads and processes.
 
@@ -400,6 +403,11 @@ class MessageBus:
             # waiters learn that it is gone: here at once, in other processes from this row
             conn.execute(
                 "INSERT INTO msg_deletions (thread_id, deleted_at) VALUES (?, ?)", (tid, utc_iso())
+            )
+            # only the newest rows are ever read (by feeds that were listening): keep a few
+            conn.execute(
+                "DELETE FROM msg_deletions WHERE id <= (SELECT max(id) FROM msg_deletions) - ?",
+                (KEPT_DELETIONS,),
             )
             changed.append(thread_topic(tid))
 

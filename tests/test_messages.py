@@ -580,6 +580,17 @@ def test_wait_is_woken_by_an_append_in_this_process(pair: Any) -> None:
     timer.join()
 
 
+def test_the_deletions_a_feed_reads_are_kept_to_the_newest(
+    pair: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bus, alice, bob, _ = pair
+    monkeypatch.setattr(messages, "KEPT_DELETIONS", 2)
+    for _ in range(5):
+        bus.delete_thread(bus.create_thread(alice, bob).id)
+    ids = [r[0] for r in bus.db.fetchall("SELECT id FROM msg_deletions ORDER BY id")]
+    assert len(ids) == 2 and ids == sorted(ids)  # the two newest
+
+
 def test_wait_ends_with_an_error_when_its_thread_is_deleted(pair: Any) -> None:
     bus, _, _, tid = pair
     threading.Timer(0.1, lambda: bus.delete_thread(tid)).start()
