@@ -36,6 +36,7 @@ from mcp.types import CallToolResult
 from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp
 
+from agenthold.claim_match import Pattern, overlaps
 from agenthold.claim_tools import reply
 from agenthold.claims import Coordinator
 from agenthold.cli import listen
@@ -561,3 +562,15 @@ def stop_warm_servers(directory: Path, timeout: float = 15.0) -> list[int]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return left
+
+
+def targets_overlap(x: Any, y: Any) -> bool:
+    """Whether two claim targets (a resource, a directory or a glob) cover a file in common:
+    the checkers' own oracle, beside the SQL the coordinator decides it with."""
+    if isinstance(x, Pattern) and isinstance(y, Pattern):
+        return overlaps(x, y)
+    if isinstance(x, Pattern):
+        return x.covers(y.key)
+    if isinstance(y, Pattern):
+        return y.covers(x.key)
+    return bool(x.key == y.key)

@@ -23,9 +23,8 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
-from support import REPO, child_env, in_process_client, reply_of
+from support import REPO, child_env, in_process_client, reply_of, targets_overlap
 
-from agenthold.claim_match import Pattern, overlaps
 from agenthold.claims import Coordinator
 from agenthold.store import InvalidInputError, StateStore
 from agenthold.uris import Resolver, Workspace
@@ -437,21 +436,11 @@ def check_modes(coord: Coordinator) -> int:
         for (other, holder), other_mode in held.items():
             if holder == agent or "exclusive" not in (mode, other_mode):
                 continue
-            assert not overlap(shapes[key], shapes[other]), (
+            assert not targets_overlap(shapes[key], shapes[other]), (
                 f"{key} granted {mode} to {agent} while {holder} held {other} {other_mode}"
             )
         held[(key, agent)] = mode
     return grants
-
-
-def overlap(x: Any, y: Any) -> bool:
-    if isinstance(x, Pattern) and isinstance(y, Pattern):
-        return overlaps(x, y)
-    if isinstance(x, Pattern):
-        return x.covers(y.key)
-    if isinstance(y, Pattern):
-        return y.covers(x.key)
-    return bool(x.key == y.key)
 
 
 @pytest.mark.backends

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import REPO, child_env, in_process_client, reply_of
+from support import REPO, child_env, in_process_client, reply_of, targets_overlap
 
 from agenthold.claim_match import Pattern, ancestors, overlaps, parse_pattern
 from agenthold.claim_tools import BUSY_HINT, BUSY_SET_HINT
@@ -367,21 +367,11 @@ def check_history(coord: Coordinator) -> int:
             continue
         for other_key, holder in held.items():
             if holder != agent:
-                assert not conflicts(shapes[key], shapes[other_key]), (
+                assert not targets_overlap(shapes[key], shapes[other_key]), (
                     f"{uri} granted to {agent} while {holder} held {other_key}"
                 )
         held[key] = agent
     return len(rows)
-
-
-def conflicts(x: Any, y: Any) -> bool:
-    if isinstance(x, Pattern) and isinstance(y, Pattern):
-        return overlaps(x, y)
-    if isinstance(x, Pattern):
-        return x.covers(y.key)
-    if isinstance(y, Pattern):
-        return y.covers(x.key)
-    return bool(x.key == y.key)
 
 
 @pytest.mark.backends
