@@ -18,9 +18,12 @@ import contextlib
 import importlib.util
 import os
 import platform
+import socket
 import sqlite3
 import statistics
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -75,6 +78,38 @@ def machine_line(facts: dict[str, Any]) -> str:
         + versions
         + (f", load average {load:.2f} at start" if load is not None else "")
     )
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a server started next)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerOutput:
+    """A server process's stderr, read live on a thread of its own (so the pipe never fills):
+    every line, and ``serving`` set once a line says so (or the stream ends)."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self.serving = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if "serving" in line:
+                self.serving.set()
+        self.serving.set()
+
+    def wait_serving(self, what: str) -> None:
+        """Return once the server serves; RuntimeError with its output if it ended first."""
+        if not self.serving.wait(60) or self.proc.poll() is not None:
+            raise RuntimeError(f"{what} did not start: {''.join(self.lines)}")
 
 
 def process_cpu_seconds(pid: int) -> float:

@@ -402,11 +402,6 @@ def stop_warm(runtime: Path, *, started: bool = False) -> None:
         time.sleep(0.02)
 
 
-def cpu_seconds(pid: int) -> float:
-    """CPU time of an idle process (see threads_cpu_seconds: measured to the nanosecond)."""
-    return threads_cpu_seconds(pid)
-
-
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -455,9 +450,9 @@ async def measure_per_call(tmp: Path, mode: str, sizes: Sizes) -> dict[str, Any]
         pids = warm_pids(runtime)
         if len(pids) != 1:
             raise BenchError(f"expected one warm server, found {pids}")
-        before = cpu_seconds(pids[0])
+        before = threads_cpu_seconds(pids[0])
         await anyio.sleep(IDLE_PROBE)
-        idle_cpu = cpu_seconds(pids[0]) - before
+        idle_cpu = threads_cpu_seconds(pids[0]) - before
         rss = rss_mib(pids[0])
     finally:
         stop_warm(runtime)
@@ -593,9 +588,11 @@ async def measure_feed(
                     "floor": child_pid(f"{tag}-floor"),
                     "follow": follow.pid,
                 }
-                before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+                before = {name: threads_cpu_seconds(pid) for name, pid in pids.items()}
                 await anyio.sleep(sizes.idle_window)
-                out["cpu_s"] = {name: cpu_seconds(pid) - before[name] for name, pid in pids.items()}
+                out["cpu_s"] = {
+                    name: threads_cpu_seconds(pid) - before[name] for name, pid in pids.items()
+                }
                 if answers:
                     raise BenchError(f"a wait answered while the resource was held: {answers[0]}")
                 await call(holder, "agenthold_release", {**held, "outcome": "modified"}, "released")

@@ -34,19 +34,11 @@ from typing import Any
 
 import anyio
 import httpx2
-from _common import load_average, process_cpu_seconds, table
+from _common import free_port, load_average, process_cpu_seconds, table
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Server:

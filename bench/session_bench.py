@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from _common import machine, machine_line, table  # noqa: E402
+from _common import free_port, machine, machine_line, table  # noqa: E402
 
 TOKEN = "session-bench-token"
 ACCEPT = "application/json, text/event-stream"
@@ -45,12 +44,6 @@ INITIALIZE = {
         "clientInfo": {"name": "session-bench", "version": "0"},
     },
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def resident_kb(pid: int) -> int:

@@ -78,7 +78,6 @@ import os
 import queue
 import random
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -97,7 +96,15 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))  # _common, torture_checks and torture_workers sit beside this
 
 # Importing _common also finds this checkout's agenthold when none is installed.
-from _common import check_line, machine, machine_line, process_cpu_seconds, table  # noqa: E402
+from _common import (  # noqa: E402
+    ServerOutput,
+    check_line,
+    free_port,
+    machine,
+    machine_line,
+    process_cpu_seconds,
+    table,
+)
 from torture_checks import (  # noqa: E402
     Acks,
     Check,
@@ -490,12 +497,6 @@ SAMPLES = 200
 SOAK_NAMESPACE = "soak"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Server:
     """``python -m agenthold --transport http`` on a free port; stderr collected live.
 
@@ -516,23 +517,12 @@ class Server:
             stderr=subprocess.PIPE,
             text=True,
         )  # fmt: skip
-        self.lines: list[str] = []
+        self.output = ServerOutput(self.proc)
+        self.lines = self.output.lines
         self.stop_seconds = 0.0
-        self._serving = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            if "serving" in line:
-                self._serving.set()
-        self._serving.set()
 
     def wait_serving(self) -> None:
-        if not self._serving.wait(60) or self.proc.poll() is not None:
-            raise RuntimeError(f"the {self.tools} server did not start: {''.join(self.lines)}")
+        self.output.wait_serving(f"the {self.tools} server")
 
     def sample(self) -> tuple[int, int, int]:
         """Resident memory (kB), open descriptors and threads, from /proc."""
@@ -559,7 +549,7 @@ class Server:
             return self.proc.wait(30)
         finally:
             self.stop_seconds = time.monotonic() - started
-            self._reader.join(5)
+            self.output.reader.join(5)
             if self.proc.stderr is not None:
                 self.proc.stderr.close()
 

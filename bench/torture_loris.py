@@ -30,7 +30,6 @@ import os
 import random
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -42,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from _common import percentile, process_cpu_seconds  # noqa: E402
+from _common import ServerOutput, free_port, percentile, process_cpu_seconds  # noqa: E402
 from torture_checks import Checks  # noqa: E402
 
 TOKEN = "torture-loris-token"
@@ -167,12 +166,6 @@ def attacker_main(argv: list[str]) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class Served:
     """``python -m agenthold --transport http`` with TOKEN on a free port; stderr kept."""
 
@@ -189,18 +182,8 @@ class Served:
             stderr=subprocess.PIPE,
             text=True,
         )  # fmt: skip
-        self.lines: list[str] = []
-        self.serving = threading.Event()
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            if "serving" in line:
-                self.serving.set()
-        self.serving.set()
+        self.output = ServerOutput(self.proc)
+        self.lines = self.output.lines
 
     def descriptors(self) -> tuple[int, int]:
         """Open descriptors now, and the soft limit, from /proc."""
@@ -218,7 +201,7 @@ class Served:
             self.proc.kill()
             return self.proc.wait(30)
         finally:
-            self.reader.join(5)
+            self.output.reader.join(5)
 
 
 async def legit_calls(
@@ -321,8 +304,7 @@ def run_loris(
     tally: dict[str, int] = {}
     attack_seconds = 0.0
     try:
-        if not served.serving.wait(60) or served.proc.poll() is not None:
-            raise RuntimeError(f"the server did not start: {''.join(served.lines)}")
+        served.output.wait_serving("the server")
         anyio.run(newcomers, served.url, 1, [], errors)  # the server's first call warms it
         cpu = process_cpu_seconds(served.proc.pid), time.monotonic()
         anyio.run(legit_calls, served.url, seconds, alone, errors, "alone.md")
