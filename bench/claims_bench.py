@@ -67,6 +67,7 @@ from _common import (
 )
 
 # The private SQL constants are imported on purpose: the baseline must run exactly these.
+from agenthold.claim_types import WaitResult
 from agenthold.claims import _CLAIM_ROW, _EVENT, _FREE, Coordinator
 from agenthold.store import StateStore, utc_iso
 from agenthold.uris import Resolver, Workspace
@@ -262,30 +263,39 @@ def summary(latencies: list[float], early: int) -> dict[str, Any]:
     }
 
 
-def one_wake(coord: Coordinator, release_at: Callable[[], float]) -> tuple[float, bool]:
-    """Wait for the release that ``release_at`` starts; return the latency and whether the
-    wait really blocked (False: the release came first, so the trial does not count)."""
-    result: list[Any] = []
+def timed_wait(
+    wait: Callable[[], WaitResult], release_at: Callable[[], float]
+) -> tuple[float, WaitResult]:
+    """Run ``wait`` in a thread, start the release with ``release_at`` once it runs, and return
+    the latency (the wait's time.time() when it returned minus the release's) and its result."""
+    result: list[tuple[float, WaitResult]] = []
     waiter = threading.Event()
 
-    def wait() -> None:
+    def run() -> None:
         waiter.set()
-        reply = coord.wait(RESOURCE, 10)
+        reply = wait()
         result.append((time.time(), reply))
 
-    thread = threading.Thread(target=wait)
+    thread = threading.Thread(target=run)
     thread.start()
     waiter.wait()
     released = release_at()
     thread.join()
     returned, reply = result[0]
+    return returned - released, reply
+
+
+def one_wake(coord: Coordinator, release_at: Callable[[], float]) -> tuple[float, bool]:
+    """Wait for the release that ``release_at`` starts; return the latency and whether the
+    wait really blocked (False: the release came first, so the trial does not count)."""
+    latency, reply = timed_wait(lambda: coord.wait(RESOURCE, 10), release_at)
     if (
         reply.status != "available"
         or reply.previous is None
         or reply.previous.outcome != "modified"
     ):
         raise RuntimeError(f"the wait did not see its release: {reply}")
-    return returned - released, reply.elapsed_seconds > 0.002
+    return latency, reply.elapsed_seconds > 0.002
 
 
 def one_handoff(
@@ -293,24 +303,13 @@ def one_handoff(
 ) -> tuple[float, bool]:
     """Wait in the queue for the release that ``release_at`` starts, as ``agent``; return the
     latency and whether the wait really blocked. The claim handed over is released after."""
-    result: list[Any] = []
-    waiter = threading.Event()
-
-    def wait() -> None:
-        waiter.set()
-        reply = coord.wait(RESOURCE, 10, agent_id=agent, claim=True)
-        result.append((time.time(), reply))
-
-    thread = threading.Thread(target=wait)
-    thread.start()
-    waiter.wait()
-    released = release_at()
-    thread.join()
-    returned, reply = result[0]
+    latency, reply = timed_wait(
+        lambda: coord.wait(RESOURCE, 10, agent_id=agent, claim=True), release_at
+    )
     if reply.status != "claimed" or reply.previous is None or reply.previous.outcome != "modified":
         raise RuntimeError(f"the wait was not handed the claim: {reply}")
     coord.release(RESOURCE, agent)
-    return returned - released, reply.elapsed_seconds > 0.002
+    return latency, reply.elapsed_seconds > 0.002
 
 
 def measure_wake(tmp: Path, sizes: Sizes) -> dict[str, Any]:
