@@ -52,11 +52,6 @@ log = logging.getLogger("agenthold.warm")
 IDLE_SECONDS = 600.0  # how long a warm server waits for its next client before it exits
 HELLO_TIMEOUT = 5.0  # seconds a connection may take to say hello and pass its pipes
 READY_TIMEOUT = 10.0  # seconds a call that waits for its warm server (AGENTHOLD_WARM=wait) waits
-# Seconds the new warm server listens without opening the database while the call that left it
-# runs alone (until that process exits, at most this long): on a busy machine its start would
-# otherwise take CPU from the call. Below front.HANDSHAKE_TIMEOUT, so a front that connects
-# meanwhile is answered in time.
-DEFER_SECONDS = 0.5
 _session_stderr: contextvars.ContextVar[int] = contextvars.ContextVar("stderr", default=2)
 
 
@@ -354,27 +349,21 @@ def leave_behind(
     the database yet).
     With ``wait``, return once it listens (True) or failed to (False); else at once."""
     ready_r, ready_w = os.pipe()
-    # The call holds go_w until it exits (the kernel closes it then); the warm server starts
-    # its real work on that end of file, or after DEFER_SECONDS.
-    go_r, go_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - measured in the grandchild, not here
         try:
             os.close(ready_r)
-            os.close(go_w)
             os.setsid()  # out of the client's process group and session
             if os.fork() != 0:
                 os._exit(0)
-            _become_warm(opts, warnings, found, ready_w, opener, setup, signals, go_r)
+            _become_warm(opts, warnings, found, ready_w, opener, setup, signals)
         finally:
             os._exit(0)
     os.close(ready_w)
-    os.close(go_r)
     os.waitpid(pid, 0)
     if not wait:
         os.close(ready_r)
         return False
-    os.close(go_w)  # a call that waits for its warm server lets it start at once
     try:
         import select
 
@@ -392,7 +381,6 @@ def _become_warm(
     opener: Callable[[Any], Coordinator],
     setup: Callable[[Agenthold], None],
     signals: SignalSource,
-    go: int,
 ) -> None:
     """The warm server's life, in the forked grandchild."""
     devnull = os.open(os.devnull, os.O_RDONLY)
@@ -407,10 +395,6 @@ def _become_warm(
         os.close(ready)
         return
     listener, lock = listening
-    import select
-
-    select.select([go], [], [], DEFER_SECONDS)  # see DEFER_SECONDS
-    os.close(go)
     try:
         coordinator = opener(opts)  # cli.open_coordinator
     except SystemExit:
