@@ -175,6 +175,16 @@ def _quote(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+def _connect_options(url: str) -> dict[str, Any]:
+    """Added to ``url`` at every connect. libpq's default gssencmode ("prefer") asks Kerberos
+    for credentials each time, which is not safe across a server's threads and forks (a known
+    cause of crashes); off unless the URL or PGGSSENCMODE chooses. Kerberos login still works."""
+    options: dict[str, Any] = {"autocommit": True, "connect_timeout": 5}
+    if "gssencmode=" not in urlsplit(url).query and not os.environ.get("PGGSSENCMODE"):
+        options["gssencmode"] = "disable"
+    return options
+
+
 def _first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     return "; ".join(lines) or type(exc).__name__
@@ -199,7 +209,7 @@ class _Feed(_ChangeFeed):
 
     def _connect_listener(self) -> psycopg.Connection[Any] | None:
         try:
-            conn = psycopg.connect(self._url, autocommit=True, connect_timeout=5)
+            conn = psycopg.connect(self._url, **_connect_options(self._url))
             conn.execute(f"LISTEN {CHANNEL}")
             return conn
         except psycopg.Error as exc:
@@ -358,7 +368,7 @@ class PostgresDatabase:
             connection_class=self._connection_class(),
             min_size=1,
             max_size=self._pool_size,
-            kwargs={"autocommit": True, "connect_timeout": 5},
+            kwargs=_connect_options(self.url),
             configure=self._configure,
             open=open,
             name="agenthold",
@@ -379,7 +389,7 @@ class PostgresDatabase:
         """Connect once now, so that a server that is down, a wrong password or a missing
         database is one clear error at start."""
         try:
-            conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+            conn = psycopg.connect(self.url, **_connect_options(self.url))
         except psycopg.Error as exc:
             raise UnavailableError(
                 f"cannot connect to PostgreSQL at {self.path}: {self._scrub(exc)}"

@@ -61,12 +61,12 @@ def releaser(url: str, root: str, conn: Any) -> None:
     """Another process: claims the resource when told to, and releases it after a delay,
     answering with its time.time() right after the release committed."""
     coord = coordinator(url, root)
-    agent = coord.register("releaser")["agent_id"]
+    agent = coord.register("releaser").agent_id
     conn.send("ready")
     while True:
         command = conn.recv()
         if command[0] == "claim":
-            conn.send(coord.claim(RESOURCE, agent)["status"])
+            conn.send(coord.claim(RESOURCE, agent).status)
         elif command[0] == "release":
             time.sleep(command[1])
             coord.release(RESOURCE, agent, "modified")
@@ -111,9 +111,13 @@ def measure_wake(url: str, trials: int) -> tuple[list[float], int]:
                 released: float = mine.recv()
                 thread.join()
                 returned, reply = result[0]
-                if reply["status"] != "available" or reply.get("previous_outcome") != "modified":
+                if (
+                    reply.status != "available"
+                    or reply.previous is None
+                    or reply.previous.outcome != "modified"
+                ):
                     raise RuntimeError(f"the wait did not see its release: {reply}")
-                if reply["elapsed_seconds"] > 0.002:
+                if reply.elapsed_seconds > 0.002:
                     latencies.append(returned - released)
                 else:
                     early += 1

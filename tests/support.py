@@ -539,11 +539,13 @@ class StdioPipes:
 
 
 def warm_pids(directory: Path) -> list[int]:
-    """The warm servers living in the runtime directory ``directory`` (their pid files)."""
+    """The warm servers living in the runtime directory ``directory``: the pid in each pid
+    file's name (KEY.PID.pid), never its text, which a server may be writing as we read (a
+    prefix of a pid is somebody else's process)."""
     pids = []
     for pid_file in directory.glob("*.pid"):
-        with contextlib.suppress(OSError, ValueError):
-            pids.append(int(pid_file.read_text()))
+        with contextlib.suppress(ValueError):
+            pids.append(int(pid_file.name.rsplit(".", 2)[-2]))
     return sorted(pids)
 
 

@@ -142,3 +142,13 @@ def test_store_bench_quick_prints_its_tables_and_exits_0() -> None:
     # Correctness is asserted, speed is not: no increment may be lost under contention.
     assert "  pass  contention (agenthold) loses no increment: final value 100: 100" in out
     assert "  pass  contention (raw sqlite3) loses no increment: final value 100: 100" in out
+
+
+@pytest.mark.usefixtures("no_child_coverage")
+def test_pg_bench_quick_prints_its_tables_and_exits_0(pg_url: str) -> None:
+    out = run_script("bench/pg_bench.py", "--db", pg_url, "--quick", timeout=180)
+
+    assert "release -> wait returned" in out
+    assert re.search(r"^set \(expected_version\) +[\d,]+ +[\d,]+ +[\d.]+$", out, re.MULTILINE), out
+    assert re.search(r"^get +[\d,]+ +[\d,]+ +[\d.]+$", out, re.MULTILINE), out
+    assert len(re.findall(r"^  (pass|FAIL)  ", out, re.MULTILINE)) == 4, out

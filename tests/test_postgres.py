@@ -555,3 +555,24 @@ def test_every_test_the_guarantees_doc_names_for_postgresql_exists() -> None:
         for name in re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.M)
     }
     assert named <= defined, named - defined
+
+
+def test_connections_turn_gssapi_encryption_off_unless_the_url_or_environment_chooses(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """libpq's Kerberos probe at connect is not safe across threads and forks: it is off by
+    default, and a mode given in the URL or in PGGSSENCMODE is kept."""
+
+    def mode(url: str) -> str:
+        db = PostgresDatabase(url)
+        try:
+            with db._pool.connection() as conn:
+                found = [o.val for o in conn.pgconn.info if o.keyword == b"gssencmode"]
+                return b"".join(v or b"" for v in found).decode()
+        finally:
+            db.close()
+
+    assert mode(pg_url) == "disable"
+    assert mode(pg_url + "&gssencmode=prefer") == "prefer"
+    monkeypatch.setenv("PGGSSENCMODE", "prefer")
+    assert mode(pg_url) == "prefer"
