@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from agenthold.store import InvalidInputError
+from agenthold.store import _INVISIBLE, InvalidInputError
 
 __all__ = [
     "MAX_INPUT_LENGTH",
@@ -56,7 +56,8 @@ _SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _SEPARATOR_RE = re.compile(r"[/\\]")
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _SURROGATE_RE = re.compile(r"[\ud800-\udfff]")  # not encodable as UTF-8, so never storable
-_REFUSED_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")  # either: one scan when clean
+# any of them, or an invisible character (store._INVISIBLE): one scan when the name is clean
+_REFUSED_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]|" + _INVISIBLE.pattern)
 RESOURCE_HINT = (
     "Name the resource as a path relative to the workspace (src/main.py), an absolute path "
     "inside a workspace, file://<workspace>/<path>, or custom://<name> for things that are "
@@ -452,7 +453,14 @@ class Resolver:
                 f"resource {_show(text)} contains the unpaired surrogate {surrogate.group()!r} "
                 f"at index {surrogate.start()}; send valid Unicode text"
             )
-        return _nfc(text)
+        invisible = _INVISIBLE.search(text)
+        assert invisible is not None  # what else _REFUSED_RE matches
+        raise InvalidInputError(
+            f"resource {_show(text)} contains the invisible character "
+            f"U+{ord(invisible.group()):04X} at index {invisible.start()} (a bidirectional "
+            "control, zero-width space or line separator, which would let two different "
+            "names look alike); name it without"
+        )
 
     def _resolve_bare(self, text: str) -> Resource:
         if self._bare is None:

@@ -870,9 +870,10 @@ def test_unprintable_characters_in_every_table_are_shown_as_escapes(
 
     store = StateStore(demo.path)
     store.set("n\u200dotes", "k\u00ad", "v", updated_by="w\u200c")
-    Coordinator(store).claim("custom://a\u2028b", demo.editor)
+    Coordinator(store).claim("custom://a-b", demo.editor)
     store.close()
     conn = sqlite3.connect(demo.path)
+    conn.execute("UPDATE claims SET uri = 'custom://a\u2028b' WHERE uri = 'custom://a-b'")
     conn.execute("UPDATE agents SET name = 'evil\u202egnp.exe' WHERE agent_id = ?", (demo.editor,))
     conn.commit()
     conn.close()

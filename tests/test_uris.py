@@ -452,6 +452,25 @@ def test_unpaired_surrogates_are_rejected(resolver: Resolver, surrogate: str) ->
         assert f"unpaired surrogate {surrogate!r}" in message
 
 
+@pytest.mark.parametrize("invisible", ["\u202e", "\u200b", "\u2028", "\ufeff", "\u2066"])
+def test_invisible_characters_that_disguise_a_name_are_rejected(
+    resolver: Resolver, invisible: str
+) -> None:
+    for text in (f"src/{invisible}yp.exe", f"custom://a{invisible}b"):
+        with pytest.raises(InvalidInputError) as caught:
+            resolver.resolve(text)
+        message = str(caught.value)
+        assert repr(text) in message
+        assert f"invisible character U+{ord(invisible):04X}" in message
+
+
+def test_the_joiners_that_spell_words_are_accepted_in_resource_names(resolver: Resolver) -> None:
+    """ZWNJ and ZWJ are part of how Persian, Indic scripts and emoji are written."""
+    assert resolver.resolve(
+        "custom://\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"
+    ).uri.endswith("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645")
+
+
 @pytest.mark.parametrize(
     "text",
     [
