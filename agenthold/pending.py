@@ -6,9 +6,11 @@ grace). If the database refuses that write (another process holds it locked, the
 the agents would keep their claims for good. So the server first appends the lease end, with
 its deadline, to a side file, which needs no lock on the database (``defer``), and then retries
 the write itself until it succeeds or its patience runs out (``server.Agenthold.end_leases``).
-Every server applies the side file's lease ends when it starts, and removes what it wrote
-(``apply_pending``). A lease end written twice is harmless: a lease that already ends sooner is
-kept, and an agent seen after it left (it came back through another server) is left alone.
+Every server applies the side file's lease ends when it starts and then once a minute
+(``apply_pending``; ``server.PENDING_EVERY``), so a server that stays up also applies what a
+killed one beside it left, and removes what it wrote. A lease end written twice is harmless: a
+lease that already ends sooner is kept, and an agent seen after it left (it came back through
+another server) is left alone.
 
 Where the side file is: beside a SQLite file (``agenthold.db-disconnects``, in the directory
 that holds its WAL anyway); for PostgreSQL, in this user's state directory, one file per

@@ -76,6 +76,7 @@ SignalSource = Callable[[], AbstractContextManager[AsyncIterator[int]]]
 log = logging.getLogger("agenthold.server")
 
 REAP_EVERY = 600.0  # seconds between two looks for idle agents to remove
+PENDING_EVERY = 60.0  # seconds between two looks for lease ends other servers left pending
 PROGRESS_EVERY = 10.0  # seconds between two progress notifications of a wait that asked
 SHUTDOWN_GRACE = 5  # seconds that calls in flight get to finish after SIGINT, SIGTERM or EOF
 EXIT_PATIENCE = 30.0  # seconds a refused lease end is retried (AGENTHOLD_EXIT_PATIENCE)
@@ -139,6 +140,7 @@ class Agenthold:
         self.agents = AgentTracker()
         self.transport = "memory"  # "stdio" or "http", set by the transport that serves it
         self.reap_idle: float | None = None  # seconds; None: never remove idle agents
+        self.pending_every = PENDING_EVERY  # seconds between two looks at the side file
         self.in_flight = 0  # tool calls being answered
         self.progress_every = PROGRESS_EVERY  # seconds between progress reports of a wait
         self.stopping = False  # the server is shutting down: waits end now
@@ -326,20 +328,25 @@ class Agenthold:
                 log.warning("could not release the claims of %s: %s", agent_id, exc)
 
     async def reap_forever(self) -> None:
-        """At start, apply lease ends earlier servers left pending; then remove idle agents
-        now and then (see --reap-idle)."""
-        await self.apply_pending()
-        if self.reap_idle is None:
-            return
+        """Apply the lease ends that servers could not write (see pending.py): at start, and
+        every ``pending_every`` seconds, so a server that stays up also applies what one that
+        was killed beside it left; and remove idle agents now and then (see --reap-idle)."""
+        next_reap = time.monotonic()
         while True:
-            try:
-                reaped = await self.write(self.coordinator.reap_idle_agents, self.reap_idle)
-                if reaped:
-                    self.agents.forget(reaped)
-                    log.info("removed %d idle agents", len(reaped))
-            except AgentholdError as exc:
-                log.warning("could not remove idle agents: %s", exc)
-            await anyio.sleep(min(max(self.reap_idle / 4, 1.0), REAP_EVERY))
+            await self.apply_pending()
+            if self.reap_idle is not None and time.monotonic() >= next_reap:
+                try:
+                    reaped = await self.write(self.coordinator.reap_idle_agents, self.reap_idle)
+                    if reaped:
+                        self.agents.forget(reaped)
+                        log.info("removed %d idle agents", len(reaped))
+                except AgentholdError as exc:
+                    log.warning("could not remove idle agents: %s", exc)
+                next_reap = time.monotonic() + min(max(self.reap_idle / 4, 1.0), REAP_EVERY)
+            pause = self.pending_every
+            if self.reap_idle is not None:
+                pause = min(pause, next_reap - time.monotonic())
+            await anyio.sleep(max(pause, 0.05))
 
     async def end_leases(self, agents: Iterable[str]) -> None:
         """End the leases of ``agents`` (their client left) after the disconnect grace. A

@@ -258,3 +258,30 @@ def test_a_note_that_cannot_be_written_either_is_reported_not_raised(
     if backend == "postgresql" or os.geteuid() != 0:
         assert noted is None
     assert clock(store.db) > 0
+
+
+@pytest.mark.backends
+async def test_a_server_that_stays_up_applies_lease_ends_noted_after_it_started(
+    db_url: str, tmp_path: Path
+) -> None:
+    """Another server (killed before it could write them) notes lease ends after this one
+    started: this one applies them within ``pending_every``, not only at its next start."""
+    import anyio
+
+    with StateStore(db_url) as store:
+        coordinator = Coordinator(store, resolver=Resolver([Workspace("d", str(tmp_path))]))
+        agent = coordinator.register("leaver").agent_id
+        assert coordinator.claim("a.txt", agent).status == "claimed"
+        app = Agenthold(coordinator)
+        app.pending_every = 0.1
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(app.reap_forever)
+            await anyio.sleep(0.2)  # it has looked once already: nothing was pending
+            path = defer(store.db, [agent], 0.0, clock(store.db))
+            assert path is not None and os.path.exists(path)
+            with anyio.fail_after(10):
+                while os.path.exists(path):
+                    await anyio.sleep(0.05)
+            tg.cancel_scope.cancel()
+        assert coordinator.status("a.txt").status == "available"
+        assert coordinator.status("a.txt").previous is not None

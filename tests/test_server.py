@@ -1320,7 +1320,10 @@ async def test_idle_agents_are_reaped_and_then_unknown(
     monkeypatch.setattr(claims_module, "RENEW_EVERY", 0.0)  # exact last-seen times
     async with serving(tmp_path) as served:
         app = served.app
-        await app.reap_forever()  # reap_idle None: returns at once
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(app.reap_forever)  # reap_idle None: it reaps nobody
+            await anyio.sleep(0.1)
+            tg.cancel_scope.cancel()
         idle = await served.register("idle")
         busy = await served.register("busy")
         await served.call("agenthold_claim", resource="x.md", agent_id=busy)
