@@ -4,6 +4,7 @@ how fast a wait is woken by another process.
     python bench/messages_bench.py            # the full run, about half a minute
     python bench/messages_bench.py --quick    # a smoke run of a few seconds (too small to judge)
     python bench/messages_bench.py --json     # the same results as JSON instead of tables
+    python bench/messages_bench.py --db postgresql://user@host/dbname   # on PostgreSQL
 
 What is measured, on files in a temporary directory, with the default durability ("normal": WAL
 and synchronous NORMAL):
@@ -18,9 +19,13 @@ and synchronous NORMAL):
    an empty one, to show that the check does not grow with the thread.
 
 The baseline of 1 and 2 is a raw ``sqlite3`` connection on the same database file running the
-statements messages.py runs, imported from it so they cannot drift apart. Rates are the best of
-several runs, library and raw taking turns, because on a shared machine the best run is the one
-least disturbed by other work.
+statements messages.py runs, imported from it so they cannot drift apart. With ``--db`` and a
+PostgreSQL URL, everything runs on that database (in new threads of its own; the huge thread is
+filled by one INSERT ... SELECT, then vacuumed so that autovacuum does not run while the checks
+are timed) and the baseline is a raw psycopg connection in autocommit
+running the same statements, with BEGIN, and the NOTIFY the bus sends with its COMMIT. Rates
+are the best of several runs, library and raw taking turns, because on a shared machine the best
+run is the one least disturbed by other work.
 
 4. Wake-up latency of ``wait``: another process waits on the thread; this process appends after
    a short random delay. The latency is the waiter's time.time() when ``wait`` returned minus
@@ -60,7 +65,7 @@ from _common import (
 )
 
 # The bus's own SQL, imported on purpose: the baseline must run exactly these statements.
-from agenthold.message_schema import BUMP, CURSOR, INSERT, IS_MEMBER, POLL
+from agenthold.message_schema import BUMP, CURSOR, INSERT, IS_MEMBER, POLL, thread_topic
 from agenthold.messages import BusAgent, MessageBus
 from agenthold.store import utc_iso
 
@@ -92,7 +97,8 @@ class Raw:
     """messages.py's statements for one append, one poll and one unread check, on one plain
     sqlite3 connection."""
 
-    def __init__(self, path: Path, thread_id: str, agent: BusAgent) -> None:
+    def __init__(self, path: Path | str, thread_id: str, agent: BusAgent) -> None:
+        assert isinstance(path, Path)
         self.conn = raw_connection(path)
         self.cur = self.conn.cursor()
         self.tid, self.agent = thread_id, agent
@@ -117,6 +123,42 @@ class Raw:
         return bool(last > cursor)
 
 
+class RawPostgres(Raw):
+    """The same statements on one plain psycopg connection (autocommit, explicit BEGIN and
+    COMMIT, as the bus's pool runs them)."""
+
+    def __init__(self, url: Path | str, thread_id: str, agent: BusAgent) -> None:
+        import psycopg
+
+        self.pg = psycopg.connect(str(url), autocommit=True)
+        self.tid, self.agent = thread_id, agent
+        self.sql = {name: text.replace("?", "%s") for name, text in SQL.items()}
+        topic = json.dumps([list(thread_topic(thread_id))])  # what the bus notifies
+        self.notify = f"NOTIFY agenthold, '{topic}'; COMMIT"
+
+    def close(self) -> None:
+        self.pg.close()
+
+    def append(self, content: str) -> int:
+        pg, tid, now, sql = self.pg, self.tid, utc_iso(), self.sql
+        pg.execute("BEGIN")
+        seq = pg.execute(sql["bump"], (now, tid)).fetchone()[0]
+        pg.execute(sql["member"], (tid, self.agent.id)).fetchone()
+        pg.execute(sql["insert"], (tid, seq, self.agent.id, self.agent.name, content, now, None))
+        pg.execute(self.notify)
+        return int(seq)
+
+    def poll(self, after_seq: int) -> list[Any]:
+        return self.pg.execute(self.sql["poll"], (self.tid, after_seq, PAGE + 1)).fetchall()[:PAGE]
+
+    def has_unread(self, thread_id: str) -> bool:
+        row = self.pg.execute(self.sql["cursor"], (self.agent.id, thread_id)).fetchone()
+        return bool(row[0] > row[1])
+
+
+SQL = {"bump": BUMP, "member": IS_MEMBER, "insert": INSERT, "poll": POLL, "cursor": CURSOR}
+
+
 def fill(bus: MessageBus, thread_id: str, sender: BusAgent, count: int) -> None:
     """Give the thread ``count`` messages quickly: one transaction of the same rows appends
     would write (the benchmark measures reading it, not writing it)."""
@@ -125,25 +167,39 @@ def fill(bus: MessageBus, thread_id: str, sender: BusAgent, count: int) -> None:
         start = conn.execute(
             "SELECT last_seq FROM msg_threads WHERE thread_id = ?", (thread_id,)
         ).fetchone()[0]
-        conn.executemany(
-            INSERT,
-            (
-                (thread_id, seq, sender.id, sender.name, CONTENT, now, None)
-                for seq in range(start + 1, start + count + 1)
-            ),
-        )
+        if bus.db.dialect == "postgresql":
+            conn.execute(
+                "INSERT INTO msg_messages (thread_id, seq, sender_id, sender_name, content, "
+                "created_at, principal) SELECT ?, s, ?, ?, ?, ?, NULL "
+                "FROM generate_series(?::int8, ?::int8) AS s",
+                (thread_id, sender.id, sender.name, CONTENT, now, start + 1, start + count),
+            )
+        else:
+            conn.executemany(
+                INSERT,
+                (
+                    (thread_id, seq, sender.id, sender.name, CONTENT, now, None)
+                    for seq in range(start + 1, start + count + 1)
+                ),
+            )
         conn.execute(
             "UPDATE msg_threads SET last_seq = ?, last_message_at = ? WHERE thread_id = ?",
             (start + count, now, thread_id),
         )
 
 
-def measure_rates(tmp: Path, sizes: Sizes) -> dict[str, Any]:
-    bus = MessageBus(tmp / "rates.db")
+def where(tmp: Path, name: str, url: str | None) -> Path | str:
+    """The database of one measurement: a file in ``tmp``, or the PostgreSQL database."""
+    return url if url is not None else tmp / name
+
+
+def measure_rates(tmp: Path, sizes: Sizes, url: str | None = None) -> dict[str, Any]:
+    db = where(tmp, "rates.db", url)
+    bus = MessageBus(db)
     alice, bob = bus.get_or_create_agent("alice"), bus.get_or_create_agent("bob")
     lib_thread = bus.create_thread(alice, bob).id
     raw_thread = bus.create_thread(alice, bob).id
-    raw = Raw(tmp / "rates.db", raw_thread, alice)
+    raw = (Raw if url is None else RawPostgres)(db, raw_thread, alice)
     try:
         append, poll = bus.append, bus.poll
         appends: dict[str, Loop] = {
@@ -165,6 +221,11 @@ def measure_rates(tmp: Path, sizes: Sizes) -> dict[str, Any]:
         empty = bus.create_thread(alice, bob).id
         huge = bus.create_thread(alice, bob).id
         fill(bus, huge, alice, sizes.huge)
+        if url is not None:  # settle now, not in autovacuum while the checks are timed
+            import psycopg
+
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("VACUUM (ANALYZE) msg_messages")
         bus.mark_read(huge, bob, sizes.huge // 2)  # half of it unread
         if not bus.has_unread(huge, bob) or bus.has_unread(empty, bob):
             raise RuntimeError("has_unread gave a wrong answer")
@@ -213,8 +274,8 @@ def summary(latencies: list[float]) -> dict[str, Any]:
     }
 
 
-def measure_wake(tmp: Path, sizes: Sizes) -> dict[str, Any]:
-    path = tmp / "wake.db"
+def measure_wake(tmp: Path, sizes: Sizes, url: str | None = None) -> dict[str, Any]:
+    path = where(tmp, "wake.db", url)
     bus = MessageBus(path)
     alice, bob = bus.get_or_create_agent("alice"), bus.get_or_create_agent("bob")
     tid = bus.create_thread(alice, bob).id
@@ -284,7 +345,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     append = rates["append"]["library"] / rates["append"]["raw"]
     unread = rates["unread"]["huge"] / rates["unread"]["empty"]
     checks = [
-        ("append >= 0.6 of raw sqlite3", append >= 0.6, f"{append:.0%}"),
+        (f"append >= 0.6 of {results['raw']}", append >= 0.6, f"{append:.0%}"),
         (
             "has_unread on a 1,000,000-message thread within 20% of an empty thread",
             unread >= 0.8,
@@ -315,7 +376,7 @@ def report(results: dict[str, Any]) -> str:
         "",
         table(
             [
-                ["operation (file database, durability normal)", "agenthold/s", "raw/s", "of raw"],
+                [f"operation ({results['engine']})", "agenthold/s", "raw/s", "of raw"],
                 [
                     "append",
                     f"{a['library']:,.0f}",
@@ -365,13 +426,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--db", metavar="URL", help="a postgresql:// URL to run on instead")
     args = parser.parse_args(argv)
+    if args.db is not None and not args.db.startswith(("postgresql://", "postgres://")):
+        parser.error("--db takes a postgresql:// URL (SQLite runs on files of its own)")
     sizes = QUICK if args.quick else FULL
     results: dict[str, Any] = {"machine": machine(), "sizes": sizes.__dict__}
+    postgres = args.db is not None
+    results["engine"] = "PostgreSQL" if postgres else "file database, durability normal"
+    results["raw"] = "raw psycopg" if postgres else "raw sqlite3"
     try:
         with tempfile.TemporaryDirectory(prefix="agenthold-messages-bench-") as tmp:
-            results["rates"] = measure_rates(Path(tmp), sizes)
-            results["wake"] = measure_wake(Path(tmp), sizes)
+            results["rates"] = measure_rates(Path(tmp), sizes, args.db)
+            results["wake"] = measure_wake(Path(tmp), sizes, args.db)
     except RuntimeError as exc:
         print(f"correctness check failed: {exc}", file=sys.stderr)
         return 1

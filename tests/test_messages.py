@@ -759,10 +759,14 @@ def test_records_are_frozen_and_repr_names_the_file(pair: Any) -> None:
 
 
 @pytest.mark.usefixtures("no_child_coverage")
-def test_the_benchmark_quick_run_prints_its_tables(tmp_path: Path) -> None:
+@pytest.mark.backends
+def test_the_benchmark_quick_run_prints_its_tables(
+    backend: str, db_url: str, tmp_path: Path
+) -> None:
     env = {**child_env(), "TMPDIR": str(tmp_path)}
+    on = ["--db", db_url] if backend == "postgresql" else []
     run = subprocess.run(
-        [sys.executable, str(BENCH), "--quick"],
+        [sys.executable, str(BENCH), "--quick", *on],
         capture_output=True,
         text=True,
         timeout=120,
@@ -773,7 +777,21 @@ def test_the_benchmark_quick_run_prints_its_tables(tmp_path: Path) -> None:
     for row in ("append", "poll 10 messages", "has_unread, thread of 20,000 messages"):
         assert re.search(rf"{row} +[\d,]+ +[\d,]+ +\d+%", run.stdout), row
     assert re.search(r"append in another process +[\d.]+ ms +[\d.]+ ms", run.stdout)
-    assert "append >= 0.6 of raw sqlite3" in run.stdout
+    raw = "raw psycopg" if backend == "postgresql" else "raw sqlite3"
+    assert f"append >= 0.6 of {raw}" in run.stdout
+
+
+def test_the_benchmark_refuses_a_db_that_is_not_a_postgresql_url() -> None:
+    run = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--db", "state.db"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        env=child_env(),
+    )
+    assert run.returncode == 2
+    assert "--db takes a postgresql:// URL" in run.stderr
 
 
 def test_the_readme_example_of_the_bus_runs(tmp_path: Path) -> None:
