@@ -9,8 +9,9 @@ agenthold's database, beside the state store and claims. Decisions behind it:
   the message in one write transaction, so sequences start at 1, have no gaps, are never reused
   and commit in order: a reader polling after N never misses a later commit below N. The counter
   row (not ``max(seq) + 1``) is also what a PostgreSQL backend locks.
-- Unread checks read two integers (the counter and the cursor), so they cost the same on a thread
-  of a million messages as on an empty one.
+- Unread checks read two integers (the counter and the cursor), and a thread's message count is
+  its counter (no message is deleted alone), so both cost the same on a thread of a million
+  messages as on an empty one.
 - ``wait`` is pushed by the store's change feed (topic ``("m", thread_id)``), never polled.
 - One name is one agent. Bus agents have unique names and UUIDs; a claims agent id
   (``agent-…``) given where the bus wants an agent stands for the bus agent of the same name, so
@@ -533,13 +534,12 @@ class MessageBus:
                 return None
             created, last_seq, last_at, name, creator = row
             members = tuple(agent_of(r) for r in conn.execute(MEMBERS, (tid,)))
-            count = conn.execute(
-                "SELECT count(*) FROM msg_messages WHERE thread_id = ?", (tid,)
-            ).fetchone()[0]
             latest = conn.execute(POLL, (tid, last_seq - 1, 1)).fetchone() if last_seq else None
         message = None if latest is None else message_of(tid, latest)
+        # the count is the counter: seqs start at 1 without gaps and a message is only ever
+        # deleted with its whole thread, so no count(*) over a thread of a million messages
         return ThreadInfo(
-            tid, members, created, count, last_seq, message, last_at or created, name, creator
+            tid, members, created, last_seq, last_seq, message, last_at or created, name, creator
         )
 
     def get_thread_read_state(

@@ -238,6 +238,23 @@ def test_delete_agent_keeps_its_messages_and_frees_its_name(pair: Any) -> None:
         bus.delete_agent(bob)
 
 
+def test_the_message_count_stays_the_row_count_when_agents_leave_or_are_deleted(
+    pair: Any,
+) -> None:
+    """thread_info's count is the thread's counter, not a count(*): true only because no path
+    but delete_thread removes messages. Leaving and deleting agents keep theirs."""
+    bus, alice, bob, tid = pair
+    carol = bus.get_or_create_agent("Carol")
+    bus.join_thread(tid, carol)
+    for agent in (alice, bob, carol, bob):
+        bus.append(tid, agent, f"from {agent.name}")
+    bus.leave_thread(tid, carol)
+    bus.delete_agent(bob)
+    rows = bus.db.fetchone("SELECT count(*) FROM msg_messages WHERE thread_id = ?", (tid,))[0]
+    info = bus.get_thread_info(tid)
+    assert info is not None and (info.message_count, info.last_seq, rows) == (4, 4, 4)
+
+
 def test_delete_thread_removes_its_messages_and_cursors(pair: Any) -> None:
     bus, alice, bob, tid = pair
     bus.append(tid, alice, "x")
