@@ -1,6 +1,7 @@
 """Tests for agenthold.claims: agents, resource claims, leases and waiting.
 
-Everything runs on real SQLite files, real threads and real processes; nothing of ours is mocked.
+Everything runs on real databases, real threads and real processes; nothing of ours is mocked:
+the contract tests (marked ``backends``) on a SQLite file and on PostgreSQL, the rest on SQLite.
 Other processes are tests/helpers/claims_worker.py, a Coordinator on the test's database file that
 obeys JSON commands on stdin, started with the running interpreter. Time-based checks use leases
 and timeouts of tenths of a second and generous bounds, because the machine that runs them may be

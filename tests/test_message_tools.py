@@ -1,7 +1,9 @@
 """The messages tool set over MCP: a real ``mcp.Client`` in-process and over stdio, two server
 processes on one database, the worker loop the descriptions teach, and a clear error for every
 bad call. Replies are checked by ``support.reply_of`` (one strict-JSON text equal to the
-structured content, a status, isError exactly for errors, with a message and a hint).
+structured content, a status, isError exactly for errors, with a message and a hint). The
+contract tests (marked ``backends``) run on a SQLite file and on PostgreSQL; the rest, which are
+about SQLite files or the catalogue, on SQLite alone.
 """
 
 from __future__ import annotations
@@ -202,10 +204,11 @@ async def test_wait_messages_is_woken_by_an_append_and_reports_progress(
         ("agenthold_thread_info", {"thread_id": 5}, "thread_id must be a string"),
     ],
 )
+@pytest.mark.backends
 async def test_bad_calls_are_errors_with_a_hint(
-    tmp_path: Path, tool: str, arguments: dict[str, Any], fragment: str
+    tmp_path: Path, db_url: str, tool: str, arguments: dict[str, Any], fragment: str
 ) -> None:
-    async with served(tmp_path) as (_, client):
+    async with served(tmp_path, db=db_url) as (_, client):
         tid = (await call(client, "agenthold_create_thread", participant_names=["a", "b"]))[
             "thread_id"
         ]
@@ -224,8 +227,11 @@ async def test_bad_calls_are_errors_with_a_hint(
     "tool",
     ["agenthold_thread_info", "agenthold_poll", "agenthold_wait_messages", "agenthold_join_thread"],
 )
-async def test_an_unknown_thread_is_an_error_naming_it(tmp_path: Path, tool: str) -> None:
-    async with served(tmp_path) as (app, client):
+@pytest.mark.backends
+async def test_an_unknown_thread_is_an_error_naming_it(
+    tmp_path: Path, db_url: str, tool: str
+) -> None:
+    async with served(tmp_path, db=db_url) as (app, client):
         tid = str(uuid.uuid4())
         arguments: dict[str, Any] = {"thread_id": tid}
         if tool == "agenthold_join_thread":
@@ -240,8 +246,9 @@ async def test_an_unknown_thread_is_an_error_naming_it(tmp_path: Path, tool: str
         assert app.bus.get_agent("x") is None  # nothing was made
 
 
-async def test_standard_and_messages_combine(tmp_path: Path) -> None:
-    async with served(tmp_path, "standard,messages") as (_, client):
+@pytest.mark.backends
+async def test_standard_and_messages_combine(tmp_path: Path, db_url: str) -> None:
+    async with served(tmp_path, "standard,messages", db=db_url) as (_, client):
         names = {t.name for t in (await client.list_tools()).tools}
         assert names >= MESSAGES_NAMES and "agenthold_claim" in names
         instructions = client.instructions or ""

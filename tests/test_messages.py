@@ -1,7 +1,9 @@
 """The message bus (agenthold.messages): the AgentMsgs examples as written, its guarantees
 (sequences, visibility order, crashes, pushed waits) and a clear error for every bad input.
 
-Everything runs on real SQLite, in memory and on a file, with real threads and processes.
+Everything runs on real databases with real threads and processes: the ``bus`` fixture's tests on
+SQLite in memory, on a SQLite file and on a PostgreSQL schema; the contract tests marked
+``backends`` on a SQLite file and on PostgreSQL; the rest (SQLite-only behaviour) on SQLite.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Tests for agenthold.store: the versioned state store and the guarantees it makes.
 
-Everything runs on real SQLite files (or ":memory:"), real threads and real processes; nothing
-of ours is mocked. Other processes are tests/helpers/store_worker.py, started with the running
+Everything runs on real databases, real threads and real processes; nothing of ours is mocked:
+the contract tests (marked ``backends``) on a SQLite file and on PostgreSQL, the rest on SQLite
+files (or ":memory:"). Other processes are tests/helpers/store_worker.py, started with the running
 interpreter; they say "ready" when they have opened the database, so a test acts at a known
 moment instead of sleeping. Time-based checks use short timeouts and generous bounds, because the
 machine that runs them may be busy: they prove "woken, not timed out", never a latency.
