@@ -285,6 +285,49 @@ def test_the_cycle_finder_finds_a_cycle_when_there_is_one() -> None:
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"b"}}) is None
 
 
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+THIRD_PARTY = {"mcp": {"mcp", "mcp_types"}, "psycopg": {"psycopg", "psycopg_pool"}}
+
+
+def rooms_table() -> list[tuple[list[str], str]]:
+    """docs/architecture.md's table of rooms, top to bottom: each row's modules (its backticked
+    ``name.py`` entries) and its "may import" cell."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    section = text.split("## The rooms", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`"):
+            rows.append((re.findall(r"`([a-z_]+)\.py`", cells[0]), cells[2]))
+    return rows
+
+
+def test_the_architecture_table_names_every_import_of_every_room() -> None:
+    """The "may import" column is the real import graph: each row lists exactly the agenthold
+    modules its modules import (outside the row), all of them in rows above (cli: "everything
+    above"), and exactly the mcp or psycopg it imports."""
+    graph = import_graph()
+    rows = rooms_table()
+    listed = [m for modules, _ in rows for m in modules]
+    assert sorted(listed) == MODULES, "every module has exactly one row"
+    above: set[str] = set()
+    for modules, cell in rows:
+        words = set(re.findall(r"[a-z_]+", cell))
+        imports = set().union(*(graph[m] for m in modules)) - set(modules)
+        if "everything above" in cell:
+            assert imports <= above, f"{modules} import {sorted(imports - above)} from below"
+        else:
+            assert words & set(MODULES) == imports, (modules, cell, sorted(imports))
+            assert imports <= above, f"{modules} import {sorted(imports - above)} from below"
+        names = set().union(*(imported_modules(m) for m in modules))
+        third = {k for k, tops in THIRD_PARTY.items() if {n.split(".")[0] for n in names} & tops}
+        assert words & set(THIRD_PARTY) == third, (modules, cell, third)
+        above |= set(modules)
+    sentence = re.search(r"Only (.*?) import `mcp`", " ".join(ARCHITECTURE.read_text().split()))
+    assert sentence is not None
+    assert set(re.findall(r"`([a-z_]+)\.py`", sentence.group(1))) == SERVING
+
+
 MAX_LINES = 750  # "about 700": a hard stop a little above
 # store.py stays one file so that other projects can copy it alone.
 LONG_ON_PURPOSE = {"store"}
