@@ -36,9 +36,16 @@ from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from agenthold.auth import BearerAuth, FoldHostCase, LoopbackOrigins, is_loopback, refuse
+from agenthold.auth import (
+    PRINCIPAL,
+    BearerAuth,
+    FoldHostCase,
+    LoopbackOrigins,
+    is_loopback,
+    refuse,
+)
 from agenthold.limits import Bounds, accept_backlog, connection_limit, descriptor_limit
-from agenthold.principals import TokenTable
+from agenthold.principals import Principal, TokenTable
 from agenthold.server import SHUTDOWN_GRACE, Agenthold, SignalSource, build_server, report_if_asked
 from agenthold.sessions import SessionLimits
 from agenthold.toolkit import Report
@@ -78,6 +85,13 @@ class HttpOptions(Protocol):
     auth_file: TokenTable | None
     log_level: str
     bounds: Bounds
+
+
+def principal_of(ctx: ServerRequestContext) -> Principal | None:
+    """Who made a request: the principal BearerAuth put in the HTTP request's ASGI scope; None
+    for HTTP without tokens."""
+    scope = getattr(ctx.request, "scope", None)
+    return None if scope is None else scope.get(PRINCIPAL)
 
 
 def session_connection(app: Agenthold) -> Callable[[ServerRequestContext], object | None]:
@@ -451,7 +465,7 @@ def _http_stack(app: Agenthold, opts: HttpOptions) -> tuple[ASGIApp, CancelOnDis
     layer that ends requests, around the SDK's app."""
     app.transport = "http"
     report_of = session_progress if opts.json_response else report_if_asked
-    server = build_server(app, session_connection(app), report_of)
+    server = build_server(app, session_connection(app), report_of, principal_of)
     starlette_app = server.streamable_http_app(
         streamable_http_path=opts.path,
         json_response=opts.json_response,

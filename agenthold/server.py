@@ -35,7 +35,6 @@ import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 
 from agenthold import pending
-from agenthold.auth import PRINCIPAL
 from agenthold.claims import Coordinator, ForeignAgentError
 from agenthold.messages import MessageBus
 from agenthold.principals import ForbiddenError, Principal, require_namespace, require_tool_set
@@ -88,6 +87,7 @@ BUSY_DB_HINT = (
 )
 ConnectionOf = Callable[[ServerRequestContext], "object | None"]
 ReportOf = Callable[[ServerRequestContext], "Report | None"]
+PrincipalOf = Callable[[ServerRequestContext], "Principal | None"]
 
 
 def version() -> str:
@@ -448,13 +448,6 @@ def hint_for(name: str, error: Exception) -> str | None:
     return TOOL_SETS[tool_set_of(name)].hint_for(error) or getattr(error, "hint", None)
 
 
-def principal_of(ctx: ServerRequestContext) -> Principal | None:
-    """Who made a request: the principal BearerAuth put in the HTTP request's ASGI scope; None
-    for stdio and in-process clients (trusted) and for HTTP without tokens."""
-    scope = getattr(ctx.request, "scope", None)
-    return None if scope is None else scope.get(PRINCIPAL)
-
-
 def report_if_asked(ctx: ServerRequestContext) -> Report | None:
     """How a call that came over JSON-RPC (stdio, HTTP) reports progress: on its own stream,
     if its request carried a progressToken; else not at all, so that a wait without one is
@@ -469,16 +462,22 @@ def build_server(
     app: Agenthold,
     connection_of: ConnectionOf | None = None,
     report_of: ReportOf | None = None,
+    principal_of: PrincipalOf | None = None,
 ) -> Server:
     """The low-level MCP server answering tools/list and tools/call with ``app``'s tools.
     ``connection_of`` names the connection a call came on (by default: this process);
     ``report_of`` gives the way to send a call's progress (by default: on the call's own
-    stream, which the SDK makes a no-op unless the client asked for progress)."""
+    stream, which the SDK makes a no-op unless the client asked for progress);
+    ``principal_of`` says who made a request (by default nobody: a trusted caller). The
+    transports give them, so this core knows none of them."""
+
+    def caller(ctx: ServerRequestContext) -> Principal | None:
+        return None if principal_of is None else principal_of(ctx)
 
     async def list_tools(
         ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        principal = principal_of(ctx)
+        principal = caller(ctx)
         if principal is None or principal.scopes.tools is None:
             return types.ListToolsResult(tools=app.declarations)
         allowed = principal.scopes.tools
@@ -496,7 +495,7 @@ def build_server(
             )
         connection = PROCESS if connection_of is None else connection_of(ctx)
         report = ctx.session.report_progress if report_of is None else report_of(ctx)
-        return await app.call(params.name, arguments, connection, report, principal_of(ctx))
+        return await app.call(params.name, arguments, connection, report, caller(ctx))
 
     server = Server(
         "agenthold",
