@@ -370,6 +370,10 @@ class ClaimHandlers:
                     resource, agent_id, mode, seq, left, principal=call.by
                 )
             )
+            if seq is None:  # the first look passed the owner check: only now is the agent
+                # this connection's (noted earlier, a refused intruder's session would end
+                # the owner's lease when it closed)
+                self.app.note_agent(call.connection, agent_id)
             seq = step.seq
             if step.result is not None:
                 return reply(claim_waited(step.result, time.monotonic() - start)), (), None
@@ -385,7 +389,6 @@ class ClaimHandlers:
             probe = await self.app.read(coordinator.probe, resource)
             return reply(waited(resource, probe, time.monotonic() - start))
 
-        self.app.note_agent(call.connection, agent_id)
         progress = call.progress(timeout, f"{resource.uri} to be handed over")
         out: Reply = {}
         try:

@@ -217,10 +217,16 @@ class TokenServer:
 
 @contextlib.asynccontextmanager
 async def token_server(
-    tmp_path: Path, scoped: dict[str, list[str] | None], *, tools: str, resolver: Resolver
+    tmp_path: Path,
+    scoped: dict[str, list[str] | None],
+    *,
+    tools: str,
+    resolver: Resolver,
+    disconnect_grace: float | None = None,
 ) -> AsyncIterator[TokenServer]:
     """Serve ``tools`` over HTTP on 127.0.0.1 with a token file that gives each principal of
-    ``scoped`` a token and its scopes (None: every scope), on a fresh database."""
+    ``scoped`` a token and its scopes (None: every scope), on a fresh database. A session that
+    ends ends its agents' leases after ``disconnect_grace`` seconds (None: never)."""
     from agenthold.cli import ServeOptions
     from agenthold.http import http_app
     from agenthold.principals import TokenTable, add_token
@@ -229,7 +235,9 @@ async def token_server(
     tokens = {name: add_token(auth_file, name, scopes)[0] for name, scopes in scoped.items()}
     db = tmp_path / "state.db"
     with StateStore(db) as store:
-        app = Agenthold(Coordinator(store, resolver=resolver), tools=tools, disconnect_grace=None)
+        app = Agenthold(
+            Coordinator(store, resolver=resolver), tools=tools, disconnect_grace=disconnect_grace
+        )
         opts = ServeOptions(
             transport="http",
             tools=tools,

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx2
 import pytest
 from support import (
     ACCEPT,
+    ANSWER_LIMIT,
     LEGACY,
     TokenServer,
     flagged_call,
@@ -42,13 +45,18 @@ SCOPED = {
 
 
 @contextlib.asynccontextmanager
-async def serving(tmp_path: Path) -> AsyncIterator[TokenServer]:
+async def serving(
+    tmp_path: Path, disconnect_grace: float | None = None
+) -> AsyncIterator[TokenServer]:
     (tmp_path / "repo").mkdir()
     (tmp_path / "other").mkdir()
     resolver = Resolver(
         [Workspace("repo", str(tmp_path / "repo")), Workspace("other", str(tmp_path / "other"))]
     )
-    async with token_server(tmp_path, SCOPED, tools="standard,advanced", resolver=resolver) as s:
+    async with token_server(
+        tmp_path, SCOPED, tools="standard,advanced", resolver=resolver,
+        disconnect_grace=disconnect_grace,
+    ) as s:  # fmt: skip
         yield s
 
 
@@ -140,6 +148,59 @@ async def test_another_principal_cannot_act_as_an_agent_it_did_not_register(
                 alice, "agenthold_release", resource="file://repo/a.py", agent_id=agent
             )
             assert not done and released["status"] == "released"
+
+
+async def test_a_refused_intruders_session_does_not_end_the_owners_lease(tmp_path: Path) -> None:
+    """A session of the handshake era ends the leases of the agents it named when it closes
+    (after the grace). A call refused because the agent is another principal's names nothing:
+    the intruder's session closing leaves the owner's lease and claim alone, while the
+    intruder's own agent in that session does lose its claim (the grace did run)."""
+    grace = 0.3
+    async with serving(tmp_path, disconnect_grace=grace) as server:
+        async with server.client("alice", "auto") as alice:  # sessionless: names no session
+            _, registered = await call(alice, "agenthold_register", name="alice-agent")
+            victim = registered["agent_id"]
+            held, _ = await call(
+                alice, "agenthold_claim", resource="file://repo/a.py", agent_id=victim
+            )
+            assert not held
+        async with server.client("bob", "legacy") as bob:
+            _, own = await call(bob, "agenthold_register", name="bob-agent")
+            failed, _ = await call(
+                bob, "agenthold_claim", resource="file://repo/b.py", agent_id=own["agent_id"]
+            )
+            assert not failed
+            for resource in ("file://repo/a.py", "file://repo/c.py"):
+                assert_foreign(
+                    await call(
+                        bob, "agenthold_wait", resource=resource, agent_id=victim, claim=True,
+                        timeout_seconds=0.2,
+                    ),
+                    "alice",
+                )  # fmt: skip
+            assert_foreign(
+                await call(bob, "agenthold_claim", resource="file://repo/d.py", agent_id=victim),
+                "alice",
+            )
+            assert_foreign(
+                await call(bob, "agenthold_release", resource="file://repo/a.py", agent_id=victim),
+                "alice",
+            )
+        async with server.client("alice", "auto") as alice:
+            deadline = time.monotonic() + ANSWER_LIMIT
+            while True:  # the intruder's own claim lapses once the grace has passed
+                _, b = await call(alice, "agenthold_status", resource="file://repo/b.py")
+                if b.get("held_by") is None or time.monotonic() > deadline:
+                    break
+                await anyio.sleep(0.05)
+            assert b.get("held_by") is None, b
+            _, a = await call(alice, "agenthold_status", resource="file://repo/a.py")
+            assert a.get("held_by") == victim, a
+    victims = [e for e in events(server.db) if e[0] == victim]
+    assert [e[1] for e in victims] == ["registered", "claimed"], victims
+    assert (own["agent_id"], "lease_ends") in [(e[0], e[1]) for e in events(server.db)]
+    lease = next(row for row in agents(server.db) if row[0] == victim)[2]
+    assert lease is None or lease > time.time() + 60, lease  # not ended by bob's session
 
 
 @pytest.mark.parametrize("mode", ERAS)
