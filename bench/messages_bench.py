@@ -16,9 +16,12 @@ and synchronous NORMAL):
    reads 11 rows, so it knows whether more remain) and the message records built from them.
 3. Unread checks per second (``has_unread``, the agent given as its record: one statement that
    reads the thread's counter and the agent's cursor) on a thread of 1,000,000 messages and on
-   an empty one, to show that the check does not grow with the thread.
+   an empty one, to show that the check does not grow with the thread. The same for
+   ``get_thread_info`` (three statements in one snapshot: the thread row with its counter, which
+   is also the message count, the participants, and the newest message) on the huge thread and
+   on a thread of one message (so both read a newest message).
 
-The baseline of 1 and 2 is a raw ``sqlite3`` connection on the same database file running the
+The baseline of 1 to 3 is a raw ``sqlite3`` connection on the same database file running the
 statements messages.py runs, imported from it so they cannot drift apart. With ``--db`` and a
 PostgreSQL URL, everything runs on that database (in new threads of its own; the huge thread is
 filled by one INSERT ... SELECT, then vacuumed so that autovacuum does not run while the checks
@@ -65,7 +68,16 @@ from _common import (
 )
 
 # The bus's own SQL, imported on purpose: the baseline must run exactly these statements.
-from agenthold.message_schema import BUMP, CURSOR, INSERT, IS_MEMBER, POLL, thread_topic
+from agenthold.message_schema import (
+    BUMP,
+    CURSOR,
+    INSERT,
+    IS_MEMBER,
+    MEMBERS,
+    POLL,
+    THREAD_INFO,
+    thread_topic,
+)
 from agenthold.messages import BusAgent, MessageBus
 from agenthold.store import utc_iso
 
@@ -94,8 +106,8 @@ QUICK = Sizes("quick", 2, 300, 300, 1_000, 20_000, 20)
 
 
 class Raw:
-    """messages.py's statements for one append, one poll and one unread check, on one plain
-    sqlite3 connection."""
+    """messages.py's statements for one append, one poll, one unread check and one thread info,
+    on one plain sqlite3 connection."""
 
     def __init__(self, path: Path | str, thread_id: str, agent: BusAgent) -> None:
         assert isinstance(path, Path)
@@ -121,6 +133,15 @@ class Raw:
     def has_unread(self, thread_id: str) -> bool:
         last, cursor = self.cur.execute(CURSOR, (self.agent.id, thread_id)).fetchone()
         return bool(last > cursor)
+
+    def thread_info(self, thread_id: str) -> tuple[Any, ...]:
+        cur = self.cur
+        cur.execute("BEGIN")
+        row = cur.execute(THREAD_INFO, (thread_id,)).fetchone()
+        members = cur.execute(MEMBERS, (thread_id,)).fetchall()
+        latest = cur.execute(POLL, (thread_id, row[1] - 1, 1)).fetchone() if row[1] else None
+        cur.execute("COMMIT")
+        return row, members, latest
 
 
 class RawPostgres(Raw):
@@ -155,8 +176,18 @@ class RawPostgres(Raw):
         row = self.pg.execute(self.sql["cursor"], (self.agent.id, thread_id)).fetchone()
         return bool(row[0] > row[1])
 
+    def thread_info(self, thread_id: str) -> tuple[Any, ...]:
+        pg, sql = self.pg, self.sql
+        pg.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        row = pg.execute(sql["info"], (thread_id,)).fetchone()
+        members = pg.execute(sql["members"], (thread_id,)).fetchall()
+        latest = pg.execute(sql["poll"], (thread_id, row[1] - 1, 1)).fetchone() if row[1] else None
+        pg.execute("COMMIT")
+        return row, members, latest
 
-SQL = {"bump": BUMP, "member": IS_MEMBER, "insert": INSERT, "poll": POLL, "cursor": CURSOR}
+
+SQL = {"bump": BUMP, "member": IS_MEMBER, "insert": INSERT, "poll": POLL, "cursor": CURSOR,
+       "info": THREAD_INFO, "members": MEMBERS}  # fmt: skip
 
 
 def fill(bus: MessageBus, thread_id: str, sender: BusAgent, count: int) -> None:
@@ -237,6 +268,20 @@ def measure_rates(tmp: Path, sizes: Sizes, url: str | None = None) -> dict[str, 
             "raw_huge": lambda n: [raw.has_unread(huge) for _ in range(n)] and None,
         }
         out["unread"] = best_rates(checks, sizes.checks, sizes.repeats)
+
+        one = bus.create_thread(alice, bob).id  # a latest message to read, as the huge one has
+        bus.append(one, alice, CONTENT)
+        info = bus.get_thread_info
+        found, small = info(huge), info(one)
+        if found is None or found.message_count != sizes.huge or small is None:
+            raise RuntimeError("get_thread_info gave a wrong count")
+        infos: dict[str, Loop] = {
+            "one": lambda n: [info(one) for _ in range(n)] and None,
+            "huge": lambda n: [info(huge) for _ in range(n)] and None,
+            "raw_one": lambda n: [raw.thread_info(one) for _ in range(n)] and None,
+            "raw_huge": lambda n: [raw.thread_info(huge) for _ in range(n)] and None,
+        }
+        out["info"] = best_rates(infos, sizes.checks, sizes.repeats)
     finally:
         raw.close()
         bus.close()
@@ -344,12 +389,18 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     rates, wake = results["rates"], results["wake"]["process"]
     append = rates["append"]["library"] / rates["append"]["raw"]
     unread = rates["unread"]["huge"] / rates["unread"]["empty"]
+    info = rates["info"]["huge"] / rates["info"]["one"]
     checks = [
         (f"append >= 0.6 of {results['raw']}", append >= 0.6, f"{append:.0%}"),
         (
             "has_unread on a 1,000,000-message thread within 20% of an empty thread",
             unread >= 0.8,
             f"{unread:.0%} of the empty thread's rate",
+        ),
+        (
+            "get_thread_info on a 1,000,000-message thread within 20% of a 1-message thread",
+            info >= 0.8,
+            f"{info:.0%} of the 1-message thread's rate",
         ),
         (
             "wake-up by another process: median <= 10 ms",
@@ -367,7 +418,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def report(results: dict[str, Any]) -> str:
     m, sizes, rates, wake = results["machine"], results["sizes"], results["rates"], results["wake"]
-    a, p, u = rates["append"], rates["poll"], rates["unread"]
+    a, p, u, t = rates["append"], rates["poll"], rates["unread"], rates["info"]
     huge = f"{sizes['huge']:,}"
     out = [
         f"agenthold message bus benchmark ({sizes['label']} run)",
@@ -400,6 +451,18 @@ def report(results: dict[str, Any]) -> str:
                     f"{u['huge']:,.0f}",
                     f"{u['raw_huge']:,.0f}",
                     f"{u['huge'] / u['raw_huge']:.0%}",
+                ],
+                [
+                    "get_thread_info, thread of 1 message",
+                    f"{t['one']:,.0f}",
+                    f"{t['raw_one']:,.0f}",
+                    f"{t['one'] / t['raw_one']:.0%}",
+                ],
+                [
+                    f"get_thread_info, thread of {huge} messages",
+                    f"{t['huge']:,.0f}",
+                    f"{t['raw_huge']:,.0f}",
+                    f"{t['huge'] / t['raw_huge']:.0%}",
                 ],
             ]
         ),

@@ -793,7 +793,14 @@ def test_the_benchmark_quick_run_prints_its_tables(
         env=env,
     )
     assert run.returncode == 0, run.stderr
-    for row in ("append", "poll 10 messages", "has_unread, thread of 20,000 messages"):
+    rows = (
+        "append",
+        "poll 10 messages",
+        "has_unread, thread of 20,000 messages",
+        "get_thread_info, thread of 1 message",
+        "get_thread_info, thread of 20,000 messages",
+    )
+    for row in rows:
         assert re.search(rf"{row} +[\d,]+ +[\d,]+ +\d+%", run.stdout), row
     assert re.search(r"append in another process +[\d.]+ ms +[\d.]+ ms", run.stdout)
     raw = "raw psycopg" if backend == "postgresql" else "raw sqlite3"
