@@ -470,6 +470,58 @@ def test_history_shows_writes_and_deletes_newest_first(
         assert set(record) == HISTORY_KEYS
 
 
+def test_history_and_log_show_the_principal_beside_the_actor(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Writes, deletes and claim events made through a token carry its principal: the tables
+    show it in brackets after the free-text writer or agent name, JSON as its own field; a
+    write made without one (stdio, no tokens) shows the writer alone."""
+    db = tmp_path / "who.db"
+    with StateStore(db) as store:
+        coord = Coordinator(store)
+        store.set("orders", "o", 1, updated_by="intake", principal="alice")
+        store.set("orders", "o", 2, updated_by="says-alice", expected_version=1, principal="bob")
+        store.set("orders", "o", 3, updated_by="local", expected_version=2)
+        store.delete("orders", "o", deleted_by="cleanup", principal="alice")
+        agent = coord.register("alice-agent", principal="alice").agent_id
+        coord.claim("custom://deploy", agent, principal="alice")
+        coord.release("custom://deploy", agent, principal="alice")
+
+    table = run_cli(capsys, "history", "orders", "o", "--db", str(db))
+    assert table.status == 0
+    assert [cells(line)[:3] for line in table.lines[2:]] == [
+        ["4", "delete", "cleanup (alice)"],
+        ["3", "write", "local"],
+        ["2", "write", "says-alice (bob)"],
+        ["1", "write", "intake (alice)"],
+    ]
+    records = run_cli(capsys, "history", "orders", "o", "--json", "--db", str(db)).json()
+    assert [r.get("principal") for r in records] == ["alice", None, "bob", "alice"]
+
+    log = run_cli(capsys, "log", "--db", str(db))
+    assert log.status == 0
+    rows = [cells(line)[1:3] for line in log.lines[2:]]
+    assert rows == [
+        ["intake (alice)", "write"],
+        ["says-alice (bob)", "write"],
+        ["local", "write"],
+        ["cleanup (alice)", "delete"],
+        ["alice-agent (alice)", "registered"],
+        ["alice-agent (alice)", "claimed"],
+        ["alice-agent (alice)", "released"],
+    ]
+    events = run_cli(capsys, "log", "--json", "--db", str(db)).json()
+    assert [(e["actor"], e["principal"]) for e in events] == [
+        ("intake", "alice"),
+        ("says-alice", "bob"),
+        ("local", None),
+        ("cleanup", "alice"),
+        ("alice-agent", "alice"),
+        ("alice-agent", "alice"),
+        ("alice-agent", "alice"),
+    ]
+
+
 def test_history_of_a_deleted_key_shows_its_tombstone(
     capsys: pytest.CaptureFixture[str], demo: Demo
 ) -> None:
