@@ -172,14 +172,20 @@ def test_token_commands_fail_with_one_line(tmp_path: Path, args: list[str], mess
 
 
 def test_token_commands_never_import_mcp(tmp_path: Path) -> None:
+    """add, list and revoke, each run to its end in one process that never loads mcp."""
+    path = str(tmp_path / "t.json")
     code = (
         "import sys; from agenthold.cli import main; "
-        f"main(['token', 'add', 'a', '--auth-file', {str(tmp_path / 't.json')!r}]); "
-        f"main(['token', 'list', '--auth-file', {str(tmp_path / 't.json')!r}]); "
+        f"main(['token', 'add', 'a', '--auth-file', {path!r}]); "
+        f"main(['token', 'add', 'b', '--auth-file', {path!r}]); "
+        f"main(['token', 'revoke', 'a', '--auth-file', {path!r}]); "
+        f"main(['token', 'list', '--auth-file', {path!r}]); "
         "assert not [m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')], 'mcp'"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
+    assert "revoked principal 'a'" in done.stderr
+    assert [e.name for e in load_file(Path(path))] == ["b"]  # the revoke did run
 
 
 MALFORMED = [
