@@ -415,7 +415,9 @@ class Coordinator:
         if not self._tables:
             return tuple(StatusResult("available", t.uri) for t in targets)
         with self.db.snapshot() as conn:
-            fetch, now = fetch_in(conn), time.time()
+            # the database's clock, as a single status reads it: leases are judged alike by
+            # hosts whose clocks disagree
+            fetch, now = fetch_in(conn), self.db.now()
             return tuple(self._look(fetch, t, now)[0] for t in targets)
 
     def _reader(self) -> Fetch:

@@ -229,14 +229,12 @@ class Inspector:
     """One open, read-only database and the commands that read it."""
 
     def __init__(self, store: StateStore, *, as_json: bool) -> None:
-        import time
-
         from agenthold.claims import Coordinator
 
         self.store = store
         self.coordinator: Coordinator = Coordinator(store)
         self.as_json = as_json
-        self.now = time.time()
+        self.now = store.db.now()  # the database's clock, by which leases are judged
 
     @classmethod
     def open(cls, path: str, *, as_json: bool) -> Inspector:

@@ -184,8 +184,12 @@ def test_leases_are_judged_by_the_servers_clock(
     real = time.time
     monkeypatch.setattr(time, "time", lambda: real() + 3600)
     assert coord.status("x.py").status == "claimed"
+    assert [s.status for s in coord.status_many(["x.py", "y.py"])] == ["claimed", "available"]
     other = coord.register("b").agent_id
     assert coord.claim("x.py", other).status == "busy"
+    from agenthold.inspect import Inspector
+
+    assert abs(Inspector(pg, as_json=True).now - real()) < 60  # its "ends in" and "ended"
 
 
 # -- the event feed ------------------------------------------------------------------------
