@@ -268,6 +268,34 @@ def test_waits_that_claim_are_handed_the_claim_in_arrival_order(coord: Coordinat
 
 
 @pytest.mark.backends
+def test_the_first_waiter_is_handed_a_claim_whose_holders_lease_ran_out(
+    opened: Callable[..., Coordinator],
+) -> None:
+    """No release comes: the holder's TTL ends, and the oldest waiter in line gets the claim
+    (told it expired, at the next fencing version), the one behind it still waits."""
+    short, plain = opened(claim_ttl=0.5), opened()
+    holder = short.register("holder").agent_id
+    first, second = agents(plain, "first", "second")
+    granted = short.claim("src/a.py", holder)
+    assert granted.status == "claimed"
+    waits = Waits(plain)
+    started = time.monotonic()
+    waits.start("first", "src/a.py", first)
+    waits.start("second", "src/a.py", second, timeout=1.5)
+    until(lambda: "first" in waits.results)
+    got = waits.results["first"]
+    assert time.monotonic() - started < 5  # woken at the lease end, not by its own timeout
+    assert got.status == "claimed" and got.version is not None
+    assert got.version > (granted.version or 0)
+    assert got.previous is not None and (got.previous.outcome, got.previous.holder) == (
+        "expired", holder,
+    )  # fmt: skip
+    waits.join()
+    assert waits.results["second"].status == "timeout"  # still held, by the first waiter
+    assert plain.status("src/a.py").holder.agent_id == first  # type: ignore[union-attr]
+
+
+@pytest.mark.backends
 def test_a_free_resource_is_claimed_at_once_and_a_timed_out_waiter_is_skipped(
     coord: Coordinator,
 ) -> None:
