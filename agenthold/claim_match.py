@@ -172,7 +172,7 @@ def _segment_regex(segment: str) -> str:
             if negate:
                 start += 1
             end = segment.find("]", start + 1)
-            body = segment[start:end].replace("\\", "\\\\").replace("^", "\\^")
+            body = re.sub(r"([\\^\[&~|])", r"\\\1", segment[start:end])  # literal in a class
             out.append(f"[{'^/' if negate else ''}{body}]")
             i = end
         else:

@@ -96,6 +96,12 @@ def test_pattern_syntax_covers_what_the_docs_say(root: Path) -> None:
         r, "src/[!a]*"
     ).covers(key("src/a"))
     assert parse_pattern(r, "src/[*].py").covers(key("src/*.py"))  # [*] is a literal *
+    # a file whose name has brackets (a route like app/[slug]/page.tsx): [[] is a literal [
+    route = parse_pattern(r, "app/[[]slug]/page.tsx")
+    assert route.covers(key("app/[slug]/page.tsx")) and not route.covers(key("app/s/page.tsx"))
+    assert parse_pattern(r, "src/[&~|^]").covers(key("src/&")) and parse_pattern(
+        r, "src/[&~|^]"
+    ).covers(key("src/^"))
     assert parse_pattern(r, "**").covers(key("a/b/c")) and parse_pattern(r, "./").covers(key("a"))
     # every spelling of one directory is one pattern
     assert parse_pattern(r, "file://default/src/api/") == directory
