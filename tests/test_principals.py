@@ -23,7 +23,7 @@ import pytest
 from support import free_port, sdk_client, uvicorn_serving
 from test_auth import MODERN_META
 
-from agenthold.claims import Coordinator
+from agenthold.claims import Coordinator, ForeignAgentError
 from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
 from agenthold.http import http_app
 from agenthold.principals import (
@@ -458,3 +458,70 @@ def test_refusals_name_the_missing_scope_and_trusted_callers_pass() -> None:
         require_namespace(trusted, "n", write=True)
         require_thread(trusted, "t", write=True)
         require_claim(trusted, "lock:x", None)
+
+
+# --------------------------------------------------------------------------------------------
+# The binding in the library, on both backends
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.backends
+def test_the_library_refuses_a_foreign_principal_and_records_who_did_what(
+    store: StateStore,
+) -> None:
+    """What the tools rely on, checked below them on SQLite and PostgreSQL: an agent belongs
+    to the principal that registered it; claim, release and a wait with claim from another
+    principal raise ForeignAgentError naming no owner and change nothing (no claim, event or
+    lease renewal); history and claim events record the principal beside the free-text name."""
+    coord = Coordinator(store)
+    agent = coord.register("alice-agent", principal="alice").agent_id
+    coord.claim("custom://deploy", agent, principal="alice")
+
+    def snapshot() -> Any:
+        with store.db.snapshot() as conn:
+            events, _ = coord.read_log(conn)
+        return events, [c.to_dict() for c in coord.list_claims()], coord.list_agents()
+
+    before = snapshot()
+    refused: list[Any] = [
+        lambda: coord.claim("custom://other", agent, principal="bob"),
+        lambda: coord.claim("custom://deploy", agent, mode="shared", principal="bob"),
+        lambda: coord.claim_many(["custom://a", "custom://b"], agent, principal="bob"),
+        lambda: coord.release("custom://deploy", agent, principal="bob"),
+        lambda: coord.release("custom://deploy", agent, "deleted", principal="bob"),
+        lambda: coord.release_many([("custom://deploy", "released", None)], agent,
+                                   principal="bob"),
+        lambda: coord.wait("custom://free", 0.0, agent_id=agent, claim=True, principal="bob"),
+        lambda: coord.wait("custom://deploy", 0.1, agent_id=agent, claim=True, principal="bob"),
+    ]  # fmt: skip
+    for attempt in refused:
+        with pytest.raises(ForeignAgentError) as caught:
+            attempt()
+        assert "belongs to another caller" in str(caught.value)
+        assert "alice" not in str(caught.value)
+    assert snapshot() == before
+    assert coord.status("custom://deploy").holder.agent_id == agent  # type: ignore[union-attr]
+    coord.release("custom://deploy", agent, principal="alice")  # its own principal may
+
+    store.set("n", "k", 1, updated_by="says-bob", principal="alice")
+    store.set("n", "k", 2, updated_by="local", expected_version=1)  # trusted: no principal
+    store.delete("n", "k", deleted_by="cleanup", principal="bob")
+    history = store.history("n", "k")
+    assert [(h.updated_by, h.principal) for h in history] == [
+        ("cleanup", "bob"),
+        ("local", None),
+        ("says-bob", "alice"),
+    ]
+    with store.db.snapshot() as conn:
+        state, _ = store.read_log(conn, None)
+        claims, _ = coord.read_log(conn)
+    assert [(r[5], r[-1]) for r in state] == [
+        ("says-bob", "alice"),
+        ("local", None),
+        ("cleanup", "bob"),
+    ]
+    assert [(r[2], r[3], r[-1]) for r in claims] == [
+        (agent, "registered", "alice"),
+        (agent, "claimed", "alice"),
+        (agent, "released", "alice"),
+    ]
