@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 from helpers.store_worker import increment_with_retry
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support import LineProcess, run_threads
 
@@ -204,6 +204,7 @@ def test_stale_delete_after_recreate_is_rejected(store: StateStore) -> None:
     assert store.get("ns", "k").value == 2
 
 
+@pytest.mark.backends
 def test_expected_version_zero_creates_only_when_there_is_no_live_record(
     store: StateStore,
 ) -> None:
@@ -333,6 +334,7 @@ def test_list_keys_returns_live_records_sorted_by_key(store: StateStore) -> None
     assert store.list_keys("empty") == []
 
 
+@pytest.mark.backends
 def test_list_namespaces_counts_live_records_and_leaves_out_empty_namespaces(
     store: StateStore,
 ) -> None:
@@ -611,17 +613,18 @@ REJECTED_VALUES = [
 ]
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize(("value", "problem"), REJECTED_VALUES)
 def test_value_that_is_not_strict_json_is_rejected_and_nothing_is_written(
-    memory_store: StateStore, value: Any, problem: str
+    store: StateStore, value: Any, problem: str
 ) -> None:
-    memory_store.set("ns", "k", "before", updated_by="w")
+    store.set("ns", "k", "before", updated_by="w")
     with pytest.raises(InvalidInputError, match="value") as info:
-        memory_store.set("ns", "k", value, updated_by="w")
+        store.set("ns", "k", value, updated_by="w")
     assert problem in str(info.value)
     assert isinstance(info.value, ValueError)
-    assert memory_store.get("ns", "k").value == "before"
-    assert len(memory_store.history("ns", "k")) == 1
+    assert store.get("ns", "k").value == "before"
+    assert len(store.history("ns", "k")) == 1
 
 
 def test_value_nested_exactly_to_the_depth_limit_is_accepted(memory_store: StateStore) -> None:
@@ -666,6 +669,7 @@ EXACT_VALUES = [
 ]
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize("value", EXACT_VALUES)
 def test_stored_value_comes_back_exactly(store: StateStore, value: Any) -> None:
     store.set("ns", "k", value, updated_by="w")
@@ -688,13 +692,17 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=80, deadline=None)
+@pytest.mark.backends
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(value=json_values)
-def test_any_json_value_round_trips_exactly(value: Any) -> None:
-    with StateStore(":memory:") as store:
-        store.set("ns", "k", value, updated_by="w")
-        assert identical(store.get("ns", "k").value, value)
-        assert identical(store.history("ns", "k")[0].value, value)
+def test_any_json_value_round_trips_exactly(store: StateStore, value: Any) -> None:
+    # One store for every example (a fresh PostgreSQL schema each would be slow): each example
+    # writes a new version of the key, so get and the newest history entry must hold it.
+    store.set("ns", "k", value, updated_by="w")
+    assert identical(store.get("ns", "k").value, value)
+    assert identical(store.history("ns", "k")[0].value, value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -751,18 +759,17 @@ NAME_USES: list[tuple[str, Callable[[StateStore, Any], Any]]] = [
 ]
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize(("bad", "problem"), BAD_NAMES)
-def test_bad_names_are_rejected_by_every_call(
-    memory_store: StateStore, bad: Any, problem: str
-) -> None:
-    memory_store.set("ns", "k", "kept", updated_by="w")
+def test_bad_names_are_rejected_by_every_call(store: StateStore, bad: Any, problem: str) -> None:
+    store.set("ns", "k", "kept", updated_by="w")
     for field, use in NAME_USES:
         with pytest.raises(InvalidInputError) as info:
-            use(memory_store, bad)
+            use(store, bad)
         assert str(info.value).startswith(field), (field, str(info.value))
         assert problem in str(info.value), (field, str(info.value))
-    assert memory_store.get("ns", "k").value == "kept"
-    assert len(memory_store.history("ns", "k")) == 1
+    assert store.get("ns", "k").value == "kept"
+    assert len(store.history("ns", "k")) == 1
 
 
 LENGTH_LIMITS = [
@@ -1504,6 +1511,7 @@ def test_a_killed_writer_loses_no_acknowledged_change(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 def test_watch_returns_at_once_when_the_key_is_already_past_since_version(
     store: StateStore,
 ) -> None:
@@ -1604,6 +1612,7 @@ def test_watch_from_version_zero_returns_once_the_key_is_created(store: StateSto
     assert (record.value, record.version, record.deleted) == ("born", 1, False)
 
 
+@pytest.mark.backends
 def test_watch_from_version_zero_waits_through_a_tombstone_for_a_new_value(
     store: StateStore,
 ) -> None:
@@ -1777,6 +1786,7 @@ def test_subscriptions_hear_their_topics_and_can_change_them(memory_store: State
     assert heard == ["sub", "sub"]
 
 
+@pytest.mark.backends
 def test_a_failing_subscriber_does_not_break_the_writer(
     store: StateStore, caplog: pytest.LogCaptureFixture
 ) -> None:
