@@ -419,6 +419,7 @@ def test_release_frees_the_resource_at_the_next_version(coord: Coordinator) -> N
     }
 
 
+@pytest.mark.backends
 @pytest.mark.parametrize("outcome", [o for o in OUTCOMES if o != "released"])
 def test_release_outcome_is_told_to_status_wait_and_the_next_claimant(
     coord: Coordinator, outcome: str
