@@ -493,8 +493,11 @@ async def test_a_wait_wakes_when_the_holder_releases_and_reports_the_outcome(
     assert standard.feed_subscribers == 0
 
 
-async def test_a_wait_wakes_when_the_holders_claim_ttl_runs_out(tmp_path: Path) -> None:
-    async with serving(tmp_path, claim_ttl=0.5) as served:
+@pytest.mark.backends
+async def test_a_wait_wakes_when_the_holders_claim_ttl_runs_out(
+    tmp_path: Path, server_db: str | None
+) -> None:
+    async with serving(tmp_path, claim_ttl=0.5, db=server_db) as served:
         a = await served.register("editor")
         await served.call("agenthold_claim", resource="draft.md", agent_id=a)
         held = await served.call("agenthold_status", resource="draft.md")
@@ -1235,10 +1238,11 @@ async def test_stopping_the_server_ends_waits_and_watches_with_unavailable(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.backends
 async def test_agents_of_a_connection_that_leaves_lose_their_claims_as_abandoned_after_the_grace(
-    tmp_path: Path,
+    tmp_path: Path, server_db: str | None
 ) -> None:
-    async with serving(tmp_path, disconnect_grace=0.2) as served:
+    async with serving(tmp_path, disconnect_grace=0.2, db=server_db) as served:
         a = await served.register("editor")
         await served.call("agenthold_claim", resource="x.md", agent_id=a)
         app = served.app
@@ -1256,10 +1260,11 @@ async def test_agents_of_a_connection_that_leaves_lose_their_claims_as_abandoned
         assert late["status"] == "already_free" and "abandoned" in late["hint"]
 
 
+@pytest.mark.backends
 async def test_an_agent_that_calls_again_within_the_grace_keeps_its_claims(
-    tmp_path: Path,
+    tmp_path: Path, server_db: str | None
 ) -> None:
-    async with serving(tmp_path, disconnect_grace=0.2) as served:
+    async with serving(tmp_path, disconnect_grace=0.2, db=server_db) as served:
         a = await served.register("editor")
         await served.call("agenthold_claim", resource="x.md", agent_id=a)
         await served.app.end_leases(served.app.agents.close(PROCESS))
@@ -1270,10 +1275,11 @@ async def test_an_agent_that_calls_again_within_the_grace_keeps_its_claims(
         assert (still["status"], still["held_by"]) == ("claimed", a)
 
 
+@pytest.mark.backends
 async def test_with_the_disconnect_grace_off_claims_outlive_the_connection(
-    tmp_path: Path,
+    tmp_path: Path, server_db: str | None
 ) -> None:
-    async with serving(tmp_path, disconnect_grace=None) as served:
+    async with serving(tmp_path, disconnect_grace=None, db=server_db) as served:
         a = await served.register("editor")
         await served.call("agenthold_claim", resource="x.md", agent_id=a)
         await served.app.end_leases(served.app.agents.close(PROCESS))
