@@ -2,10 +2,11 @@
 
 Clients that start a server for every tool call pay its start-up on every call, and almost all of
 that is importing the mcp SDK. So ``agenthold`` over stdio first looks for a warm server (see
-warm.py) started earlier for the same user, interpreter, agenthold, directory, arguments and
-AGENTHOLD_* variables. If one answers and confirms that it is of this very code and still sees
-the same database, this process passes it its stdin, stdout and stderr (SCM_RIGHTS), and then
-only waits: for the session's exit status, or for a signal, which it forwards. The warm server
+warm.py) started earlier for the same user, interpreter, agenthold, directory, arguments,
+AGENTHOLD_* variables and libpq's PG* variables (as a digest). If one answers and confirms that
+it is of this very code and still sees the same database, this process passes it its stdin,
+stdout and stderr (SCM_RIGHTS), and then only waits: for the session's exit status, or for a
+signal, which it forwards. The warm server
 serves those pipes as the stdio server would, through the SDK, so the protocol stays the SDK's.
 Otherwise ``agenthold.cli`` serves the call as it always did, and leaves a warm server behind.
 
@@ -179,6 +180,18 @@ def plan(argv: Sequence[str], environ: Mapping[str, str]) -> Plan | None:
     return plan_for(argv, environ)
 
 
+def libpq_settings(environ: Mapping[str, str]) -> str | None:
+    """A digest of every PG* variable (libpq reads them when it connects: user, password,
+    host, service, ...), so that a call with other ones is not served by a server connected
+    with these; a digest, as PGPASSWORD must not be written out. None if there are none."""
+    found = sorted((k, v) for k, v in environ.items() if k.startswith("PG"))
+    if not found:
+        return None
+    import hashlib  # only then: most calls have no PG* variable
+
+    return hashlib.sha256(json.dumps(found).encode()).hexdigest()
+
+
 def plan_for(argv: Sequence[str], environ: Mapping[str, str]) -> Plan | None:
     """The warm server of a call with ``argv`` and ``environ`` here, whatever its stdin."""
     if _truthy(environ.get(NO_WARM)) or not serves_stdio(argv, environ):
@@ -196,6 +209,7 @@ def plan_for(argv: Sequence[str], environ: Mapping[str, str]) -> Plan | None:
         "env": sorted(
             (k, v) for k, v in environ.items() if k.startswith("AGENTHOLD_") and k not in _NOT_KEYED
         ),
+        "pg": libpq_settings(environ),
     }
     found = Plan(directory, json.dumps(identity), code_stamp())
     if len(found.socket.encode()) > MAX_SOCKET_PATH:

@@ -101,6 +101,7 @@ class WarmServer:
         self.sessions: set[anyio.CancelScope] = set()
         self.accepting = True
         self._waiting: anyio.CancelScope | None = None
+        self.deadline = time.monotonic() + idle  # when this server exits if no client comes
         self.lock: int | None = None  # released once this server answers calls
         self.setup: Callable[[Agenthold], None] = lambda app: None  # as cli.serve sets an app
         self._socket_inode = os.stat(found.socket).st_ino
@@ -139,9 +140,9 @@ class WarmServer:
             if self.lock is not None:
                 os.close(self.lock)
                 self.lock = None
-            deadline = time.monotonic() + self.idle
+            self.deadline = time.monotonic() + self.idle
             while self.accepting:
-                timeout = math.inf if self.sessions else deadline - time.monotonic()
+                timeout = math.inf if self.sessions else self.deadline - time.monotonic()
                 with anyio.CancelScope(deadline=anyio.current_time() + timeout) as waiting:
                     self._waiting = waiting
                     await anyio.wait_readable(self.listener)
@@ -149,12 +150,9 @@ class WarmServer:
                 if not self.accepting:
                     break
                 if waiting.cancelled_caught:  # a session ended, or the idle time is over
-                    if not self.sessions:
-                        if time.monotonic() >= deadline:
-                            log.info("idle for %g s: exiting", self.idle)
-                            self.stop_accepting()
-                        else:
-                            deadline = time.monotonic() + self.idle
+                    if not self.sessions and time.monotonic() >= self.deadline:
+                        log.info("idle for %g s: exiting", self.idle)
+                        self.stop_accepting()
                     continue
                 try:
                     conn, _ = self.listener.accept()
@@ -174,8 +172,10 @@ class WarmServer:
                     session.cancel()
 
     def _session_ended(self) -> None:
-        if self._waiting is not None and not self.sessions:
-            self._waiting.cancel()  # re-arm the idle deadline
+        if not self.sessions:  # the idle time starts again when the last session ends,
+            self.deadline = time.monotonic() + self.idle  # however long that session was
+            if self._waiting is not None:
+                self._waiting.cancel()
 
     async def _connection(self, conn: socket.socket) -> None:
         scope = anyio.CancelScope()
@@ -220,7 +220,10 @@ class WarmServer:
         if hello.get("agenthold") != PROTOCOL or hello.get("identity") != self.plan.identity:
             why = "not the server for this call"
         elif hello.get("stamp") != self.plan.stamp:
-            why = "of other code"
+            why = "of other code"  # the caller's code: if the code on disk moved on, ours is old
+            if (stale := self.stale()) is not None:
+                log.info("stale, exiting: %s", stale)
+                self.stop_accepting()
         elif (why := self.stale()) is not None:
             log.info("stale, exiting: %s", why)
             self.stop_accepting()

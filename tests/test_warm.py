@@ -351,3 +351,80 @@ def test_the_package_entry_points_go_through_the_front() -> None:
     text = (REPO / "pyproject.toml").read_text()
     assert 'agenthold = "agenthold.__main__:main"' in text
     assert "agenthold.front import try_warm" in (REPO / "agenthold" / "__main__.py").read_text()
+
+
+@pytest.mark.usefixtures("no_child_coverage")  # the copy's modules are not the measured ones
+def test_an_upgrade_on_disk_ends_the_old_warm_server_at_the_next_call(
+    tmp_path: Path, runtime: Path
+) -> None:
+    import shutil
+
+    site = tmp_path / "site"
+    shutil.copytree(REPO / "agenthold", site / "agenthold", ignore=shutil.ignore_patterns("*.pyc"))
+    env = {"PYTHONPATH": str(site)}
+    _, err = one_call(tmp_path, env={**env, front.WARM: "wait"})
+    (old,) = warm_pids(runtime)
+    assert f"warm server {old}: {SERVED}" in err
+    module = site / "agenthold" / "store.py"
+    later = module.stat().st_mtime_ns + 5_000_000_000
+    os.utime(module, ns=(later, later))  # what an upgrade does to the code stamp
+    reply, err = one_call(tmp_path, env=env)
+    assert reply["status"] == "available" and SERVED not in err  # refused: served here
+    wait_for(lambda: old not in warm_pids(runtime), timeout=10)  # and it exits at once
+    wait_for(lambda: len(warm_pids(runtime)) == 1)  # the call left a warm server of the new code
+    (new,) = warm_pids(runtime)
+    _, err = one_call(tmp_path, env=env)
+    assert f"warm server {new}: {SERVED}" in err
+
+
+def test_the_idle_time_starts_again_after_a_session_longer_than_it(
+    tmp_path: Path, runtime: Path
+) -> None:
+    idle = 3.0
+    one_call(tmp_path, env={front.IDLE: str(idle), front.WARM: "wait"})
+    (pid,) = warm_pids(runtime)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agenthold", *argv(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=tmp_path,
+        env=child_env(),
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    hello = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+             "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                        "clientInfo": {"name": "long", "version": "1"}}}  # fmt: skip
+    proc.stdin.write(json.dumps(hello).encode() + b"\n")
+    proc.stdin.flush()
+    assert json.loads(proc.stdout.readline())["id"] == 0
+    time.sleep(idle + 1.5)  # a session that outlives the idle time
+    proc.stdin.close()
+    assert proc.wait(timeout=15) == 0
+    assert f"warm server {pid}: {SERVED}".encode() in proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
+    _, err = one_call(tmp_path)  # the server did not exit when that session ended
+    assert f"warm server {pid}: {SERVED}" in err
+    started = time.monotonic()
+    wait_for(lambda: not warm_pids(runtime), timeout=20)  # it exits once idle again
+    assert time.monotonic() - started >= idle - 1.0
+
+
+def test_other_libpq_variables_make_another_warm_server(tmp_path: Path, runtime: Path) -> None:
+    args = ["--db", "postgresql://localhost/agenthold"]
+    keys = {
+        front.plan_for(args, {**os.environ, **extra}).key  # type: ignore[union-attr]
+        for extra in (
+            {},
+            {"PGUSER": "alice"},
+            {"PGUSER": "bob"},
+            {"PGUSER": "bob", "PGPASSWORD": "secret"},
+            {"PGSERVICE": "other"},
+            {"PGGSSENCMODE": "prefer"},
+        )
+    }
+    assert len(keys) == 6
+    found = front.plan_for(args, {**os.environ, "PGPASSWORD": "s3cr3t-w0rd"})
+    assert found is not None and "s3cr3t-w0rd" not in found.identity  # a digest, not the text
+    assert front.libpq_settings({"HOME": "/x"}) is None
