@@ -428,3 +428,32 @@ def test_other_libpq_variables_make_another_warm_server(tmp_path: Path, runtime:
     found = front.plan_for(args, {**os.environ, "PGPASSWORD": "s3cr3t-w0rd"})
     assert found is not None and "s3cr3t-w0rd" not in found.identity  # a digest, not the text
     assert front.libpq_settings({"HOME": "/x"}) is None
+
+
+def test_a_killed_warm_server_leaves_its_socket_and_the_next_call_is_served_here(
+    tmp_path: Path, runtime: Path
+) -> None:
+    import signal
+
+    one_call(tmp_path, env={front.WARM: "wait"})
+    (pid,) = warm_pids(runtime)
+    reply, err = one_call(tmp_path, tool="agenthold_register")
+    assert reply["status"] == "registered" and f"warm server {pid}: {SERVED}" in err
+    os.kill(pid, signal.SIGKILL)  # no clean-up at all: the socket file stays
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid))
+    found = plan_of(tmp_path)
+    assert Path(found.socket).is_socket()
+    Path(found.pid_file(pid)).unlink()  # what it would have removed itself
+    reply, err = one_call(tmp_path, tool="agenthold_register")  # refused by the dead socket
+    assert reply["status"] == "registered" and SERVED not in err
+    wait_for(lambda: len(warm_pids(runtime)) == 1)  # and a fresh warm server took its place
+    (new,) = warm_pids(runtime)
+    reply, err = one_call(tmp_path)
+    assert reply["status"] == "available" and f"warm server {new}: {SERVED}" in err
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except (OSError, IndexError):
+        return True
