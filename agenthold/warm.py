@@ -51,6 +51,8 @@ log = logging.getLogger("agenthold.warm")
 
 IDLE_SECONDS = 600.0  # how long a warm server waits for its next client before it exits
 HELLO_TIMEOUT = 5.0  # seconds a connection may take to say hello and pass its pipes
+SERVED = "serving this call"  # what a warm server says, on the call's stderr and in its log
+UNOPENED = "the database cannot be opened"  # in its log, when it ends before serving
 READY_TIMEOUT = 10.0  # seconds a call that waits for its warm server (AGENTHOLD_WARM=wait) waits
 _session_stderr: contextvars.ContextVar[int] = contextvars.ContextVar("stderr", default=2)
 
@@ -251,8 +253,10 @@ class WarmServer:
     async def _session(self, conn: socket.socket, fds: list[int], scope: anyio.CancelScope) -> int:
         """One stdio session on the pipes ``fds`` (stdin, stdout, stderr), until its input
         ends or the front forwards a signal (or goes away)."""
+        with contextlib.suppress(OSError):  # its own log keeps a line per call it served
+            os.write(2, f"warm server {os.getpid()}: {SERVED}\n".encode())
         _session_stderr.set(fds[2])
-        log.info("warm server %d: serving this call", os.getpid())
+        log.info("warm server %d: %s", os.getpid(), SERVED)
         app = Agenthold(
             self.coordinator, tools=self.opts.tools, disconnect_grace=self.opts.disconnect_grace
         )
@@ -389,7 +393,9 @@ def _become_warm(
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)
-    logfile = os.open(found.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # appended to, and emptied only by the server that takes the socket: a call that finds a
+    # good server there already must not wipe that server's log
+    logfile = os.open(found.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(logfile, 1)  # the client's pipes are no longer held here
     os.dup2(logfile, 2)
     os.close(logfile)
@@ -398,9 +404,12 @@ def _become_warm(
         os.close(ready)
         return
     listener, lock = listening
+    os.ftruncate(1, 0)
     try:
         coordinator = opener(opts)  # cli.open_coordinator
-    except SystemExit:
+    except SystemExit:  # the call itself says why
+        with contextlib.suppress(OSError):
+            os.write(2, f"warm server {os.getpid()}: {UNOPENED}\n".encode())
         listener.close()
         os.unlink(found.socket)
         os.close(lock)

@@ -17,6 +17,7 @@ from pgserver import SKIP_REASON, Cluster, find_bindir
 from support import stop_warm_servers
 
 from agenthold.store import StateStore
+from agenthold.warm import SERVED, UNOPENED
 
 HANG_SECONDS = 180.0  # far beyond any test's duration, even on a slow, busy machine
 
@@ -40,8 +41,9 @@ def no_warm_server(monkeypatch: pytest.MonkeyPatch) -> None:
 def stdio_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """Run the test twice: with stdio servers that serve their calls themselves ("cold"), and
     through warm servers ("warm"): AGENTHOLD_WARM=wait makes even the first call of each kind
-    go through the warm server it leaves behind. Each test has a runtime directory of its own
-    (short: socket paths are limited to 107 bytes), and its warm servers are stopped after it."""
+    go through the warm server it leaves behind, and a warm run that left one (its log) must
+    have had a call served by it. Each test has a runtime directory of its own (short: socket
+    paths are limited to 107 bytes), and its warm servers are stopped after it."""
     directory = tempfile.mkdtemp(prefix="ah-")
     monkeypatch.setenv("AGENTHOLD_RUNTIME_DIR", directory)
     if request.param == "warm":
@@ -51,8 +53,14 @@ def stdio_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         yield str(request.param)
     finally:
         killed = stop_warm_servers(Path(directory))
+        logged = list(Path(directory).glob("*.log"))  # one per warm server forked
+        logs = "".join(p.read_text(errors="replace") for p in logged)
         shutil.rmtree(directory, ignore_errors=True)
         assert not killed, f"warm servers {killed} did not stop on SIGTERM"
+    # calls that forked a warm server must have gone through one, not quietly served cold
+    # (unless its database could not be opened: then the call reports that itself)
+    if request.param == "warm" and logged:
+        assert SERVED in logs or UNOPENED in logs, f"no call went through a warm server: {logs}"
 
 
 @pytest.fixture(autouse=True, scope="session")
