@@ -22,6 +22,8 @@ from typing import Any
 from agenthold.claim_match import (
     Pattern,
     ancestors,
+    covers_file,
+    held_pattern,
     is_pattern,
     overlaps,
     parse_pattern,
@@ -123,7 +125,7 @@ class Prefetched:
 
 def pattern_of(info: ClaimInfo) -> Pattern:
     assert info.scope is not None
-    return Pattern.from_key(info.uri, info.resource, info.scope)
+    return held_pattern(info.uri, info.resource, info.scope)
 
 
 def blocking(
@@ -147,7 +149,14 @@ def blocking(
         above = ancestors(target.key)
         rows += fetchall(_PATTERNS_AT.format(marks=", ".join("?" * len(above))), tuple(above))
     found: dict[str, ClaimInfo] = {}
+    file = target.key if isinstance(target, Resource) else None
     for row in rows:
+        # rows are claim_info's: key, uri, holder, ..., scope (13); a file is covered by few of
+        # the patterns above it, so those that do not cover it are passed over first, cheaply
+        if row[2] is None or (
+            file is not None and row[13] is not None and not covers_file(row[0], row[13], file)
+        ):
+            continue
         info = claim_info(row, now)
         if (
             info.resource == target.key
@@ -161,7 +170,7 @@ def blocking(
         elif isinstance(target, Pattern):
             hit = overlaps(target, pattern_of(info))
         else:
-            hit = pattern_of(info).covers(target.key)
+            hit = True  # covers_file said so above
         if hit:
             found[info.resource] = info
     if isinstance(target, Resource) and target.file_id is not None:

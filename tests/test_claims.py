@@ -1353,6 +1353,7 @@ def test_claims_benchmark_quick_run_prints_its_tables(tmp_path: Path) -> None:
     assert "wake-up latency" in run.stdout
     assert "raw sqlite3" in run.stdout
     assert re.search(r"by another process: median <= 10 ms: [\d.]+ ms", run.stdout), run.stdout
+    assert re.search(r"globs held in the file's own directory +[\d,]+ +\d+%", run.stdout)
 
 
 @pytest.mark.backends
