@@ -29,7 +29,14 @@ from agenthold.claim_match import (
     parse_pattern,
     resolve_target,
 )
-from agenthold.claim_schema import _ALIASES, _CLAIM_ROW, _HELD_UNDER, _LOOK_ROW, _PATTERNS_AT
+from agenthold.claim_schema import (
+    _ALIASES,
+    _CLAIM_ROW,
+    _HELD_UNDER,
+    _LOOK_ROW,
+    _PATTERN_KEYS_AT,
+    _PATTERNS_AT,
+)
 from agenthold.claim_types import OUTCOMES, ClaimInfo, ForeignAgentError
 from agenthold.store import InvalidInputError, utc_iso
 from agenthold.uris import Resolver, Resource, Walk
@@ -94,25 +101,29 @@ class Prefetched:
         sql = _LOOK_ROW + f"WHERE c.resource IN ({', '.join('?' * len(keys))})"
         dirs: tuple[str, ...] = ()
         ids: tuple[str, ...] = ()
+        files: list[Resource] = []
         if blockers:
             files = [t for t in targets if isinstance(t, Resource) and t.kind == "file"]
             # the files of a set often share their directories: each is listed once
             parents = dict.fromkeys(t.key[: t.key.rfind("/") + 1] for t in files)
             dirs = tuple(dict.fromkeys(a for p in parents for a in ancestors(p)))
             ids = tuple(dict.fromkeys(t.file_id for t in files if t.file_id is not None))
-        if dirs:
-            sql += f" OR (c.holder IS NOT NULL AND c.scope IN ({', '.join('?' * len(dirs))}))"
+        wanted = set(keys)
+        covering = covering_keys(fetchall, dirs, [t.key for t in files]) if dirs else []
+        if covering:
+            keys = tuple(dict.fromkeys([*keys, *covering]))
+            sql = _LOOK_ROW + f"WHERE c.resource IN ({', '.join('?' * len(keys))})"
         if ids:
             sql += f" OR (c.holder IS NOT NULL AND c.file_id IN ({', '.join('?' * len(ids))}))"
         own: dict[str, Any] = {}
         above: list[Any] = []
         by_file: dict[str, list[Any]] = {}
-        wanted, at = set(keys), set(dirs)
-        for row in fetchall(sql, keys + dirs + ids):
+        at = set(covering)
+        for row in fetchall(sql, keys + ids):
             # a row may answer several of the conditions
             if row[0] in wanted:
                 own[row[0]] = row
-            if row[2] is not None and row[13] in at:
+            if row[2] is not None and row[0] in at:
                 above.append(row)
             if row[2] is not None and row[14] is not None:
                 by_file.setdefault(row[14], []).append(row)
@@ -121,6 +132,14 @@ class Prefetched:
     def own_of(self, target: Target, now: float) -> ClaimInfo | None:
         row = self.own.get(target.key)
         return None if row is None else claim_info(row, now)
+
+
+def covering_keys(fetchall: Fetch, dirs: Sequence[str], files: Sequence[str]) -> list[str]:
+    """The keys of the held patterns at ``dirs`` (the files' ancestors) that cover any of
+    ``files``: matched on key and scope alone, so the rows of the many that cover none of them
+    are never read whole."""
+    rows = fetchall(_PATTERN_KEYS_AT.format(marks=", ".join("?" * len(dirs))), tuple(dirs))
+    return [k for k, scope in rows if any(covers_file(k, scope, f) for f in files)]
 
 
 def pattern_of(info: ClaimInfo) -> Pattern:
@@ -146,8 +165,10 @@ def blocking(
     elif target.kind == "file" and prefetched is not None:
         rows = prefetched.above  # a superset: covers() keeps the patterns above this file
     elif target.kind == "file":
-        above = ancestors(target.key)
-        rows += fetchall(_PATTERNS_AT.format(marks=", ".join("?" * len(above))), tuple(above))
+        covering = covering_keys(fetchall, ancestors(target.key), [target.key])
+        if covering:
+            marks = ", ".join("?" * len(covering))
+            rows += fetchall(_CLAIM_ROW + f"WHERE c.resource IN ({marks})", tuple(covering))
     found: dict[str, ClaimInfo] = {}
     file = target.key if isinstance(target, Resource) else None
     for row in rows:

@@ -235,6 +235,11 @@ _CLAIM_ROW = (
 # the placeholders), and held claims whose keys lie in a range (all that a pattern may cover,
 # patterns included: a pattern's key starts with its scope).
 _PATTERNS_AT = _CLAIM_ROW + "WHERE c.holder IS NOT NULL AND c.scope IN ({marks})"
+# Only the keys and scopes of those patterns: a file is covered by few of the patterns above it,
+# so they are matched on these two columns and only the rows of those that cover it are read.
+_PATTERN_KEYS_AT = (
+    "SELECT resource, scope FROM claims WHERE holder IS NOT NULL AND scope IN ({marks})"
+)
 _HELD_UNDER = _CLAIM_ROW + "WHERE c.holder IS NOT NULL AND c.resource >= ? AND c.resource < ?"
 # Held claims on other names of one file (hard links): see _alias.
 _ALIASES = _CLAIM_ROW + "WHERE c.file_id = ? AND c.resource != ? AND c.holder IS NOT NULL"
