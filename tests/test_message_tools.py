@@ -328,3 +328,19 @@ async def test_of_two_servers_racing_to_create_one_agent_exactly_one_is_told_cre
                     tg.start_soon(create, two, f"racer-{i}", replies)
                 assert sorted(r["status"] for r in replies) == ["created", "existing"], replies
                 assert replies[0]["agent_id"] == replies[1]["agent_id"]
+
+
+async def test_an_in_memory_bus_over_stdio_serves_its_process_only(tmp_path: Path) -> None:
+    """AgentMsgs' --in-memory is --db :memory:: the threads live as long as the server and no
+    other server sees them."""
+    async with connected(stdio(":memory:", tmp_path)) as one:
+        tid = (await call(one, "agenthold_create_thread", participant_names=["a", "b"]))[
+            "thread_id"
+        ]
+        await call(one, "agenthold_append", thread_id=tid, sender_name="a", content="hi")
+        page = await call(one, "agenthold_poll", thread_id=tid, after_seq=0)
+        assert [m["content"] for m in page["messages"]] == ["hi"]
+        async with connected(stdio(":memory:", tmp_path)) as two:
+            other = await call(two, "agenthold_thread_info", thread_id=tid)
+            assert other["status"] == "error" and "thread" in other["message"]
+    assert not list(tmp_path.glob("*.db"))  # nothing was written to a file
