@@ -154,14 +154,29 @@ class MessagePage(tuple[Message, ...]):
     """The messages a poll returned, in sequence order (a tuple), and ``more``: whether
     messages past the last one remain (poll again after ``next_after_seq``)."""
 
-    more: bool
-    next_after_seq: int
+    # frozen like the other records: nothing can be set once made (see __setattr__)
+    _more: bool
+    _next: int
 
     def __new__(cls, messages: Iterable[Message], more: bool, after_seq: int) -> MessagePage:
         page = super().__new__(cls, messages)
-        page.more = more
-        page.next_after_seq = page[-1].seq if page else after_seq
+        object.__setattr__(page, "_more", more)
+        object.__setattr__(page, "_next", page[-1].seq if page else after_seq)
         return page
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"a MessagePage is read-only; {name!r} cannot be set")
+
+    def __reduce__(self) -> tuple[type[MessagePage], tuple[tuple[Message, ...], bool, int]]:
+        return (MessagePage, (tuple(self), self.more, self.next_after_seq))  # copy, pickle
+
+    @property
+    def more(self) -> bool:
+        return self._more
+
+    @property
+    def next_after_seq(self) -> int:
+        return self._next
 
 
 @dataclass(frozen=True, slots=True)

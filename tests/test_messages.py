@@ -866,3 +866,19 @@ def test_the_message_bus_example_runs_a_coordinator_and_two_worker_processes(
         assert "7 squared is 49" in contents and "12 squared is 144" in contents
         for name in ("worker-1", "worker-2"):
             assert bus.has_unread(thread.id, name) is False
+
+
+def test_a_page_is_read_only_like_every_record(pair: Any) -> None:
+    bus, alice, _, tid = pair
+    bus.append(tid, alice, "one")
+    page = bus.poll(tid)
+    with pytest.raises(AttributeError, match="read-only"):
+        page.more = True  # type: ignore[misc]
+    with pytest.raises(AttributeError, match="read-only"):
+        page.next_after_seq = 0  # type: ignore[misc]
+    import copy
+    import pickle
+
+    for again in (copy.copy(page), pickle.loads(pickle.dumps(page))):
+        assert list(again) == list(page)
+        assert (again.more, again.next_after_seq) == (page.more, page.next_after_seq) == (False, 1)
