@@ -56,6 +56,7 @@ __all__ = [
 log = logging.getLogger("agenthold")
 
 FILE_VERSION = 1
+RACY_NS = 2_000_000_000  # a token file changed this recently is read at every call (_is_racy)
 TOOL_SETS = ("standard", "advanced", "messages")
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}")
 HEX_DIGEST_RE = re.compile(r"[0-9a-f]{64}")
@@ -487,6 +488,14 @@ class TokenTable:
         self._signature = self._stat()
         self._table: Table | None = _table(load_file(self.path))  # may raise AuthFileError
         self.problem: str | None = None
+        self._racy = self._is_racy(self._signature)
+
+    @staticmethod
+    def _is_racy(signature: tuple[int, ...] | None) -> bool:
+        """Whether the file was changed so recently that another edit of the same size could
+        follow within the file system's timestamp tick and leave the signature as it is: then
+        it is read again at every call until it is RACY_NS old."""
+        return signature is not None and time.time_ns() - signature[3] < RACY_NS
 
     def _stat(self) -> tuple[int, ...] | None:
         try:
@@ -497,8 +506,9 @@ class TokenTable:
 
     def current(self) -> Table | None:
         signature = self._stat()
-        if signature != self._signature:
-            self._signature = signature
+        changed = signature != self._signature
+        if changed or self._racy:
+            self._signature, self._racy = signature, self._is_racy(signature)
             try:
                 self._table = _table(load_file(self.path))
                 self.problem = None
@@ -510,5 +520,6 @@ class TokenTable:
                     exc,
                 )
             else:
-                log.info("token file %s read again: %d tokens", self.path, len(self._table))
+                if changed:
+                    log.info("token file %s read again: %d tokens", self.path, len(self._table))
         return self._table
