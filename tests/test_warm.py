@@ -316,11 +316,8 @@ def test_the_front_imports_nothing_heavy_and_help_and_the_inspector_never_go_war
         assert not front.serves_stdio(never, {}), never
 
 
-def test_sigterm_at_the_front_ends_the_session_and_the_warm_server_serves_on(
-    tmp_path: Path, runtime: Path
-) -> None:
-    one_call(tmp_path)
-    wait_for(lambda: len(warm_pids(runtime)) == 1)
+def initialized_front(tmp_path: Path, client: str) -> subprocess.Popen[bytes]:
+    """``agenthold`` over stdio with pipes, its session initialized (2025-11-25) and left open."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "agenthold", *argv(tmp_path)],
         stdin=subprocess.PIPE,
@@ -332,10 +329,20 @@ def test_sigterm_at_the_front_ends_the_session_and_the_warm_server_serves_on(
     assert proc.stdin is not None and proc.stdout is not None
     hello = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
              "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                        "clientInfo": {"name": "signals", "version": "1"}}}  # fmt: skip
+                        "clientInfo": {"name": client, "version": "1"}}}  # fmt: skip
     proc.stdin.write(json.dumps(hello).encode() + b"\n")
     proc.stdin.flush()
     assert json.loads(proc.stdout.readline())["id"] == 0
+    return proc
+
+
+def test_sigterm_at_the_front_ends_the_session_and_the_warm_server_serves_on(
+    tmp_path: Path, runtime: Path
+) -> None:
+    one_call(tmp_path)
+    wait_for(lambda: len(warm_pids(runtime)) == 1)
+    proc = initialized_front(tmp_path, "signals")
+    assert proc.stdin is not None and proc.stdout is not None
     proc.terminate()
     assert proc.wait(timeout=15) == 0
     proc.stdin.close()
@@ -383,21 +390,8 @@ def test_the_idle_time_starts_again_after_a_session_longer_than_it(
     idle = 3.0
     one_call(tmp_path, env={front.IDLE: str(idle), front.WARM: "wait"})
     (pid,) = warm_pids(runtime)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agenthold", *argv(tmp_path)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=tmp_path,
-        env=child_env(),
-    )
+    proc = initialized_front(tmp_path, "long")
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    hello = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
-             "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-                        "clientInfo": {"name": "long", "version": "1"}}}  # fmt: skip
-    proc.stdin.write(json.dumps(hello).encode() + b"\n")
-    proc.stdin.flush()
-    assert json.loads(proc.stdout.readline())["id"] == 0
     time.sleep(idle + 1.5)  # a session that outlives the idle time
     proc.stdin.close()
     assert proc.wait(timeout=15) == 0
