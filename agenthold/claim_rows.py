@@ -98,21 +98,19 @@ class Prefetched:
         blockers: bool = True,
     ) -> Prefetched:
         keys = tuple(dict.fromkeys([*(t.key for t in targets), *extra]))
-        sql = _LOOK_ROW + f"WHERE c.resource IN ({', '.join('?' * len(keys))})"
-        dirs: tuple[str, ...] = ()
         ids: tuple[str, ...] = ()
-        files: list[Resource] = []
+        covering: list[str] = []
         if blockers:
             files = [t for t in targets if isinstance(t, Resource) and t.kind == "file"]
             # the files of a set often share their directories: each is listed once
             parents = dict.fromkeys(t.key[: t.key.rfind("/") + 1] for t in files)
             dirs = tuple(dict.fromkeys(a for p in parents for a in ancestors(p)))
             ids = tuple(dict.fromkeys(t.file_id for t in files if t.file_id is not None))
+            if dirs:
+                covering = covering_keys(fetchall, dirs, [t.key for t in files])
         wanted = set(keys)
-        covering = covering_keys(fetchall, dirs, [t.key for t in files]) if dirs else []
-        if covering:
-            keys = tuple(dict.fromkeys([*keys, *covering]))
-            sql = _LOOK_ROW + f"WHERE c.resource IN ({', '.join('?' * len(keys))})"
+        keys = tuple(dict.fromkeys([*keys, *covering]))  # the patterns' rows, read whole
+        sql = _LOOK_ROW + f"WHERE c.resource IN ({', '.join('?' * len(keys))})"
         if ids:
             sql += f" OR (c.holder IS NOT NULL AND c.file_id IN ({', '.join('?' * len(ids))}))"
         own: dict[str, Any] = {}

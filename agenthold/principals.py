@@ -488,7 +488,6 @@ class TokenTable:
         self._signature = self._stat()
         self._table: Table | None = _table(load_file(self.path))  # may raise AuthFileError
         self.problem: str | None = None
-        self._racy = self._is_racy(self._signature)
 
     @staticmethod
     def _is_racy(signature: tuple[int, ...] | None) -> bool:
@@ -507,8 +506,8 @@ class TokenTable:
     def current(self) -> Table | None:
         signature = self._stat()
         changed = signature != self._signature
-        if changed or self._racy:
-            self._signature, self._racy = signature, self._is_racy(signature)
+        if changed or self._is_racy(signature):
+            self._signature = signature
             try:
                 self._table = _table(load_file(self.path))
                 self.problem = None

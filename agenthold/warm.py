@@ -218,17 +218,16 @@ class WarmServer:
             return []
         if not isinstance(hello, dict):
             return []
-        why = None
         if hello.get("agenthold") != PROTOCOL or hello.get("identity") != self.plan.identity:
-            why = "not the server for this call"
-        elif hello.get("stamp") != self.plan.stamp:
-            why = "of other code"  # the caller's code: if the code on disk moved on, ours is old
-            if (stale := self.stale()) is not None:
+            why: str | None = "not the server for this call"
+        else:
+            # a caller of other code is refused; whether this server is still good (the code on
+            # disk moved on to the caller's, its database was replaced) is checked either way
+            stale = self.stale()
+            if stale is not None:
                 log.info("stale, exiting: %s", stale)
                 self.stop_accepting()
-        elif (why := self.stale()) is not None:
-            log.info("stale, exiting: %s", why)
-            self.stop_accepting()
+            why = "of other code" if hello.get("stamp") != self.plan.stamp else stale
         if why is not None or not self.accepting:
             conn.sendall(json.dumps({"ok": False, "why": why or "stopping"}).encode() + b"\n")
             return []
