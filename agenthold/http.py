@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 import socket
@@ -46,6 +47,7 @@ from agenthold.auth import (
 )
 from agenthold.limits import Bounds, accept_backlog, connection_limit, descriptor_limit
 from agenthold.principals import Principal, TokenTable
+from agenthold.rpc_id import top_level_id
 from agenthold.server import SHUTDOWN_GRACE, Agenthold, SignalSource, build_server, report_if_asked
 from agenthold.sessions import SessionLimits
 from agenthold.toolkit import Report
@@ -185,8 +187,19 @@ class CancelOnDisconnect:
             await disconnected.wait()
             return {"type": "http.disconnect"}
 
+        held: Message | None = None  # an error's start, until its body shows the id it needs
+
         async def tracking_send(message: Message) -> None:
-            nonlocal started, finished
+            nonlocal started, finished, held
+            if post and message["type"] == "http.response.start" and message["status"] >= 400:
+                held = message
+                return
+            if held is not None:
+                start, held = held, None
+                if message["type"] == "http.response.body" and not message.get("more_body"):
+                    start, message = with_request_id(start, message, body)
+                await send(start)
+                started = True
             await send(message)  # uvicorn awaits before writing: a cancelled send wrote nothing
             if message["type"] == "http.response.start":
                 started = True
@@ -218,6 +231,33 @@ class CancelOnDisconnect:
                 await _plain(send, 503, "agenthold is shutting down")
             elif not finished:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def with_request_id(
+    start: Message, answer: Message, request: bytes | bytearray
+) -> tuple[Message, Message]:
+    """An error answer of the SDK's (a parse or validation error, always ``id: null``) with the
+    id of ``request`` put in when its text shows one, as stdio does for the lines it cannot
+    parse: the client is waiting for that id. Any other answer goes out as it came."""
+    headers = start.get("headers", [])
+    if not any(
+        k.lower() == b"content-type" and v.startswith(b"application/json") for k, v in headers
+    ):
+        return start, answer
+    try:
+        error = json.loads(answer.get("body", b""))
+    except ValueError:  # pragma: no cover - the SDK writes its errors as JSON
+        return start, answer
+    if not (isinstance(error, dict) and "error" in error and "id" in error and error["id"] is None):
+        return start, answer
+    found = top_level_id(bytes(request).decode("utf-8", errors="replace"))
+    if found is None:
+        return start, answer
+    error["id"] = found
+    data = json.dumps(error, separators=(",", ":"), ensure_ascii=False).encode()
+    kept = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+    start = {**start, "headers": [*kept, (b"content-length", str(len(data)).encode())]}
+    return start, {**answer, "body": data}
 
 
 async def _plain(send: Send, status: int, text: str) -> None:

@@ -18,7 +18,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import signal
 import stat
 from collections.abc import AsyncIterator
@@ -31,6 +30,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from agenthold.rpc_id import top_level_id
 from agenthold.server import (
     PROCESS,
     SHUTDOWN_GRACE,
@@ -104,64 +104,8 @@ def _marker(key: str, value: int, head: bytes) -> str:
     """A line standing for a message agenthold refused to pass on (``key``: why): not
     JSON-RPC, so the SDK hands it to ``_guard_stdio``, which answers it with the id found in
     ``head``, the message's start."""
-    request_id = _top_level_id(head.decode("utf-8", errors="replace"))
+    request_id = top_level_id(head.decode("utf-8", errors="replace"))
     return json.dumps({key: value, "id": request_id}) + "\n"
-
-
-def _top_level_id(text: str) -> str | int | None:
-    """The ``id`` member of the JSON object ``text``, found without parsing its other members
-    (a line too deep or too odd for any parser still has its id answered): a scan that skips
-    strings and counts brackets, so only a member at the top level counts."""
-    depth, i, n = 0, 0, len(text)
-    expect_key = False
-    while i < n:
-        c = text[i]
-        if c == '"':
-            end = _string_end(text, i)
-            if end < 0:
-                return None
-            if depth == 1 and expect_key:
-                j = end + 1
-                while j < n and text[j] in " \t\r\n":
-                    j += 1
-                if text[i : end + 1] == '"id"' and j < n and text[j] == ":":
-                    return _id_value(text[j + 1 :])
-            expect_key = False
-            i = end + 1
-            continue
-        if c in "[{":
-            depth += 1
-            expect_key = depth == 1 and c == "{"
-        elif c in "]}":
-            depth -= 1
-        elif c == "," and depth == 1:
-            expect_key = True
-        i += 1
-    return None
-
-
-def _string_end(text: str, start: int) -> int:
-    """Where the JSON string opening at ``start`` closes, or -1."""
-    i = start + 1
-    while i < len(text):
-        if text[i] == "\\":
-            i += 2
-            continue
-        if text[i] == '"':
-            return i
-        i += 1
-    return -1
-
-
-_ID_VALUE = re.compile(r'\s*(-?\d{1,30}(?![\d.eE])|"(?:[^"\\]|\\.){0,200}")')
-
-
-def _id_value(rest: str) -> str | int | None:
-    found = _ID_VALUE.match(rest)
-    if found is None:
-        return None
-    value = json.loads(found.group(1))
-    return value if isinstance(value, (str, int)) else None
 
 
 OVERSIZE_KEY = "agenthold_oversize"
@@ -336,7 +280,7 @@ def _diagnose(exc: Exception) -> tuple[str | int | None, int, str]:
             found = None
     request_id = found.get("id") if isinstance(found, dict) else None
     if found is None and isinstance(raw, str):  # too deep even for that parser: scan for it
-        request_id = _top_level_id(raw)
+        request_id = top_level_id(raw)
     if isinstance(request_id, bool) or not isinstance(request_id, (int, str)):
         request_id = None
     if isinstance(found, dict) and OVERSIZE_KEY in found:

@@ -919,18 +919,19 @@ async def still_serving(http: httpx2.AsyncClient, s: HttpServed, session: str) -
         assert (reply["value"], reply["version"]) == (s.canary.value, s.canary.version)
 
 
-BAD_BODIES: list[tuple[str, bytes, int, int | None]] = [
-    # (what, body, HTTP status, JSON-RPC code or None)
-    ("truncated JSON", b'{"jsonrpc":"2.0","id":1,"method":', 400, -32700),
-    ("empty body", b"", 400, -32700),
-    ("not JSON", b"hello", 400, -32700),
-    ("a NUL byte", b'{"jsonrpc":"2.0","id":1,\x00"method":"tools/list"}', 400, -32700),
-    ("not UTF-8", b'{"jsonrpc":"2.0","id":1,"method":"\xff\xfe"}', 400, None),
+BAD_BODIES: list[tuple[str, bytes, int, int | None, int | str | None]] = [
+    # (what, body, HTTP status, JSON-RPC code or None, the id the error carries)
+    ("truncated JSON", b'{"jsonrpc":"2.0","id":1,"method":', 400, -32700, 1),
+    ("empty body", b"", 400, -32700, None),
+    ("not JSON", b"hello", 400, -32700, None),
+    ("a NUL byte", b'{"jsonrpc":"2.0","id":1,\x00"method":"tools/list"}', 400, -32700, 1),
+    ("not UTF-8", b'{"jsonrpc":"2.0","id":"u8","method":"\xff\xfe"}', 400, None, "u8"),
     (
         "5,001-digit id",
         call_text(BIG, "agenthold_list", '{"namespace":"n"}', modern=False).encode(),
         400,
         -32700,
+        None,  # an id of 5,001 digits is no id anyone sent on purpose
     ),
     (
         "5,001-digit argument",
@@ -942,6 +943,7 @@ BAD_BODIES: list[tuple[str, bytes, int, int | None]] = [
         ).encode(),
         400,
         -32700,
+        2,
     ),
     (
         "nesting 100,000 deep",
@@ -953,10 +955,18 @@ BAD_BODIES: list[tuple[str, bytes, int, int | None]] = [
         ).encode(),
         400,
         -32700,
+        3,
     ),
-    ("a JSON array", b'[{"jsonrpc":"2.0","id":4,"method":"tools/list"}]', 400, None),
-    ("a JSON number", b"42", 400, None),
-    ("no method", b'{"jsonrpc":"2.0","id":5}', 400, None),
+    ("a JSON array", b'[{"jsonrpc":"2.0","id":4,"method":"tools/list"}]', 400, None, None),
+    ("a JSON number", b"42", 400, None, None),
+    ("no method", b'{"jsonrpc":"2.0","id":5}', 400, None, 5),
+    (
+        "params not an object",
+        b'{"jsonrpc":"2.0","id":"call-7","method":"tools/call","params":"oops"}',
+        400,
+        None,
+        "call-7",
+    ),
     (
         "over 4 MiB",
         b'{"jsonrpc":"2.0","id":6,"method":"x","params":{"s":"'
@@ -964,6 +974,7 @@ BAD_BODIES: list[tuple[str, bytes, int, int | None]] = [
         + b'"}}',
         413,
         None,
+        None,  # refused before it is read: plain text, no JSON-RPC
     ),
 ]
 
@@ -974,14 +985,15 @@ async def test_malformed_and_oversized_http_bodies_get_4xx_in_both_eras_and_othe
 ) -> None:
     """The SDK's parsers (pydantic for 2025-11-25 sessions, the json module for 2026-07-28)
     refuse each of these with 400 or 413 before any tool runs; a JSON error body carries
-    -32700 when the text could not be parsed."""
+    -32700 when the text could not be parsed, and the request's id whenever its text shows
+    one (agenthold puts it into the SDK's ``id: null``, with stdio's own scan)."""
     async with (
         http_serving(tmp_path, json_response=json_response) as s,
         httpx2.AsyncClient(timeout=ANSWER_LIMIT) as http,
     ):
         session = await open_session(http, s.url)
         for modern in (False, True):
-            for what, body, status, code in BAD_BODIES:
+            for what, body, status, code, request_id in BAD_BODIES:
                 with anyio.fail_after(ANSWER_LIMIT):
                     answer = await http.post(
                         s.url, content=body, headers=post_headers(modern, session)
@@ -989,6 +1001,9 @@ async def test_malformed_and_oversized_http_bodies_get_4xx_in_both_eras_and_othe
                 assert answer.status_code == status, (modern, what, answer.text[:300])
                 if code is not None:
                     assert answer.json()["error"]["code"] == code, (modern, what, answer.text)
+                if status == 400:  # the id it was sent with, wherever the text shows it
+                    error = answer.json()
+                    assert "error" in error and error["id"] == request_id, (modern, what, error)
             await still_serving(http, s, session)
 
 
