@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import re
-import time
 import uuid
 from collections.abc import Iterable
 from typing import Any
@@ -176,8 +175,9 @@ def _parse(line: str) -> Deferred | None:
 
 
 def clock(db: Database) -> float:
-    """The database's clock if it answers, else this host's (the database may be down)."""
+    """The database's clock if it answers, else (it may be down) its estimate from the last
+    reading: never this host's wall clock, which may disagree with the database's."""
     try:
         return db.now()
     except AgentholdError:
-        return time.time()
+        return db.clock.estimate()

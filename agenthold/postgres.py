@@ -10,7 +10,7 @@ imports nothing of agenthold but ``store``. Decisions behind it:
   held past ``busy_timeout``, a deadlock, a unique violation) is a BusyError: nothing written,
   retry. Versions are therefore never reused and never lost.
 - One clock. ``serialize`` and ``now`` return ``clock_timestamp()`` of the server, so leases are
-  judged alike by hosts whose clocks disagree.
+  judged alike by hosts whose clocks disagree (and feed ``clock``, so waits sleep until them).
 - Connections come from a psycopg pool in autocommit mode; transactions are explicit BEGIN and
   COMMIT, and a pooled connection found dead at BEGIN (sent with a write's first statement) is
   replaced once, so a restarted server costs no call an error. A server that is down gives
@@ -58,6 +58,7 @@ from agenthold.store import (
     BusyError,
     ChangeSource,
     Component,
+    DatabaseClock,
     IncompatibleDatabaseError,
     InvalidInputError,
     Topic,
@@ -344,6 +345,7 @@ class PostgresDatabase:
         if not isinstance(read_only, bool):
             raise InvalidInputError(f"read_only must be True or False, got {read_only!r}")
         self.busy_timeout = check_seconds("busy_timeout", busy_timeout, maximum=3600)
+        self.clock = DatabaseClock()  # maps this host's monotonic clock onto the server's
         self.url = url
         self.path = redact(url)
         self.read_only = read_only
@@ -705,12 +707,11 @@ class PostgresDatabase:
             + ", ".join(locks)
             + ") AS l"
         )
-        cursor = conn.start(query)
-        row = cursor.fetchone()
-        return float(row[0])
+        return self.clock.read(float(conn.start(query).fetchone()[0]))
 
     def now(self) -> float:
-        return float(self.fetchone("SELECT extract(epoch FROM clock_timestamp())::float8")[0])
+        row = self.fetchone("SELECT extract(epoch FROM clock_timestamp())::float8")
+        return self.clock.read(float(row[0]))
 
     def feed_window(self, conn: Any, table: str, after: Any) -> tuple[str, tuple[Any, ...], Any]:
         """Rows of transactions that ended before this snapshot's xmin, and (given ``after``,

@@ -260,9 +260,10 @@ class Agenthold:
     ) -> Reply:
         """Look until ``look`` returns a reply or ``timeout`` passes (then ``give_up``), sleeping
         in between on the change feed (a store.Waiter: woken by commits to the topics ``look``
-        names) or until the unix time it gives (a holder's lease end). Holds no thread while
-        asleep. With ``progress``, it is called every ``progress_every`` seconds with the
-        seconds waited so far, so that a host that cuts calls it thinks hung keeps waiting."""
+        names) or until the time on the database's clock it gives (a holder's lease end).
+        Holds no thread while asleep. With ``progress``, it is called every ``progress_every``
+        seconds with the seconds waited so far, so that a host that cuts calls it thinks hung
+        keeps waiting."""
         loop = asyncio.get_running_loop()
         woken = asyncio.Event()
 
@@ -295,7 +296,7 @@ class Agenthold:
                         if progress is not None and time.monotonic() >= next_report:
                             next_report += every
                             progress = await _report(progress, waiter.elapsed)
-                        if woken.is_set() or (wake_at is not None and time.time() >= wake_at):
+                        if woken.is_set() or waiter.due(wake_at):
                             break  # something changed: look again
                     else:
                         return await give_up()

@@ -58,6 +58,7 @@ __all__ = [
     "ConflictError",
     "DamagedRecordError",
     "Database",
+    "DatabaseClock",
     "DeleteResult",
     "Export",
     "ExportedRecord",
@@ -861,6 +862,37 @@ class _Subscription:
         self.close()
 
 
+class DatabaseClock:
+    """How this host's monotonic clock maps onto its database's clock, so that a wait can sleep
+    until a time on the database's clock (a holder's lease end) without comparing it with this
+    host's wall clock, which may disagree with the database's host by any amount.
+
+    Every read of the database's clock (``Database.now`` and ``serialize``) passes through
+    ``read``, which notes the offset between that reading and ``time.monotonic()`` taken just
+    after it. The reading was taken before that moment, so the offset is at most one round trip
+    too small, and a wake-up it times comes at most that late, never early. Until the first
+    reading it assumes the database's clock is this host's wall clock.
+    """
+
+    __slots__ = ("offset",)
+
+    def __init__(self) -> None:
+        self.offset = time.time() - time.monotonic()  # database time = monotonic + offset
+
+    def read(self, at: float) -> float:
+        """Note ``at``, the database's clock just read; returns it."""
+        self.offset = at - time.monotonic()
+        return at
+
+    def until(self, at: float) -> float:
+        """Seconds from now until ``at`` on the database's clock (negative once it passed)."""
+        return at - self.offset - time.monotonic()
+
+    def estimate(self) -> float:
+        """The database's clock now, from the last reading (when the database cannot answer)."""
+        return time.monotonic() + self.offset
+
+
 class Waiter:
     """One wait on the change feed, the mechanism behind every wait in agenthold
     (``StateStore.watch``, ``Coordinator.wait``, the MCP server's async waits): it listens to
@@ -873,7 +905,7 @@ class Waiter:
     ``wait_until`` for the blocking form; an async form only swaps the sleep.
     """
 
-    __slots__ = ("_subscription", "_topics", "deadline", "start")
+    __slots__ = ("_clock", "_subscription", "_topics", "deadline", "start")
 
     def __init__(
         self,
@@ -882,8 +914,11 @@ class Waiter:
         wake: Callable[[], None],
         topics: Iterable[Topic] = (),
     ) -> None:
+        # two clocks, never compared with each other: the timeout is this host's (monotonic),
+        # a wake_at is the database's (see DatabaseClock)
         self.start = time.monotonic()
         self.deadline = self.start + timeout
+        self._clock: DatabaseClock = db.clock
         self._topics = frozenset(topics)
         self._subscription = db.subscribe(self._topics, wake)
 
@@ -902,14 +937,19 @@ class Waiter:
         return True
 
     def pause(self, wake_at: float | None = None) -> float | None:
-        """Seconds to sleep before looking again: until the deadline, or until the unix time
-        ``wake_at`` (say, a holder's lease end) if that comes first; None once it has passed."""
+        """Seconds to sleep before looking again: until the deadline, or until ``wake_at`` (a
+        unix time on the database's clock, say a holder's lease end) if that comes first; None
+        once the deadline has passed."""
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             return None
         if wake_at is not None:
-            remaining = min(remaining, max(0.0, wake_at - time.time()) + 0.001)
+            remaining = min(remaining, max(0.0, self._clock.until(wake_at)) + 0.001)
         return remaining
+
+    def due(self, wake_at: float | None) -> bool:
+        """Whether ``wake_at`` (the database's clock, or None: never) has come."""
+        return wake_at is not None and self._clock.until(wake_at) <= 0
 
     def close(self) -> None:
         self._subscription.close()
@@ -929,8 +969,8 @@ def wait_until(
 ) -> Any:
     """Call ``look`` until it returns something other than None, or ``timeout`` seconds pass
     (then None), blocking this thread in between on the change feed (see ``Waiter``). ``look``
-    returns (what it found or None, the topics to listen to, a unix time to look again at or
-    None); ``topics`` are listened to before the first look."""
+    returns (what it found or None, the topics to listen to, a unix time on the database's
+    clock to look again at, or None); ``topics`` are listened to before the first look."""
     woken = threading.Event()
     with Waiter(db, timeout, woken.set, topics) as waiter:
         while True:
@@ -1625,6 +1665,7 @@ class Database(Protocol):
     path: str  # what to show the user: a file path, or a URL without its password
     read_only: bool
     busy_timeout: float
+    clock: DatabaseClock  # fed by every reading of now() and serialize()
 
     def ensure(self, component: Component, *, required: bool = True) -> int: ...
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
@@ -1705,6 +1746,7 @@ class SQLiteDatabase:
         if not isinstance(read_only, bool):
             raise InvalidInputError(f"read_only must be True or False, got {read_only!r}")
         self.busy_timeout = check_seconds("busy_timeout", busy_timeout, maximum=3600)
+        self.clock = DatabaseClock()
         self.path = path
         self.read_only = read_only
         self.durability = durability
@@ -2282,11 +2324,11 @@ class SQLiteDatabase:
     def serialize(self, conn: Any, exclusive: Sequence[str], shared: Sequence[str] = ()) -> float:
         """Inside ``write``: make writers of the same names take turns until commit, and return
         the database's clock. SQLite has one writer at a time already: nothing to lock."""
-        return time.time()
+        return self.clock.read(time.time())
 
     def now(self) -> float:
         """The database's clock, unix seconds: leases are judged by it (here, the host's)."""
-        return time.time()
+        return self.clock.read(time.time())
 
     def feed_window(self, conn: Any, table: str, after: Any) -> tuple[str, tuple[Any, ...], Any]:
         """Inside ``snapshot``: a condition on the rows of the event table ``table`` that
@@ -3060,9 +3102,9 @@ class StateStore:
         if expected_version is not None:
             check_int("expected_version", expected_version)
         text = encode_value(value, self.max_value_bytes)
-        now = utc_iso()
         with self.db.write() as (conn, changed):
-            self.db.serialize(conn, (_key_lock(namespace, key),), (_namespace_lock(namespace),))
+            locks = (_key_lock(namespace, key),), (_namespace_lock(namespace),)
+            now = utc_iso(self.db.serialize(conn, *locks))  # the database's clock, as leases
             row = conn.execute(_CURRENT, (namespace, key)).fetchone()
             if row is None:
                 last, live = 0, 0
@@ -3101,9 +3143,9 @@ class StateStore:
         check_text("deleted_by", deleted_by, MAX_WRITER_LENGTH)
         if expected_version is not None:
             check_int("expected_version", expected_version)
-        now = utc_iso()
         with self.db.write() as (conn, changed):
-            self.db.serialize(conn, (_key_lock(namespace, key),), (_namespace_lock(namespace),))
+            locks = (_key_lock(namespace, key),), (_namespace_lock(namespace),)
+            now = utc_iso(self.db.serialize(conn, *locks))  # the database's clock, as leases
             row = conn.execute(_CURRENT, (namespace, key)).fetchone()
             if row is None or row[1]:
                 raise NotFoundError(namespace, key)
@@ -3128,9 +3170,9 @@ class StateStore:
         Returns the deleted keys, sorted. There is no version check."""
         check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
         check_text("deleted_by", deleted_by, MAX_WRITER_LENGTH)
-        now = utc_iso()
         with self.db.write() as (conn, changed):
-            self.db.serialize(conn, (_namespace_lock(namespace),))  # no write of it runs now
+            # no write of the namespace runs now; the time is the database's clock, as leases'
+            now = utc_iso(self.db.serialize(conn, (_namespace_lock(namespace),)))
             rows = conn.execute(
                 "SELECT key, version FROM state WHERE namespace = ? AND deleted = 0 ORDER BY key",
                 (namespace,),

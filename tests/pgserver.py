@@ -121,6 +121,23 @@ class Cluster:
             conn.execute(f"CREATE SCHEMA {name}")
         return self.url(f"-csearch_path={name}")
 
+    def skewed_url(self, seconds: float) -> str:
+        """The URL of a new, empty schema whose clock runs ``seconds`` ahead of this host's
+        (behind if negative), as a database server on a host with another clock would: the
+        schema's own ``clock_timestamp()`` shadows pg_catalog's, which its search_path names
+        last (PostgreSQL searches pg_catalog first only when the path leaves it out)."""
+        import psycopg
+
+        name = f"t{os.getpid()}_{next(self._schemas)}"
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {name}")
+            conn.execute(
+                f"CREATE FUNCTION {name}.clock_timestamp() RETURNS timestamptz LANGUAGE sql "
+                f"VOLATILE AS $$ SELECT pg_catalog.clock_timestamp() "
+                f"+ make_interval(secs => {float(seconds)!r}) $$"
+            )
+        return self.url(f"-csearch_path={name},pg_catalog")
+
     def destroy(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
             self.stop("immediate")

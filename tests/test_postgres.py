@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -25,7 +26,9 @@ import pytest
 from pgserver import Cluster
 from support import run_threads
 
+from agenthold.claim_schema import resource_topic
 from agenthold.claims import Coordinator
+from agenthold.pending import clock
 from agenthold.postgres import MAX_PAYLOAD, PostgresDatabase, lock_key, redact
 from agenthold.store import (
     AgentholdError,
@@ -35,7 +38,9 @@ from agenthold.store import (
     InvalidInputError,
     StateStore,
     UnavailableError,
+    Waiter,
     key_topic,
+    wait_until,
 )
 from agenthold.uris import Resolver, Workspace
 
@@ -190,6 +195,90 @@ def test_leases_are_judged_by_the_servers_clock(
     from agenthold.inspect import Inspector
 
     assert abs(Inspector(pg, as_json=True).now - real()) < 60  # its "ends in" and "ended"
+
+
+SKEWS = (3600.0, -3600.0)  # a database server whose clock is an hour ahead of ours, or behind
+
+
+@pytest.fixture(params=SKEWS, ids=["db-ahead", "db-behind"])
+def skewed(request: pytest.FixtureRequest, pg_cluster: Cluster) -> Iterator[StateStore]:
+    """A store on a database whose clock disagrees with this host's by an hour (see
+    Cluster.skewed_url: the server's own clock_timestamp() is shifted, not our code)."""
+    with StateStore(pg_cluster.skewed_url(request.param)) as s:
+        yield s
+
+
+def test_a_skewed_database_clock_is_what_the_library_reads(skewed: StateStore) -> None:
+    """The setup is real: the library reads the shifted clock, and stamps history with it
+    (the time a write took its locks), as it judges leases by it."""
+    skew = skewed.db.now() - time.time()
+    assert abs(abs(skew) - 3600) < 5
+    skewed.set("ns", "k", 1, updated_by="w")
+    stamp = datetime.fromisoformat(skewed.history("ns", "k")[0].updated_at).timestamp()
+    assert abs(stamp - time.time() - skew) < 5
+    assert abs(datetime.fromisoformat(skewed.get("ns", "k").updated_at).timestamp() - stamp) < 1
+
+
+def test_a_wake_at_on_the_databases_clock_is_converted_not_compared_with_ours(
+    skewed: StateStore,
+) -> None:
+    """A waiter asked to wake one second from now on the database's clock sleeps one second:
+    not the whole timeout (clock ahead) nor a busy loop (clock behind)."""
+    db = skewed.db
+    with Waiter(db, 30.0, lambda: None) as waiter:
+        in_a_second = db.now() + 1.0
+        pause = waiter.pause(in_a_second)
+        assert pause is not None and 0.8 < pause <= 1.01
+        assert not waiter.due(in_a_second) and not waiter.due(None)
+        assert waiter.due(db.now() - 0.01)
+        assert waiter.pause(db.now() + 3600) == pytest.approx(30.0, abs=1.0)  # the timeout
+
+
+def test_a_wait_sleeps_until_the_lease_end_on_the_databases_clock(
+    skewed: StateStore, tmp_path: Path
+) -> None:
+    """A wait for a claim whose holder's 1 s lease runs out answers 'available' about a second
+    later, having looked a handful of times (a clock behind ours once made it look every
+    millisecond, one ahead made it sleep until the backstop poll)."""
+    coord = coordinator(skewed, tmp_path, claim_ttl=1.0)
+    holder = coord.register("holder").agent_id
+    coord.claim("x.py", holder)
+    looks: list[float] = []
+    res = coord.target("x.py")
+
+    def look() -> tuple[str | None, Any, float | None]:
+        looks.append(time.monotonic())
+        probe = coord.probe(res)
+        return ("available" if probe.available else None), probe.topics, probe.lease_ends_at
+
+    start = time.monotonic()
+    assert wait_until(skewed.db, look, 10.0, {resource_topic(res.key)}) == "available"
+    assert 0.9 < time.monotonic() - start < 3.0
+    assert len(looks) <= 8, len(looks)
+    result = coord.wait("x.py", 10.0)  # and the library's own wait agrees at once
+    assert result.status == "available" and result.previous is not None
+    assert result.previous.outcome == "expired"
+
+
+def test_a_queued_wait_is_handed_the_claim_at_the_lease_end_on_the_databases_clock(
+    skewed: StateStore, tmp_path: Path
+) -> None:
+    coord = coordinator(skewed, tmp_path, claim_ttl=1.0)
+    holder, waiter = coord.register("holder").agent_id, coord.register("waiter").agent_id
+    coord.claim("x.py", holder)
+    start = time.monotonic()
+    got = coord.wait("x.py", 10.0, agent_id=waiter, claim=True)
+    assert got.status == "claimed" and got.previous is not None
+    assert got.previous.outcome == "expired"
+    assert 0.9 < time.monotonic() - start < 3.0
+
+
+def test_lease_ends_noted_while_the_database_is_down_use_its_clock(skewed: StateStore) -> None:
+    """The side file's time of leaving, when the database cannot be asked, is its clock as
+    last read, not this host's."""
+    skew = skewed.db.now() - time.time()
+    skewed.db.close()
+    assert abs(clock(skewed.db) - time.time() - skew) < 5
 
 
 # -- the event feed ------------------------------------------------------------------------

@@ -510,6 +510,28 @@ async def test_a_wait_wakes_when_the_holders_claim_ttl_runs_out(
         assert (taken["status"], taken["previous_outcome"]) == ("claimed", "expired")
 
 
+@pytest.mark.parametrize("skew", [3600.0, -3600.0], ids=["db-ahead", "db-behind"])
+async def test_a_wait_wakes_at_the_lease_end_on_a_database_whose_clock_is_not_ours(
+    tmp_path: Path, pg_cluster: Any, skew: float
+) -> None:
+    """PostgreSQL on a host whose clock is an hour off this one's: the server's async wait
+    still sleeps until the holder's lease end, and wakes then (it compares that end with the
+    database's clock, never with this host's)."""
+    async with serving(tmp_path, claim_ttl=1.0, db=pg_cluster.skewed_url(skew)) as served:
+        a = await served.register("editor")
+        await served.call("agenthold_claim", resource="draft.md", agent_id=a)
+        reply = await served.call("agenthold_wait", resource="draft.md", timeout_seconds=10)
+        assert (reply["status"], reply["previous_outcome"]) == ("available", "expired")
+        assert 0.3 < reply["elapsed_seconds"] < 1.9  # not at the 2 s backstop poll
+        b = await served.register("reviewer")
+        await served.call("agenthold_claim", resource="draft.md", agent_id=b)
+        queued = await served.call(
+            "agenthold_wait", resource="draft.md", timeout_seconds=10, claim=True, agent_id=a
+        )
+        assert (queued["status"], queued["previous_outcome"]) == ("claimed", "expired")
+        assert 0.3 < queued["elapsed_seconds"] < 1.9
+
+
 # --------------------------------------------------------------------------------------------
 # The standard tools: every error
 # --------------------------------------------------------------------------------------------
