@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import subprocess
 import sys
@@ -573,18 +574,31 @@ def test_every_inspector_subcommand_reads_postgresql(
 
 
 def test_log_follow_on_postgresql_prints_new_events(pg: StateStore, pg_url: str) -> None:
+    """``log --follow`` prints each new event pushed by NOTIFY within half a second of its
+    commit (its own recheck is once a second; a push takes milliseconds), and every read of
+    its output is bounded, so a follower that hears nothing fails the test instead of hanging."""
+    pg.set("ns", "before", 0, updated_by="w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "agenthold", "log", "--follow", "--json", "--db", pg_url],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    lines: queue.Queue[str] = queue.Queue()
+    assert proc.stdout is not None
+    reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout], daemon=True)
+    reader.start()
     try:
-        time.sleep(1.0)
-        pg.set("ns", "followed", 1, updated_by="w")
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert json.loads(line)["key"] == "followed"
+        # the last events come first, read after it subscribed: from now on it is listening
+        assert json.loads(lines.get(timeout=30))["key"] == "before"
+        latencies = []
+        for n in range(3):
+            committed = time.monotonic()
+            pg.set("ns", f"followed-{n}", n, updated_by="w")
+            line = lines.get(timeout=10)  # far beyond the bound below: a clear failure, no hang
+            latencies.append(time.monotonic() - committed)
+            assert json.loads(line)["key"] == f"followed-{n}"
+        assert max(latencies) < 0.5, latencies
     finally:
         proc.terminate()
         proc.wait(30)
