@@ -399,6 +399,110 @@ def test_a_server_that_cannot_connect_at_start_says_why_in_one_line(
     assert time.monotonic() - started < 30
 
 
+def own_schema(pg_cluster: Cluster, user: str) -> str:
+    """A new schema that ``user`` owns, for its tables."""
+    with psycopg.connect(pg_cluster.url(), autocommit=True) as admin:
+        schema = f"pw_{os.getpid()}_{random.randrange(10**9)}"
+        admin.execute(f"CREATE SCHEMA {schema} AUTHORIZATION {user}")
+    return schema
+
+
+def no_password_url(pg_cluster: Cluster, user: str) -> str:
+    """A URL for ``user`` without a password: libpq must find it elsewhere."""
+    host = quote(pg_cluster.socket_dir, safe="")
+    schema = own_schema(pg_cluster, user)
+    return f"postgresql://{user}@/postgres?host={host}&options=-csearch_path%3D{schema}"
+
+
+def inspector(url: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``agenthold claims`` (an inspector command) on ``url`` in its own process, with ``env``."""
+    return subprocess.run(
+        [sys.executable, "-m", "agenthold", *args, "--db", url],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+    )  # fmt: skip
+
+
+def test_the_password_comes_from_pgpassword(
+    password_role: tuple[str, str],
+    pg_cluster: Cluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libpq's PGPASSWORD is the password of a URL without one: in the library, and in a
+    command's process; without it the role is refused, and a wrong one is never shown."""
+    user, password = password_role
+    url = no_password_url(pg_cluster, user)
+    nowhere = str(tmp_path / "no-pgpass")
+    monkeypatch.setenv("PGPASSFILE", nowhere)  # no ~/.pgpass of this machine's user helps
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    with pytest.raises(UnavailableError, match="password"):
+        StateStore(url)
+    monkeypatch.setenv("PGPASSWORD", password)
+    with StateStore(url) as store:
+        assert store.set("ns", "k", 1, updated_by="w").version == 1
+    done = inspector(url, {"PGPASSWORD": password, "PGPASSFILE": nowhere}, "claims", "--json")
+    assert done.returncode == 0, done.stderr
+    wrong = inspector(url, {"PGPASSWORD": "wr0ng-env-pw", "PGPASSFILE": nowhere}, "claims")
+    assert wrong.returncode == 1 and "password authentication failed" in wrong.stderr
+    assert "wr0ng-env-pw" not in wrong.stderr + wrong.stdout
+    assert len(wrong.stderr.strip().splitlines()) == 1
+
+
+def test_the_password_comes_from_a_pgpass_file(
+    password_role: tuple[str, str],
+    pg_cluster: Cluster,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A password file named by PGPASSFILE (libpq's ~/.pgpass, elsewhere) is read when it is
+    private (mode 0600), and ignored, as libpq ignores it, when others may read it."""
+    user, password = password_role
+    url = no_password_url(pg_cluster, user)
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    pgpass = tmp_path / "pgpass"
+    pgpass.write_text(f"*:*:*:{user}:{password}\n")
+    pgpass.chmod(0o644)
+    monkeypatch.setenv("PGPASSFILE", str(pgpass))
+    with pytest.raises(UnavailableError, match="password"):
+        StateStore(url)  # a file that others can read is not trusted
+    pgpass.chmod(0o600)
+    with StateStore(url) as store:
+        assert store.set("ns", "k", 1, updated_by="w").version == 1
+    done = inspector(url, {"PGPASSFILE": str(pgpass)}, "claims", "--json")
+    assert done.returncode == 0, done.stderr
+
+
+async def test_a_password_in_the_url_is_in_no_output_of_a_server_or_the_inspector(
+    password_role: tuple[str, str], pg_cluster: Cluster, tmp_path: Path
+) -> None:
+    """With the password in the URL: a server's log (debug level, from start to stop, a call
+    and a claim between) and the inspector's output, tables and JSON, never show it."""
+    user, password = password_role
+    host = quote(pg_cluster.socket_dir, safe="")
+    schema = own_schema(pg_cluster, user)
+    url = f"postgresql://{user}:{password}@/postgres?host={host}&options=-csearch_path%3D{schema}"
+    with servers(url, tmp_path, 1, "--log-level", "debug") as (server,):
+        async with connect(server.url) as client:
+            agent = (await call(client, "agenthold_register", name="alice"))["agent_id"]
+            claimed = await call(client, "agenthold_claim", resource="custom://x", agent_id=agent)
+            assert claimed["status"] == "claimed"
+            status = await call(client, "agenthold_status", resource="custom://x")
+            assert password not in repr(status)
+        server.proc.terminate()
+        server.proc.wait(30)
+        server.kill()
+    logged = "".join(server.lines)
+    assert "serving" in logged and password not in logged
+    shown = ""
+    for args in (["claims"], ["claims", "--json"], ["agents"], ["log"], ["log", "--json"]):
+        done = inspector(url, {}, *args)
+        assert done.returncode == 0, (args, done.stderr)
+        shown += done.stdout + done.stderr
+    assert "custom://x" in shown and "alice" in shown
+    assert password not in shown
+
+
 def test_the_right_password_connects(password_role: tuple[str, str], pg_cluster: Cluster) -> None:
     user, password = password_role
     host = quote(pg_cluster.socket_dir, safe="")
