@@ -151,9 +151,13 @@ INSERT = (
     "INSERT INTO msg_messages (thread_id, seq, sender_id, sender_name, content, created_at, "
     "principal) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
+POLL_SIZES = (  # a poll's page is cut by these first (store.page_end), then read by POLL
+    "SELECT seq, length(content) FROM msg_messages "
+    "WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+)
 POLL = (
     "SELECT seq, sender_id, sender_name, content, created_at, principal FROM msg_messages "
-    "WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+    "WHERE thread_id = ? AND seq > ? AND seq <= ? ORDER BY seq"
 )
 CURSOR = (
     "SELECT t.last_seq, p.read_seq FROM msg_threads AS t LEFT JOIN msg_participants AS p "

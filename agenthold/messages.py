@@ -52,6 +52,7 @@ from agenthold.message_schema import (
     NEW_AGENT,
     OWNER,
     POLL,
+    POLL_SIZES,
     SCHEMA_VERSION,
     THREAD,
     THREAD_INFO,
@@ -86,6 +87,7 @@ from agenthold.message_types import (
 )
 from agenthold.store import (
     DEFAULT_MAX_VALUE_BYTES,
+    MAX_PAGE_BYTES,
     MAX_WAIT_SECONDS,
     AgentholdError,
     InvalidInputError,
@@ -94,6 +96,7 @@ from agenthold.store import (
     check_int,
     check_seconds,
     check_text,
+    page_end,
     utc_iso,
     wait_until,
 )
@@ -437,16 +440,23 @@ class MessageBus:
         return Message(tid, seq, found, content, now, principal)
 
     def poll(
-        self, thread_id: ThreadRef, after_seq: int = 0, *, limit: int = DEFAULT_POLL_LIMIT
+        self,
+        thread_id: ThreadRef,
+        after_seq: int = 0,
+        *,
+        limit: int = DEFAULT_POLL_LIMIT,
+        max_bytes: int = MAX_PAGE_BYTES,
     ) -> MessagePage:
-        """Up to ``limit`` (at most MAX_POLL_LIMIT) messages after ``after_seq``, in order;
+        """Up to ``limit`` (at most MAX_POLL_LIMIT) messages after ``after_seq``, in order,
+        and past the first no more than about ``max_bytes`` of content (4 MiB by default);
         ``more`` on the result says whether more remain. UnknownThreadError if no thread."""
         tid = thread_id_of(thread_id)
         check_int("after_seq", after_seq)
         limit = check_limit(limit)
+        check_int("max_bytes", max_bytes, minimum=1)
         if not self._ready:
             raise unknown_thread(tid)
-        page = self._page(tid, after_seq, limit)
+        page = self._page(tid, after_seq, limit, max_bytes)
         if page is None:
             raise unknown_thread(tid)
         return page
@@ -458,9 +468,11 @@ class MessageBus:
         after_seq: int,
         timeout: float,
         limit: int = DEFAULT_POLL_LIMIT,
+        max_bytes: int = MAX_PAGE_BYTES,
     ) -> MessagePage:
         """Wait until the thread has a message after ``after_seq`` and return the page a poll
-        would, or an empty page after ``timeout`` seconds. Returns at once if there is one.
+        would (``limit`` and ``max_bytes`` as there), or an empty page after ``timeout``
+        seconds. Returns at once if there is one.
         Woken by commits (this process at once, another within milliseconds), not by polling
         the thread. UnknownThreadError if the thread does not exist (or is deleted meanwhile,
         in this process)."""
@@ -468,12 +480,13 @@ class MessageBus:
         check_int("after_seq", after_seq)
         seconds = check_seconds("timeout", timeout, maximum=MAX_WAIT_SECONDS)
         limit = check_limit(limit)
+        check_int("max_bytes", max_bytes, minimum=1)
         if not self._ready:
             raise unknown_thread(tid)
         topics = (thread_topic(tid),)
 
         def look() -> tuple[MessagePage | None, Iterable[Topic], None]:
-            page = self._page(tid, after_seq, limit)
+            page = self._page(tid, after_seq, limit, max_bytes)
             if page is None:
                 raise unknown_thread(tid)
             return (page or None), topics, None
@@ -534,7 +547,9 @@ class MessageBus:
                 return None
             created, last_seq, last_at, name, creator = row
             members = tuple(agent_of(r) for r in conn.execute(MEMBERS, (tid,)))
-            latest = conn.execute(POLL, (tid, last_seq - 1, 1)).fetchone() if last_seq else None
+            latest = (
+                conn.execute(POLL, (tid, last_seq - 1, last_seq)).fetchone() if last_seq else None
+            )
         message = None if latest is None else message_of(tid, latest)
         # the count is the counter: seqs start at 1 without gaps and a message is only ever
         # deleted with its whole thread, so no count(*) over a thread of a million messages
@@ -696,16 +711,16 @@ class MessageBus:
         )
         return ReadState(tid, agent, cursor, last_seq, last_seq - cursor, others)
 
-    def _page(self, tid: str, after_seq: int, limit: int) -> MessagePage | None:
-        """The messages after ``after_seq``, or None if the thread does not exist. One
-        statement reads one row more than asked for, so ``more`` is exact."""
-        rows = self.db.fetchall(POLL, (tid, after_seq, limit + 1))
-        if not rows and self.db.fetchone(THREAD, (tid,)) is None:
-            return None
-        more = len(rows) > limit
-        return MessagePage(
-            [message_of(tid, r) for r in (rows[:limit] if more else rows)], more, after_seq
-        )
+    def _page(self, tid: str, after_seq: int, limit: int, max_bytes: int) -> MessagePage | None:
+        """The messages after ``after_seq``, or None if the thread does not exist. Their
+        sizes are read first (store.page_end), so no content past the byte budget is
+        fetched; ``more`` is exact."""
+        with self.db.snapshot() as conn:
+            last, taken, more = page_end(conn, POLL_SIZES, (tid,), after_seq, limit, max_bytes)
+            rows = conn.execute(POLL, (tid, after_seq, last)).fetchall() if taken else []
+            if not rows and conn.execute(THREAD, (tid,)).fetchone() is None:
+                return None
+        return MessagePage([message_of(tid, r) for r in rows], more, after_seq)
 
     @staticmethod
     def _not_participant(agent: BusAgent, tid: str, *, sending: bool = False) -> AgentholdError:

@@ -2730,14 +2730,63 @@ _LIST = (
     "SELECT key, value, version, updated_by, updated_at FROM state "
     "WHERE namespace = ? AND deleted = 0 ORDER BY key"
 )
-_LIST_PAGE = (  # keys are never empty, so after = '' starts at the first
-    "SELECT key, value, version, updated_by, updated_at FROM state "
-    "WHERE namespace = ? AND deleted = 0 AND key > ? ORDER BY key LIMIT ?"
-)
 _HISTORY = (
     "SELECT version, value, updated_by, updated_at, event_type, principal FROM state_history "
     "WHERE namespace = ? AND key = ? ORDER BY version DESC LIMIT ?"
 )
+# A page's reads: first the sizes of its candidate rows (never their values: see page_end),
+# then the values of the rows that fit, by the range page_end found.
+_LIST_SIZES = (  # keys are never empty, so after = '' starts at the first
+    "SELECT key, length(value) FROM state "
+    "WHERE namespace = ? AND deleted = 0 AND key > ? ORDER BY key LIMIT ?"
+)
+_LIST_RANGE = (
+    "SELECT key, value, version, updated_by, updated_at FROM state "
+    "WHERE namespace = ? AND deleted = 0 AND key > ? AND key <= ? ORDER BY key"
+)
+_EXPORT_SIZES = (  # a key's live value and its whole history, as one export page holds them
+    "SELECT s.key, length(s.value) + (SELECT coalesce(sum(length(h.value)), 0) "
+    "FROM state_history AS h WHERE h.namespace = s.namespace AND h.key = s.key) FROM state AS s "
+    "WHERE s.namespace = ? AND s.deleted = 0 AND s.key > ? ORDER BY s.key LIMIT ?"
+)
+_HISTORY_SIZES = (
+    "SELECT version, length(value) FROM state_history "
+    "WHERE namespace = ? AND key = ? AND version < ? ORDER BY version DESC LIMIT ?"
+)
+_HISTORY_RANGE = (
+    "SELECT version, value, updated_by, updated_at, event_type, principal FROM state_history "
+    "WHERE namespace = ? AND key = ? AND version < ? AND version >= ? ORDER BY version DESC"
+)
+SIZE_BATCH = 1000  # rows whose sizes one statement of page_end reads
+
+
+def page_end(
+    conn: Any,
+    sizes_sql: str,
+    params: Sequence[Any],
+    start: Any,
+    limit: int,
+    max_bytes: int | None,
+) -> tuple[Any, int, bool]:
+    """Where a page that starts after ``start`` ends, read from its rows' sizes alone, so that
+    no value past the page's byte budget is ever fetched: ``sizes_sql`` gives ``(position,
+    stored size)`` rows in page order after a position (its last two parameters: the position
+    and a row limit), SIZE_BATCH at a time. A page takes rows while it has fewer than
+    ``limit`` and, past its first, their sizes add up to at most ``max_bytes`` (None: no
+    bound). Returns the last position taken (``start`` if none), how many rows were taken,
+    and whether rows remain after it."""
+    taken, total, last = 0, 0, start
+    while True:
+        want = min(limit - taken, SIZE_BATCH) + 1
+        rows = conn.execute(sizes_sql, (*params, last, want)).fetchall()
+        for position, size in rows:
+            size = int(size or 0)
+            if taken == limit or (taken and max_bytes is not None and total + size > max_bytes):
+                return last, taken, True
+            last, taken, total = position, taken + 1, total + size
+        if len(rows) < want:
+            return last, taken, False
+
 
 STATE_CHANGES = ChangeSource(
     name="state",
@@ -2873,20 +2922,18 @@ class StateStore:
         of any size is listed in bounded pieces this way. Damaged keys count towards ``limit``
         and are raised or collected in ``damaged`` as in ``list_keys``."""
         _check_page(namespace, after, limit, max_bytes)
-        rows = self.db.fetchall(_LIST_PAGE, (namespace, after, min(limit, 2**62) + 1))
+        with self.db.snapshot() as conn:
+            last, taken, more = page_end(
+                conn, _LIST_SIZES, (namespace,), after, min(limit, 2**62), max_bytes
+            )
+            rows = _fetch_all(conn, _LIST_RANGE, (namespace, after, last)) if taken else []
         records: list[Record] = []
-        size = 0
-        last = None  # the last key this page covers, damaged or not
-        for k, v, ver, by, at in rows[:limit]:
-            size += len(v) if isinstance(v, (str, bytes)) else 0
-            if last is not None and size > max_bytes:
-                return records, last
-            last = k
+        for k, v, ver, by, at in rows:
             try:
                 records.append(_record(namespace, k, _decode(v), ver, by, at))
             except _NotJson as exc:
                 _damaged(damaged, DamagedRecordError(namespace, k, ver, str(exc), by, at))
-        return records, (last if len(rows) > limit else None)
+        return records, (last if more else None)
 
     def list_namespaces(self) -> list[NamespaceInfo]:
         """Return every namespace with live records and how many it holds, sorted by name."""
@@ -2956,17 +3003,43 @@ class StateStore:
         never written has an empty history. An entry whose text is not strict JSON raises
         DamagedRecordError (naming its version), unless a list is given as ``damaged``: then
         the entry is left out and its error appended there."""
+        return self.history_page(namespace, key, limit=limit, max_bytes=None, damaged=damaged)[0]
+
+    def history_page(
+        self,
+        namespace: str,
+        key: str,
+        *,
+        before: int | None = None,
+        limit: int = 10,
+        max_bytes: int | None = MAX_PAGE_BYTES,
+        damaged: list[DamagedRecordError] | None = None,
+    ) -> tuple[list[HistoryEntry], int | None]:
+        """One page of ``history``: the entries below version ``before`` (None: from the
+        newest), newest first, at most ``limit`` of them and, past the first, no more than
+        about ``max_bytes`` of stored values (None: no bound); and the version to pass as
+        ``before`` for the next page (None: there is none). Damaged entries count towards
+        ``limit`` and are raised or collected in ``damaged`` as in ``history``."""
         check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
         check_text("key", key, MAX_KEY_LENGTH)
         check_int("limit", limit, minimum=1)
-        rows = self.db.fetchall(_HISTORY, (namespace, key, min(limit, 2**62)))
+        if before is not None:
+            check_int("before", before, minimum=1)
+        if max_bytes is not None:
+            check_int("max_bytes", max_bytes, minimum=1)
+        top = 2**63 - 1 if before is None else before  # versions are below SQLite's largest
+        with self.db.snapshot() as conn:
+            last, taken, more = page_end(
+                conn, _HISTORY_SIZES, (namespace, key), top, min(limit, 2**62), max_bytes
+            )
+            rows = _fetch_all(conn, _HISTORY_RANGE, (namespace, key, top, last)) if taken else []
         entries: list[HistoryEntry] = []
         for v, val, by, at, *rest in rows:
             try:
                 entries.append(_history_entry(v, _decode(val), by, at, *rest))
             except _NotJson as exc:
                 _damaged(damaged, DamagedRecordError(namespace, key, v, str(exc), by, at))
-        return entries
+        return entries, (last if more else None)
 
     def export(
         self,
@@ -2991,24 +3064,31 @@ class StateStore:
         ``limit``) or that history entry is left out."""
         _check_page(namespace, after, limit, max_bytes)
         paged = limit is not None or max_bytes is not None
-        page = min(limit, 2**62) + 1 if limit is not None else 2**62
         with self.db.snapshot() as conn:
             exported_at = utc_iso()
-            live = _fetch_all(conn, _LIST_PAGE, (namespace, after, page))
-            more = limit is not None and len(live) > limit
-            live = live[:limit] if limit is not None else live
-            last = live[-1][0] if live else after
-            rows = _fetch_all(
+            last, taken, more = page_end(
                 conn,
-                "SELECT h.key, h.version, h.value, h.updated_by, h.updated_at, h.event_type, "
-                "h.principal FROM state_history AS h JOIN state AS s "
-                "ON s.namespace = h.namespace AND s.key = h.key "
-                "WHERE s.namespace = ? AND s.deleted = 0 AND h.key > ? AND h.key <= ? "
-                "ORDER BY h.key, h.version DESC",
-                (namespace, after, last),
+                _EXPORT_SIZES,
+                (namespace,),
+                after,
+                min(limit, 2**62) if limit is not None else 2**62,
+                max_bytes,
+            )
+            live = _fetch_all(conn, _LIST_RANGE, (namespace, after, last)) if taken else []
+            rows = (
+                _fetch_all(
+                    conn,
+                    "SELECT h.key, h.version, h.value, h.updated_by, h.updated_at, h.event_type, "
+                    "h.principal FROM state_history AS h JOIN state AS s "
+                    "ON s.namespace = h.namespace AND s.key = h.key "
+                    "WHERE s.namespace = ? AND s.deleted = 0 AND h.key > ? AND h.key <= ? "
+                    "ORDER BY h.key, h.version DESC",
+                    (namespace, after, last),
+                )
+                if taken
+                else []
             )
         histories: dict[str, list[HistoryEntry]] = {}
-        sizes: dict[str, int] = {}
         broken: dict[str, list[DamagedRecordError]] = {}
         for k, v, val, by, at, *rest in rows:
             try:
@@ -3018,16 +3098,8 @@ class StateStore:
                 broken.setdefault(k, []).append(error)
                 continue
             histories.setdefault(k, []).append(entry)
-            sizes[k] = sizes.get(k, 0) + (len(val) if isinstance(val, (str, bytes)) else 0)
         records: list[ExportedRecord] = []
-        size = 0
-        covered = False  # whether the page holds a key yet, damaged or not
         for k, v, ver, by, at in live:
-            size += (len(v) if isinstance(v, (str, bytes)) else 0) + sizes.get(k, 0)
-            if covered and max_bytes is not None and size > max_bytes:
-                more = True
-                break
-            covered, last = True, k
             try:
                 record = _record(namespace, k, _decode(v), ver, by, at)
             except _NotJson as exc:
@@ -3036,7 +3108,7 @@ class StateStore:
             for error in broken.get(k, ()):  # the record goes out without that entry
                 _damaged(damaged, error)
             records.append(ExportedRecord(record, tuple(histories.get(k, ()))))
-        next_after = last if paged and more and covered else None
+        next_after = last if paged and more and taken else None
         return Export(namespace, exported_at, tuple(records), next_after)
 
     def changed_since(self, namespace: str, key: str, since_version: int) -> Record | None:
