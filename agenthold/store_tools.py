@@ -39,7 +39,12 @@ CURSOR = Param(
     "cursor", "string", "next_cursor of the previous page, to read on from there", False,
     max_length=MAX_KEY_LENGTH,
 )  # fmt: skip
+HISTORY_CURSOR = Param(
+    "cursor", "string", "next_cursor of the previous page, to read older entries from there",
+    False, max_length=20,
+)  # fmt: skip
 MORE_HINT = "More records remain: call again with cursor set to next_cursor."
+MORE_HISTORY_HINT = "Older entries remain: call again with cursor set to next_cursor."
 
 # What an agent is told to do about a library error, in tool names (the library's own hints
 # name its methods); the server uses these for calls of this set's tools.
@@ -112,8 +117,22 @@ class StoreHandlers:
     async def history(self, call: ToolCall) -> Reply:
         a = call.args
         damaged: list[DamagedRecordError] = []
-        entries = await self.app.read(
-            lambda: self.store.history(a["namespace"], a["key"], a["limit"], damaged=damaged)
+        cursor = a["cursor"]
+        if cursor is not None and not (cursor.isascii() and cursor.isdigit() and int(cursor)):
+            raise ToolError(
+                f"cursor {cursor!r} is not a next_cursor that agenthold_history gave",
+                "Leave cursor out to read from the newest entry, or pass the next_cursor of "
+                "the previous page as it came.",
+            )
+        entries, before = await self.app.read(
+            lambda: self.store.history_page(
+                a["namespace"],
+                a["key"],
+                before=None if cursor is None else int(cursor),
+                limit=a["limit"],
+                max_bytes=MAX_PAGE_BYTES,
+                damaged=damaged,
+            )
         )
         reply: Reply = {
             "status": "ok",
@@ -121,7 +140,8 @@ class StoreHandlers:
             "key": a["key"],
             "history": [e.to_dict() for e in entries],
         }
-        return _with_damaged(reply, damaged)
+        reply = _with_damaged(reply, damaged)
+        return _paged(reply, None if before is None else str(before), MORE_HISTORY_HINT)
 
     async def delete(self, call: ToolCall) -> Reply:
         a = call.args
@@ -221,12 +241,12 @@ def _page(args: dict[str, Any]) -> dict[str, Any]:
     return {"after": args["cursor"] or "", "limit": args["limit"], "max_bytes": MAX_PAGE_BYTES}
 
 
-def _paged(reply: Reply, next_after: str | None) -> Reply:
-    """``reply`` with where the next page starts (None on the last), and a hint while more
-    remain."""
+def _paged(reply: Reply, next_after: str | None, more: str = MORE_HINT) -> Reply:
+    """``reply`` with where the next page starts (None on the last), and the hint ``more``
+    while more remain."""
     reply["next_cursor"] = next_after
     if next_after is not None:
-        reply["hint"] = f"{reply['hint']} {MORE_HINT}" if "hint" in reply else MORE_HINT
+        reply["hint"] = f"{reply['hint']} {more}" if "hint" in reply else more
     return reply
 
 
@@ -353,7 +373,8 @@ def advanced_tools(app: App) -> list[ToolSpec]:
             "A key's history",
             "Show a key's writes and deletes, newest first, with who made each and when. "
             "Deletes have event_type 'delete' and value null. An empty list means the key "
-            "was never written.",
+            "was never written. Large values come a page at a time: while next_cursor is "
+            "not null, call again with it for older entries.",
             (
                 NAMESPACE,
                 KEY,
@@ -366,6 +387,7 @@ def advanced_tools(app: App) -> list[ToolSpec]:
                     minimum=1,
                     maximum=MAX_HISTORY_LIMIT,
                 ),
+                HISTORY_CURSOR,
             ),
             read_only=True,
             destructive=False,

@@ -215,7 +215,7 @@ ARGUMENTS = {
         {"force"},
     ),
     "agenthold_list": ({"namespace"}, {"limit", "cursor"}),
-    "agenthold_history": ({"namespace", "key"}, {"limit"}),
+    "agenthold_history": ({"namespace", "key"}, {"limit", "cursor"}),
     "agenthold_delete": ({"namespace", "key", "deleted_by", "expected_version"}, {"force"}),
     "agenthold_watch": ({"namespace", "key", "since_version"}, {"timeout_seconds"}),
     "agenthold_clear_namespace": ({"namespace", "deleted_by"}, set()),
@@ -857,9 +857,9 @@ async def test_list_and_export_come_in_pages_read_on_with_next_cursor(advanced: 
 async def test_a_reply_over_the_limit_is_refused_with_a_hint_and_nothing_is_lost(
     tmp_path: Path,
 ) -> None:
-    """A history of twenty values of nearly 1 MiB each would be a 40 MiB reply (the text and
-    the structured copy): refused with reply_too_large, the server serves on, and a smaller
-    limit reads it."""
+    """An export page holds its first key whole: one key with twenty values of nearly 1 MiB
+    in its history would be a 40 MiB reply (the text and the structured copy), refused with
+    reply_too_large; the server serves on, and that history reads in pages."""
     async with serving(tmp_path, tools="advanced") as advanced:
         big = "x" * 900_000
         for i in range(20):
@@ -867,11 +867,44 @@ async def test_a_reply_over_the_limit_is_refused_with_a_hint_and_nothing_is_lost
                 "agenthold_set", namespace="n", key="k", value=f"{i}{big}", updated_by="a",
                 force=True,
             )  # fmt: skip
-        refused = await advanced.call("agenthold_history", namespace="n", key="k", limit=20)
+        refused = await advanced.call("agenthold_export", namespace="n")
         assert (refused["status"], refused["error"]) == ("error", "reply_too_large")
         assert "limit" in refused["hint"] and "16 MiB" in refused["message"]
-        fewer = await advanced.call("agenthold_history", namespace="n", key="k", limit=5)
-        assert [h["version"] for h in fewer["history"]] == [20, 19, 18, 17, 16]
+        page = await advanced.call("agenthold_history", namespace="n", key="k", limit=5)
+        assert [h["version"] for h in page["history"]] == [20, 19, 18, 17]  # 4 MiB: four fit
+        assert page["next_cursor"] == "17"
+
+
+@pytest.mark.backends
+async def test_a_history_of_large_values_comes_in_pages_of_about_4_mib_read_on_with_next_cursor(
+    advanced: Served,
+) -> None:
+    """Twenty values of 900 kB: a page of up to 1000 entries holds four (about 4 MiB of
+    values), says how to read on, and following next_cursor gives every entry once."""
+    big = "x" * 900_000
+    for i in range(20):
+        await advanced.call(
+            "agenthold_set", namespace="n", key="k", value=f"{i:02d}{big}", updated_by="a",
+            force=True,
+        )  # fmt: skip
+    versions: list[int] = []
+    cursor: str | None = None
+    while True:
+        more = {"cursor": cursor} if cursor is not None else {}
+        reply = await advanced.call("agenthold_history", namespace="n", key="k", limit=1000, **more)
+        assert reply["status"] == "ok" and 1 <= len(reply["history"]) <= 4
+        versions += [h["version"] for h in reply["history"]]
+        cursor = reply["next_cursor"]
+        if cursor is None:
+            assert "hint" not in reply
+            break
+        assert "next_cursor" in reply["hint"] and cursor == str(versions[-1])
+    assert versions == list(range(20, 0, -1))
+    for bad in ("abc", "0", "-3", "1.5", "\u0661"):
+        wrong = await advanced.call_raw(
+            "agenthold_history", {"namespace": "n", "key": "k", "cursor": bad}
+        )
+        assert wrong["status"] == "error" and "next_cursor" in wrong["message"], bad
 
 
 @pytest.mark.backends
@@ -883,7 +916,8 @@ async def test_history_is_newest_first_includes_deletes_and_honours_the_limit(
         await advanced.call("agenthold_set", **ns, value=value, updated_by="a", force=True)
     await advanced.call("agenthold_delete", **ns, deleted_by="janitor", expected_version=3)
     full = await advanced.call("agenthold_history", **ns)
-    assert set(full) == {"status", "namespace", "key", "history"}
+    assert set(full) == {"status", "namespace", "key", "history", "next_cursor"}
+    assert full["next_cursor"] is None and "hint" not in full
     assert [(h["version"], h["value"], h["event_type"]) for h in full["history"]] == [
         (4, None, "delete"),
         (3, "shipped", "write"),
