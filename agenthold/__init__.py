@@ -1,7 +1,8 @@
 """agenthold: versioned shared state, resource claims and a message bus for AI agents, over MCP.
 
 The package root stays light on purpose: ``agenthold --help`` and the inspector must start fast,
-so names are imported on first use (``from agenthold import StateStore`` still works).
+so names are imported on first use (``from agenthold import StateStore`` still works, and so
+does every name 0.10 exported here).
 """
 
 from __future__ import annotations
@@ -11,16 +12,25 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agenthold.claims import Coordinator
     from agenthold.messages import MessageBus
+    from agenthold.models import StateRecord, StateRecordHistory
+    from agenthold.resources import (
+        DEFAULT_WORKSPACE_NAME,
+        ResourceId,
+        Workspace,
+        WorkspaceRegistry,
+    )
     from agenthold.store import (
         AgentholdError,
         BusyError,
         ConflictError,
         InvalidInputError,
         NotFoundError,
+        SetResult,
         StateStore,
     )
 
 __all__ = [
+    "DEFAULT_WORKSPACE_NAME",
     "AgentholdError",
     "BusyError",
     "ConflictError",
@@ -28,7 +38,13 @@ __all__ = [
     "InvalidInputError",
     "MessageBus",
     "NotFoundError",
+    "ResourceId",
+    "SetResult",
+    "StateRecord",
+    "StateRecordHistory",
     "StateStore",
+    "Workspace",
+    "WorkspaceRegistry",
     "__version__",
 ]
 
@@ -38,7 +54,14 @@ _LAZY = {
     "ConflictError": "agenthold.store",
     "InvalidInputError": "agenthold.store",
     "NotFoundError": "agenthold.store",
+    "SetResult": "agenthold.store",
     "StateStore": "agenthold.store",
+    "StateRecord": "agenthold.models",
+    "StateRecordHistory": "agenthold.models",
+    "DEFAULT_WORKSPACE_NAME": "agenthold.resources",
+    "ResourceId": "agenthold.resources",
+    "Workspace": "agenthold.resources",
+    "WorkspaceRegistry": "agenthold.resources",
     "Coordinator": "agenthold.claims",
     "MessageBus": "agenthold.messages",
 }

@@ -160,7 +160,6 @@ class Coordinator:
     def __init__(
         self,
         store: StateStore,
-        *,
         resolver: Resolver | None = None,
         claim_ttl: float | None = None,
     ) -> None:

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol, TypedDict
 
 __all__ = [
     "DEFAULT_MAX_VALUE_BYTES",
@@ -55,6 +55,7 @@ __all__ = [
     "AgentholdError",
     "BusyError",
     "Component",
+    "ConflictDetail",
     "ConflictError",
     "DamagedRecordError",
     "Database",
@@ -124,6 +125,18 @@ class NotFoundError(AgentholdError):
         self.key = key
 
 
+class ConflictDetail(TypedDict):
+    """What :attr:`ConflictError.detail` holds (a plain dict)."""
+
+    namespace: str
+    key: str
+    expected_version: int
+    actual_version: int
+    actual_value: Any
+    actual_updated_by: str | None
+    actual_updated_at: str | None
+
+
 class ConflictError(AgentholdError):
     """The key's live version is not the one the writer expected.
 
@@ -139,7 +152,7 @@ class ConflictError(AgentholdError):
             f"the live version is {actual}" + ("" if current else " (no live record)")
         )
         self.current = current
-        self.detail: dict[str, Any] = {
+        self.detail: ConflictDetail = {
             "namespace": namespace,
             "key": key,
             "expected_version": expected_version,

@@ -142,3 +142,150 @@ def test_the_readmes_retry_loop_retries_after_a_rival_write(tmp_path: Path) -> N
         assert rival_wrote.is_set()
         assert store.get("campaign", "budget").value == 1010  # built on the rival's value
         assert [h.updated_by for h in store.history("campaign", "budget")] == ["planner", "rival"]
+
+
+# 0.10's names, where 0.10 had them (docs/upgrading.md, first section)
+OLD_NAMES = {
+    "agenthold": [
+        "DEFAULT_WORKSPACE_NAME",
+        "BusyError",
+        "ConflictError",
+        "Coordinator",
+        "NotFoundError",
+        "ResourceId",
+        "SetResult",
+        "StateRecord",
+        "StateRecordHistory",
+        "StateStore",
+        "Workspace",
+        "WorkspaceRegistry",
+    ],
+    "agenthold.models": ["ConflictDetail", "SetResult", "StateRecord", "StateRecordHistory"],
+    "agenthold.resources": [
+        "DEFAULT_WORKSPACE_NAME",
+        "ResourceId",
+        "Workspace",
+        "WorkspaceRegistry",
+        "parse_resource_input",
+    ],
+    "agenthold.coordinator": ["Coordinator"],
+    "agenthold.exceptions": ["AgentholdError", "BusyError", "ConflictError", "NotFoundError"],
+}
+
+
+@pytest.mark.parametrize("module", sorted(OLD_NAMES))
+def test_every_name_0_10_exported_imports_from_where_0_10_had_it(module: str) -> None:
+    import importlib
+
+    loaded = importlib.import_module(module)
+    for name in OLD_NAMES[module]:
+        assert getattr(loaded, name) is not None, f"{module}.{name}"
+
+
+def test_the_old_names_are_the_0_11_classes() -> None:
+    import agenthold
+    from agenthold import claims, models, store
+
+    assert models.StateRecord is store.Record
+    assert models.StateRecordHistory is store.HistoryEntry
+    assert agenthold.Coordinator is claims.Coordinator
+    assert agenthold.StateRecord is store.Record
+    assert agenthold.DEFAULT_WORKSPACE_NAME == "default"
+
+
+def test_a_conflict_detail_has_the_keys_its_typed_dict_names(tmp_path: Path) -> None:
+    from agenthold.models import ConflictDetail
+
+    store = StateStore(tmp_path / "c.db")
+    store.set("ns", "k", 1, updated_by="a")
+    with pytest.raises(ConflictError) as caught:
+        store.set("ns", "k", 2, updated_by="b", expected_version=5)
+    assert set(caught.value.detail) == set(ConflictDetail.__annotations__)
+
+
+def test_a_0_10_coordinator_call_works_with_a_registered_agent(tmp_path: Path) -> None:
+    from agenthold.claim_types import UnknownAgentError
+    from agenthold.coordinator import Coordinator
+    from agenthold.resources import Workspace, WorkspaceRegistry, parse_resource_input
+
+    registry = WorkspaceRegistry([Workspace(name="default", root=str(tmp_path))])
+    coordinator = Coordinator(StateStore(tmp_path / "c.db"), registry, 60)  # 0.10's positionals
+    assert coordinator.claim_ttl == 60
+    with pytest.raises(UnknownAgentError):
+        coordinator.claim("src/a.py", "agent-a")  # 0.10's library took any string
+    agent_id = coordinator.register("builder").agent_id
+    assert coordinator.agent(agent_id).name == "builder"  # is_registered
+    granted = coordinator.claim("src/a.py", agent_id)
+    assert (granted.status, granted.resource) == ("claimed", "file://default/src/a.py")
+    assert coordinator.status("src/a.py").status == "claimed"  # interpret_state
+    rid = parse_resource_input("src/a.py", coordinator.resolver)  # canonicalize
+    assert rid.to_uri() == coordinator.resolver.resolve("src/a.py").uri == granted.resource
+    # deactivate_agent, both ways
+    assert coordinator.release_all(agent_id) == ["file://default/src/a.py"]
+    assert coordinator.status("src/a.py").status == "available"
+    coordinator.claim("src/a.py", agent_id)
+    coordinator.end_lease(agent_id, 0)
+    ended = coordinator.status("src/a.py")
+    assert ended.status == "available" and ended.previous is not None
+    assert ended.previous.outcome == "abandoned"
+
+
+def test_a_workspace_registry_resolves_as_the_server_does(tmp_path: Path) -> None:
+    from agenthold.resources import ResourceId, Workspace, WorkspaceRegistry, parse_resource_input
+    from agenthold.uris import Resolver
+    from agenthold.uris import Workspace as PlainWorkspace
+
+    outer, inner = tmp_path / "outer", tmp_path / "outer" / "inner"
+    inner.mkdir(parents=True)
+    spellings = [Workspace(name="outer", root=str(outer)), Workspace(name="inner", root=str(inner))]
+    registry = WorkspaceRegistry(spellings)
+    plain = Resolver([PlainWorkspace(name=w.name, root=w.root) for w in spellings])
+    for text in ("file://outer/inner/x.py", f"{inner}/x.py", "file://outer/a//b.py", "custom://T"):
+        assert parse_resource_input(text, registry).to_uri() == plain.resolve(text).uri
+    assert parse_resource_input("custom://T", registry) == ResourceId("custom", None, "T")
+    assert str(ResourceId("file", "w", "a.py")) == "file://w/a.py"
+    with pytest.raises(InvalidInputError, match="unknown resource scope"):
+        ResourceId("bogus", None, "x").to_uri()
+    # 0.10's lookups
+    assert registry.get("inner") == spellings[1] and registry.get("nope") is None
+    assert registry.require("outer") == spellings[0]
+    with pytest.raises(InvalidInputError, match="unknown workspace 'nope'"):
+        registry.require("nope")
+    assert registry.default_for_bare_paths() is None  # two workspaces, none named "default"
+    assert registry.longest_match(f"{inner}/sub/x.py") == (spellings[1], "sub/x.py")
+    assert registry.longest_match(str(outer)) == (spellings[0], "")
+    assert registry.longest_match(f"{tmp_path}/elsewhere") is None
+    with pytest.raises(InvalidInputError, match="bare path"):
+        parse_resource_input("x.py", registry)
+    with pytest.raises(InvalidInputError, match="must be a string"):
+        parse_resource_input(7, registry)
+
+
+def test_a_workspace_registry_refuses_what_0_10_refused_and_mixed_case_rules() -> None:
+    from agenthold.resources import Workspace, WorkspaceRegistry
+
+    with pytest.raises(InvalidInputError, match="at least one workspace"):
+        WorkspaceRegistry([])
+    with pytest.raises(InvalidInputError, match="configured twice"):
+        WorkspaceRegistry([Workspace(name="d", root="/a"), Workspace(name="d", root="/b")])
+    with pytest.raises(InvalidInputError, match="not an absolute path"):
+        Workspace(name="p", root="relative/path")
+    with pytest.raises(InvalidInputError, match="is not valid"):
+        Workspace(name="bad name", root="/abs")
+    with pytest.raises(InvalidInputError, match="all be case-sensitive or all not"):
+        WorkspaceRegistry(
+            [
+                Workspace(name="a", root="/a", case_sensitive=True),
+                Workspace(name="b", root="/b", case_sensitive=False),
+            ]
+        )
+    folding = WorkspaceRegistry([Workspace(name="default", root="/p", case_sensitive=False)])
+    assert (
+        folding.case_insensitive
+        and not WorkspaceRegistry(
+            [Workspace(name="default", root="/p", case_sensitive=True)]
+        ).case_insensitive
+    )
+    assert folding.resolve("Src/A.py").uri == "file://default/src/a.py"
+    assert Workspace(name="w", root="/p", case_sensitive=False).fold("ABC") == "abc"
+    assert Workspace(name="w", root="/p", case_sensitive=True).fold("ABC") == "ABC"
