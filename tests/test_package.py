@@ -71,6 +71,7 @@ def outside_stdlib(names: set[str]) -> set[str]:
         "inspect_args",
         "tables",
         "backup",
+        "token_commands",
         "cli",
         "front",
         "rpc_id",
@@ -132,6 +133,7 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
         "inspect_args": set(),
         "tables": set(),
         "backup": {"agenthold.store"},
+        "token_commands": {"agenthold", "agenthold.principals"},
         "inspect": {
             "agenthold",
             "agenthold.inspect_args",
@@ -145,6 +147,7 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold",
             "agenthold.inspect",
             "agenthold.backup",
+            "agenthold.token_commands",
             "agenthold.store",
             "agenthold.claims",
             "agenthold.uris",
