@@ -14,6 +14,7 @@ Decisions behind it:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import functools
 import logging
@@ -22,13 +23,13 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from agenthold.backup import add_backup_command, run_backup
-from agenthold.limits import Bounds, add_arguments, bounds_from, raise_descriptor_limit
+from agenthold.limits import Bounds, add_arguments, bounds_from
 from agenthold.token_commands import CommandFailed, add_token_commands, run_token_command
 
 if TYPE_CHECKING:
@@ -467,14 +468,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.db = database_path(args.db, dict(os.environ))[0]
         except UsageError as exc:
             _fail(str(exc))
-        return run_backup(args.db, args.dest) if args.command == "backup" else inspector.run(args)
+        if args.command == "backup":
+            return run_backup(args.db, args.dest)
+        with _terminate_as_interrupt(getattr(args, "follow", False)):
+            return inspector.run(args)
     try:
         opts, warnings = serve_options(args, dict(os.environ))
     except UsageError as exc:
         _fail(str(exc))
     sock = None
     if opts.transport == "http":  # a port that cannot be had stops us before the database opens
-        raise_descriptor_limit()  # process-wide; connections are capped below it (limits.py)
+        raise_descriptor_limit()  # connections are capped below it (limits.py)
         try:
             sock = listen(opts.host, opts.port)
         except OSError as exc:
@@ -489,6 +493,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if opts.transport == "stdio" and os.isatty(0):
         print(TERMINAL_BANNER, file=sys.stderr, flush=True)
     return serve(opts, coordinator, sock)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt(wanted: bool) -> Iterator[None]:
+    """While ``log --follow`` runs, SIGTERM raises KeyboardInterrupt as Ctrl-C does, so that
+    either ends it quietly with status 0 (see inspect.py's follow)."""
+    import threading
+
+    previous = None
+    if wanted and threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 #: What someone who typed ``agenthold`` in a shell reads: it looks hung otherwise.
@@ -517,8 +541,9 @@ def _leave_warm_server(
     def setup(app: Any) -> None:  # what serve() sets on its app, for each warm session
         app.progress_every = _progress_every(os.environ.get("AGENTHOLD_PROGRESS_EVERY"), app)
 
+    logs = functools.partial(log_to, level=opts.log_level)
     if warm.leave_behind(
-        opts, warnings, found, open_coordinator, setup, signals=stop_signals, wait=wait
+        opts, warnings, found, open_coordinator, setup, logs=logs, signals=stop_signals, wait=wait
     ):
         return front.through_warm(found)  # the warm server has opened the database: no error
     return None
@@ -533,13 +558,8 @@ def serve(opts: ServeOptions, coordinator: Coordinator, sock: socket.socket | No
 
     from agenthold.server import Agenthold
 
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=opts.log_level.upper(),
-        format="agenthold: %(levelname)s: %(message)s",
-    )
-    if opts.log_level == "info":  # the SDK's own session chatter is for debugging
-        logging.getLogger("mcp").setLevel(logging.WARNING)
+    logging.basicConfig(stream=sys.stderr, level=opts.log_level.upper(), format=LOG_FORMAT)
+    _quiet_sdk(opts.log_level)
     app = Agenthold(coordinator, tools=opts.tools, disconnect_grace=opts.disconnect_grace)
     app.transport = opts.transport
     app.reap_idle = opts.reap_idle
@@ -568,6 +588,27 @@ def serve(opts: ServeOptions, coordinator: Coordinator, sock: socket.socket | No
         return 0
     finally:
         coordinator.store.close()
+
+
+LOG_FORMAT = "agenthold: %(levelname)s: %(message)s"
+
+
+def _quiet_sdk(level: str) -> None:
+    if level == "info":  # the SDK's own session chatter is for debugging
+        logging.getLogger("mcp").setLevel(logging.WARNING)
+
+
+def log_to(handler: logging.Handler, level: str) -> None:
+    """The warm server's logging: ``handler`` (warm.py's, which writes each record to the
+    stderr of the session it comes from) alone on the root logger, with serve()'s format and
+    level, so a warm session logs as a stdio server of its own would."""
+    root = logging.getLogger()
+    for old in list(root.handlers):  # whatever the forking process had set up
+        root.removeHandler(old)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    _quiet_sdk(level)
 
 
 #: The signals that stop a server (stdio, HTTP or warm): the first asks for a clean stop, and an
@@ -601,6 +642,28 @@ def freeze_startup_objects() -> None:
 
     gc.collect()
     gc.freeze()
+
+
+def raise_descriptor_limit() -> int | None:
+    """Raise this process's soft limit of open files to its hard limit; the soft limit now in
+    force, or None where there is no such limit (Windows). A hard limit of "unlimited" is met
+    with the most the platform takes (macOS refuses more than OPEN_MAX for the soft limit)."""
+    if sys.platform == "win32":
+        return None
+    import resource
+
+    unlimited = resource.RLIM_INFINITY
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for wanted in (hard,) if hard != unlimited else (unlimited, 1_048_576, 65_536, 10_240):
+        if soft == unlimited or (wanted != unlimited and wanted <= soft):
+            break  # as high as it goes already
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError):
+            continue
+        soft = wanted
+        break
+    return None if soft == unlimited else int(soft)
 
 
 def listen(host: str, port: int) -> socket.socket:

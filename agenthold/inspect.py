@@ -650,14 +650,11 @@ class Inspector:
 
     def follow(self, namespace: str | None, limit: int) -> int:
         """Print the last ``limit`` events, then every new event as it is committed, until
-        SIGINT or SIGTERM (exit status 0). One line per event, flushed at once; with --json,
-        one JSON object per line (JSON Lines)."""
-        import signal
+        SIGINT or SIGTERM (exit status 0: cli.py makes SIGTERM raise KeyboardInterrupt as
+        SIGINT does). One line per event, flushed at once; with --json, one JSON object per
+        line (JSON Lines)."""
         import threading
 
-        previous = None
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGTERM, _interrupt)
         woken = threading.Event()
         try:
             # Subscribed first, then one snapshot for the last events and the cursors, so no
@@ -670,9 +667,6 @@ class Inspector:
                 self.follow_loop(namespace, cursors, woken, show)
         except KeyboardInterrupt:
             return 0
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
         raise AssertionError("unreachable")  # pragma: no cover
 
     def follow_printer(self, first: list[dict[str, Any]]) -> Callable[[list[dict[str, Any]]], None]:
@@ -724,10 +718,6 @@ class Inspector:
                 names = self.agent_names()
             if state or claims or appends:
                 show(self.events(state, claims, names, appends))
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def claim_state(record: dict[str, Any]) -> str:

@@ -6,7 +6,8 @@ value before anything imports mcp; http.py and sessions.py enforce them.
 Decisions behind it:
 - A server started with the common soft limit of 1,024 descriptors ran out of them under a few
   thousand slow clients, though the hard limit was far higher. At start the soft limit is
-  raised to the hard one (``raise_descriptor_limit``), and connections are capped below it
+  raised to the hard one (cli.py's ``raise_descriptor_limit``: the limit is the process's,
+  and cli.py owns what is process-wide), and connections are capped below it
   (``connection_limit``), keeping a reserve for the database, its write-ahead log and the
   event loop, so that a full house refuses connections instead of failing to open files.
 - The default cap is DEFAULT_CONNECTIONS at most: far more than the agents of one deployment
@@ -93,28 +94,6 @@ def _count(text: str, flag: str, most: int) -> int:
     if not 1 <= value <= most:
         raise ValueError(f"{flag}: {text!r} must be a whole number from 1 to {most:,}")
     return value
-
-
-def raise_descriptor_limit() -> int | None:
-    """Raise this process's soft limit of open files to its hard limit; the soft limit now in
-    force, or None where there is no such limit (Windows). A hard limit of "unlimited" is met
-    with the most the platform takes (macOS refuses more than OPEN_MAX for the soft limit)."""
-    if sys.platform == "win32":
-        return None
-    import resource
-
-    unlimited = resource.RLIM_INFINITY
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    for wanted in (hard,) if hard != unlimited else (unlimited, 1_048_576, 65_536, 10_240):
-        if soft == unlimited or (wanted != unlimited and wanted <= soft):
-            break  # as high as it goes already
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-        except (ValueError, OSError):
-            continue
-        soft = wanted
-        break
-    return None if soft == unlimited else int(soft)
 
 
 def descriptor_limit() -> int | None:

@@ -331,11 +331,9 @@ def _listen(found: Plan) -> tuple[socket.socket, int] | None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(found.socket)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o077)
-    try:
-        listener.bind(found.socket)
-    finally:
-        os.umask(old)
+    listener.bind(found.socket)  # in a directory of this user only (0700, see front.py)
+    os.chmod(found.socket, 0o600)  # the socket too is this user's alone (not by the umask:
+    # that is the whole process's, and cli.py owns what is process-wide)
     listener.listen(64)
     listener.setblocking(False)
     return listener, lock
@@ -348,11 +346,13 @@ def leave_behind(
     opener: Callable[[Any], Coordinator],
     setup: Callable[[Agenthold], None],
     *,
+    logs: Callable[[logging.Handler], None],
     signals: SignalSource,
     wait: bool = False,
 ) -> bool:
     """Fork the warm server for ``found`` (the caller has checked ``opts``, and has not opened
-    the database yet).
+    the database yet). The caller owns what is process-wide: ``logs`` makes the handler it is
+    given the warm server's only log handler, ``signals`` is where it hears its stop signals.
     With ``wait``, return once it listens (True) or failed to (False); else at once."""
     ready_r, ready_w = os.pipe()
     pid = os.fork()
@@ -362,7 +362,7 @@ def leave_behind(
             os.setsid()  # out of the client's process group and session
             if os.fork() != 0:
                 os._exit(0)
-            _become_warm(opts, warnings, found, ready_w, opener, setup, signals)
+            _become_warm(opts, warnings, found, ready_w, opener, setup, logs, signals)
         finally:
             os._exit(0)
     os.close(ready_w)
@@ -386,6 +386,7 @@ def _become_warm(
     ready: int,
     opener: Callable[[Any], Coordinator],
     setup: Callable[[Agenthold], None],
+    logs: Callable[[logging.Handler], None],
     signals: SignalSource,
 ) -> None:
     """The warm server's life, in the forked grandchild."""
@@ -414,13 +415,7 @@ def _become_warm(
         os.close(lock)
         os.close(ready)
         return
-    root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
-    handler = _SessionLog()
-    handler.setFormatter(logging.Formatter("agenthold: %(levelname)s: %(message)s"))
-    root.addHandler(handler)
-    root.setLevel(opts.log_level.upper())
+    logs(_SessionLog())  # cli.py sets up the logging around it, as for any server
     server = WarmServer(
         opts, coordinator, found, warnings, listener, idle_seconds(dict(os.environ)), signals
     )

@@ -674,7 +674,7 @@ def test_an_asked_connection_limit_beyond_the_descriptors_is_kept_with_a_warning
 def test_raising_the_descriptor_limit_reaches_the_hard_limit(tmp_path: Path) -> None:
     """In a child process, so this one's limit stays as it was."""
     code = (
-        "import resource; from agenthold.limits import raise_descriptor_limit as r;"
+        "import resource; from agenthold.cli import raise_descriptor_limit as r;"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 300));"
         "print(r(), resource.getrlimit(resource.RLIMIT_NOFILE)[0], r())"
     )

@@ -341,17 +341,98 @@ MAX_LINES = 750  # "about 700": a hard stop a little above
 LONG_ON_PURPOSE = {"store"}
 
 
-def test_only_the_command_line_decides_which_signals_stop_a_server() -> None:
-    """Signals are process-wide, so the commands own them (cli.py for serving; the front and
-    ``log --follow`` for their own processes): the transports and the warm server react to a
-    signal source they are given (server.SignalSource) and never install one."""
-    listeners = {
-        m
-        for m in MODULES
-        if re.search(r"open_signal_receiver|signal\.signal\(|add_signal_handler", _source(m))
-    }
-    assert listeners == {"cli", "front", "inspect"}, listeners
-    assert not listeners & SERVING
+# What changes the whole process rather than one server or call: logging's set-up, the exit
+# status, signal handlers, the garbage collector, resource limits, the umask, the session. cli.py
+# owns all of it (issue 12). Called as module.function, or as a method of any object.
+PROCESS_WIDE_CALLS = {
+    "logging.basicConfig", "logging.disable", "logging.captureWarnings",
+    "logging.config.dictConfig", "logging.config.fileConfig", "logging.setLoggerClass",
+    "sys.exit", "os._exit", "os.abort", "SystemExit",
+    "signal.signal", "signal.set_wakeup_fd", "signal.siginterrupt", "signal.pthread_sigmask",
+    "signal.setitimer", "signal.alarm", "anyio.open_signal_receiver", "open_signal_receiver",
+    "gc.freeze", "gc.unfreeze", "gc.disable", "gc.enable", "gc.set_threshold",
+    "resource.setrlimit", "os.umask", "os.setsid", "os.setpgid", "os.nice", "os.chdir",
+    "faulthandler.enable", "sys.setswitchinterval", "sys.setrecursionlimit",
+    "sys.set_int_max_str_digits", "asyncio.set_event_loop_policy", "locale.setlocale",
+}  # fmt: skip
+PROCESS_WIDE_METHODS = {"addHandler", "removeHandler", "setLevel", "add_signal_handler"}
+PROCESS_WIDE_NAMES = {  # assigned to
+    "sys.excepthook", "threading.excepthook", "sys.stdout", "sys.stderr", "sys.stdin",
+    "sys.breakpointhook", "sse_starlette.sse.AppStatus.should_exit",
+}  # fmt: skip
+# The uses that stay outside cli.py, each counted, and why. Any other fails the test below.
+PROCESS_WIDE_ELSEWHERE = {
+    # ``python -m agenthold``: the exit status that main() returns (from the front or cli.py)
+    ("__main__", "sys.exit"): 1,
+    # a warm call forwards SIGTERM and SIGINT to its warm server, and a second one ends it. That
+    # path imports front.py alone: going through cli.py would add its imports (about 17 ms,
+    # argparse and dataclasses among them) to every warm call.
+    ("front", "signal.signal"): 3,
+    # the forked warm server leaves its caller's session, and its children end with os._exit
+    # (never returning into the caller's stack): the process is the warm server's own
+    ("warm", "os.setsid"): 1,
+    ("warm", "os._exit"): 2,
+    # sse-starlette's class-wide "close every stream" flag, put back to its import-time value
+    # each time HTTP is served (a second server in one process, as in the tests, would
+    # otherwise close its streams at once): with the other private parts http.py relies on
+    ("http", "sse_starlette.sse.AppStatus.should_exit"): 1,
+}
+
+
+def _dotted(node: ast.expr, aliases: dict[str, str]) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    parts.append(aliases.get(node.id, node.id))
+    return ".".join(reversed(parts))
+
+
+def process_wide_uses(module: str) -> list[str]:
+    """What ``agenthold/<module>.py`` does to the whole process, one entry per use, found in
+    its syntax tree (so a comment or a docstring that names a call is not one)."""
+    tree = ast.parse(_source(module))
+    aliases = {}  # from signal import signal as s: s is signal.signal
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            aliases.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+        elif isinstance(node, ast.Import):
+            aliases.update({a.asname: a.name for a in node.names if a.asname})
+    uses = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = _dotted(node.func, aliases)
+            if name in PROCESS_WIDE_CALLS:
+                uses.append(name)
+            elif isinstance(node.func, ast.Attribute) and node.func.attr in PROCESS_WIDE_METHODS:
+                uses.append(f".{node.func.attr}")
+        elif isinstance(node, ast.Raise) and node.exc is not None:
+            if _dotted(node.exc, aliases) == "SystemExit":  # raise SystemExit, uncalled
+                uses.append("SystemExit")
+        elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            uses += [n for t in targets if (n := _dotted(t, aliases)) in PROCESS_WIDE_NAMES]
+    return sorted(uses)
+
+
+def test_only_the_command_line_changes_the_whole_process() -> None:
+    """Logging's set-up, exit status, signal handlers, the garbage collector, limits: cli.py's
+    alone (issue 12), so that a library user or a test that serves in-process keeps its own. The
+    transports and the warm server are handed what they need (the signal source, the logging
+    set-up for the warm server's handler, the garbage collector's freeze as ``ready``)."""
+    found: dict[tuple[str, str], int] = {}
+    for module in [*MODULES, "__main__"]:
+        if module != "cli":
+            for use in process_wide_uses(module):
+                found[module, use] = found.get((module, use), 0) + 1
+    assert found == PROCESS_WIDE_ELSEWHERE
+    assert not {module for module, _ in found} & SERVING - {"warm", "http"}
+    # the check sees what cli.py does, so an empty result above means something
+    assert {"logging.basicConfig", ".addHandler", "signal.signal", "resource.setrlimit",
+            "gc.freeze", "SystemExit", "anyio.open_signal_receiver"} <= set(
+        process_wide_uses("cli"))  # fmt: skip
 
 
 def _source(module: str) -> str:
