@@ -3,6 +3,7 @@
     python bench/http_bench.py            # the full run, about a minute and a half
     python bench/http_bench.py --quick    # a smoke run of about ten seconds (too small to judge)
     python bench/http_bench.py --json     # the same results as JSON instead of tables
+    python bench/http_bench.py --auth-only  # part 4 alone (about three minutes)
 
 The server is the real one (``_serve_http`` with the options the ``agenthold`` command builds),
 started as ``python bench/http_bench.py --serve ...`` in a process of its own. That launcher
@@ -21,9 +22,15 @@ reply, in-flight count) but does no database work, the baseline every number is 
    the release request) never overlap. Then the same 32 connections call only ``bench_noop`` for
    as long. The CPU seconds of the server process and of this one are reported for each part:
    on a small machine the SDK's client is a large share of the work.
-4. The cost of authentication: ``bench_noop`` called in turns on a server without a token and
-   on one with a token file of 1,000 principals (scoped ones too, so their checks run), by
-   clients of both eras; the difference of the medians is what a principal costs per call.
+4. The cost of authentication: three servers run side by side, one without a token, one with a
+   token file of one principal and one with 1,000 (scoped ones too, so their checks run). Each
+   round calls ``bench_noop`` once on each, in an order drawn at random, so that whatever else
+   the machine does falls on all three alike; by clients of both eras, 4,000 rounds each. What
+   a token file costs a call is the median of the per-round differences (with its 95 %
+   confidence interval, a trimmed mean and the quartiles); each server's CPU time per call
+   during the rounds, and the check alone in this process (elapsed and CPU time, for 1 and
+   1,000 principals), say the same without the noise of the clients and the network.
+   ``--auth-only`` runs this part alone, for repeated runs.
 3. The stall of agenthold 0.10.0: 50 ``agenthold_wait`` calls in flight (five sessions), writes
    waiting for the lock, and another process holding SQLite's write lock (BEGIN IMMEDIATE) for
    6 s; meanwhile ping (2025-11-25 session) and get/status (both eras) from other sessions are
@@ -42,6 +49,7 @@ import contextlib
 import functools
 import itertools
 import json
+import os
 import random
 import signal
 import statistics
@@ -74,7 +82,7 @@ from mcp.client.streamable_http import streamable_http_client
 HERE = Path(__file__).resolve()
 TARGET_GET_OVER_NOOP_MS = 0.5  # median of agenthold_get minus median of bench_noop
 TARGET_STALL_MS = 50.0  # slowest ping or get while the lock is held
-TARGET_AUTH_MS = 0.1  # median bench_noop with 1,000 principals minus the one without a token
+TARGET_AUTH_MS = 0.1  # median per-round difference: 1,000 principals minus no token
 PRINCIPALS = 1000
 
 
@@ -87,10 +95,11 @@ class Sizes:
     load_seconds: float  # how long the mixed load runs (the no-op load runs as long)
     waits: int  # agenthold_wait calls in flight during the stall test
     lock_seconds: float  # how long the other process holds the write lock
+    auth_rounds: int  # rounds of part 4, each calling every one of its servers once
 
 
-FULL = Sizes("full", 2000, 50, 32, 20.0, 50, 6.0)
-QUICK = Sizes("quick", 20, 5, 8, 0.5, 20, 0.5)
+FULL = Sizes("full", 2000, 50, 32, 20.0, 50, 6.0, 4000)
+QUICK = Sizes("quick", 20, 5, 8, 0.5, 20, 0.5, 30)
 
 
 # --------------------------------------------------------------------------------------------
@@ -265,59 +274,142 @@ async def measure_calls(server: Server, sizes: Sizes) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def token_file(path: Path) -> str:
-    """A token file of PRINCIPALS principals, every other one scoped; returns the token of the
-    one in the middle (scoped), which the clients use."""
+def token_file(path: Path, principals: int) -> str:
+    """A token file of ``principals`` principals, every other one scoped; returns the token of
+    the one in the middle (scoped, when there are several), which the clients use. The file is
+    dated ten seconds back: one changed in the last two seconds is read again at every call
+    (principals.RACY_NS), which is not the steady state this measures."""
     from agenthold.principals import digest
 
-    principals = {}
-    for i in range(PRINCIPALS):
+    entries = {}
+    for i in range(principals):
         token = f"bench-token-{i:04d}"
         scopes = ["tools:standard,advanced", f"write:team-{i}/*", "claim:*"] if i % 2 else []
-        principals[f"p{i}"] = {"tokens": [{"sha256": digest(token.encode()).hex()}],
-                               "scopes": scopes}  # fmt: skip
-    path.write_text(json.dumps({"version": 1, "principals": principals}))
+        entries[f"p{i}"] = {"tokens": [{"sha256": digest(token.encode()).hex()}],
+                            "scopes": scopes}  # fmt: skip
+    path.write_text(json.dumps({"version": 1, "principals": entries}))
     path.chmod(0o600)
-    return f"bench-token-{PRINCIPALS // 2 + 1:04d}"
+    past = time.time() - 10
+    os.utime(path, (past, past))
+    return f"bench-token-{principals // 2 + 1 if principals > 1 else 0:04d}"
 
 
-def check_cost(tmp: Path, token: str) -> dict[str, float]:
-    """The middleware's own work per request (stat, digest, table pass), in this process: the
-    part of the difference above that HTTP noise cannot hide."""
+def check_cost(tmp: Path, repeats: int = 7, n: int = 5000) -> dict[str, dict[str, float]]:
+    """The middleware's own work per request (stat, digest, the pass over every digest), in
+    this process, for a file of one principal and one of PRINCIPALS: the part of the HTTP
+    difference that noise cannot hide. Microseconds per check: the median and the best of
+    ``repeats`` runs of ``n`` checks, in elapsed time and in this thread's CPU time (which
+    other work on the machine does not lengthen)."""
     from agenthold.auth import BearerAuth
     from agenthold.principals import TokenTable
 
-    auth = BearerAuth(lambda *a: None, table=TokenTable(tmp / "tokens.json"))  # type: ignore[arg-type, return-value]
     costs = {}
-    for label, header in (("known", f"Bearer {token}"), ("unknown", "Bearer no-such-token")):
-        n = 5000
-        started = time.perf_counter()
-        for _ in range(n):
-            auth.identify(header.encode())
-        costs[label] = (time.perf_counter() - started) / n * 1e6
+    for principals in (1, PRINCIPALS):
+        path = tmp / f"check-{principals}.json"
+        token = token_file(path, principals)
+        auth = BearerAuth(lambda *a: None, table=TokenTable(path))  # type: ignore[arg-type, return-value]
+        for label, header in (("known", f"Bearer {token}"), ("unknown", "Bearer no-such-token")):
+            raw = header.encode()
+            if (auth.identify(raw) is None) != (label == "unknown"):
+                raise RuntimeError(f"the {label} token was not judged so")
+            runs, cpu = [], []
+            for _ in range(repeats):
+                started, started_cpu = time.perf_counter(), time.thread_time()
+                for _ in range(n):
+                    auth.identify(raw)
+                cpu.append((time.thread_time() - started_cpu) / n * 1e6)
+                runs.append((time.perf_counter() - started) / n * 1e6)
+            costs[f"{principals} {label}"] = {
+                "median": statistics.median(runs),
+                "best": min(runs),
+                "cpu_median": statistics.median(cpu),
+                "cpu_best": min(cpu),
+            }
     return costs
 
 
-async def measure_auth(tmp: Path, sizes: Sizes) -> dict[str, Any]:
-    token = token_file(tmp / "tokens.json")
-    plain = start_server(tmp, "plain")
-    authed = start_server(tmp, "authed", "--auth-file", str(tmp / "tokens.json"))
-    results: dict[str, Any] = {"principals": PRINCIPALS, "check_us": check_cost(tmp, token)}
+def paired(over: list[float], under: list[float]) -> dict[str, float]:
+    """What ``over`` costs beyond ``under``, from calls made in the same rounds: the median of
+    the per-round differences with its 95 % confidence interval (distribution-free, from the
+    order statistics), their 10 %-trimmed mean and interquartile range, and the difference of
+    the two medians. Microseconds."""
+    diffs = sorted((a - b) * 1e6 for a, b in zip(over, under, strict=True))
+    n = len(diffs)
+    half = 0.98 * n**0.5  # 1.96 / 2 * sqrt(n) ranks either side of the middle
+    low, high = max(0, int(n / 2 - half)), min(n - 1, int(n / 2 + half + 0.999))
+    cut = n // 10
+    kept = diffs[cut : n - cut] or diffs
+    q = statistics.quantiles(diffs, n=4) if n > 1 else [diffs[0]] * 3
+    return {
+        "median": statistics.median(diffs),
+        "ci_low": diffs[low],
+        "ci_high": diffs[high],
+        "trimmed_mean": statistics.fmean(kept),
+        "p25": q[0],
+        "p75": q[2],
+        "of_medians": (statistics.median(over) - statistics.median(under)) * 1e6,
+    }
+
+
+#: The servers of part 4, all running at once: (label, principals in its token file or None).
+AUTH_SERVERS = (("none", None), ("one", 1), ("many", PRINCIPALS))
+#: The differences part 4 reports: (label, server, baseline server).
+AUTH_PAIRS = (
+    (f"{PRINCIPALS:,} principals - no token", "many", "none"),
+    ("1 principal - no token", "one", "none"),
+    (f"{PRINCIPALS:,} principals - 1 principal", "many", "one"),
+)
+
+
+async def measure_auth(tmp: Path, sizes: Sizes, logs: dict[str, tuple[int, str]]) -> dict[str, Any]:
+    """bench_noop on a server without a token, one with a token file of one principal and one
+    with PRINCIPALS, side by side: each round calls every server once, in an order drawn at
+    random, so that the machine's load (shared with other work) falls on all three alike;
+    the per-round differences say what a token file costs a call."""
+    servers, tokens = {}, {}
     try:
+        for label, principals in AUTH_SERVERS:
+            flags: tuple[str, ...] = ()
+            if principals is not None:
+                path = tmp / f"tokens-{principals}.json"
+                tokens[label] = token_file(path, principals)
+                flags = ("--auth-file", str(path))
+            servers[label] = start_server(tmp, f"auth-{label}", *flags)
+        results: dict[str, Any] = {"principals": PRINCIPALS, "rounds": sizes.auth_rounds}
+        results["check_us"] = check_cost(tmp)
         for mode, era in (("auto", "2026-07-28"), ("legacy", "2025-11-25")):
-            async with connect(plain.url, mode) as a, connect(authed.url, mode, token) as b:
-                times: dict[str, list[float]] = {"plain": [], "authed": []}
-                for i in range(sizes.warm_up + sizes.calls):
-                    pair = [("plain", a), ("authed", b)]
-                    for label, client in pair if i % 2 else pair[::-1]:
+            rng = random.Random(era)
+            async with contextlib.AsyncExitStack() as stack:
+                clients = [
+                    (label, await stack.enter_async_context(
+                        connect(servers[label].url, mode, tokens.get(label))))
+                    for label, _ in AUTH_SERVERS
+                ]  # fmt: skip
+                times: dict[str, list[float]] = {label: [] for label, _ in AUTH_SERVERS}
+                cpu: dict[str, float | None] = {}
+                for i in range(sizes.warm_up + sizes.auth_rounds):
+                    if i == sizes.warm_up:
+                        cpu = {label: cpu_seconds(servers[label].proc.pid) for label in servers}
+                    rng.shuffle(clients)
+                    for label, client in clients:
                         spent, _ = await timed(client, "bench_noop")
                         if i >= sizes.warm_up:
                             times[label].append(spent)
-            p, q = summary(times["plain"]), summary(times["authed"])
-            results[era] = {"plain": p, "authed": q, "over_ms": q["p50_ms"] - p["p50_ms"]}
+                for label, server in servers.items():
+                    start, end = cpu[label], cpu_seconds(server.proc.pid)
+                    cpu[label] = None if start is None or end is None else end - start
+            results[era] = {
+                "calls": {label: summary(t) for label, t in times.items()},
+                "over_us": {name: paired(times[a], times[b]) for name, a, b in AUTH_PAIRS},
+                # each server's CPU time per call: what other work on the machine cannot add
+                "server_cpu_us": {
+                    label: None if c is None else c / sizes.auth_rounds * 1e6
+                    for label, c in cpu.items()
+                },
+            }
     finally:
-        for server in (plain, authed):
-            await anyio.to_thread.run_sync(server.stop)
+        for label, server in servers.items():
+            logs[f"auth-{label}"] = await anyio.to_thread.run_sync(server.stop)
     return results
 
 
@@ -636,19 +728,19 @@ async def measure_stall(server: Server, sizes: Sizes) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-async def run_all(tmp: Path, sizes: Sizes) -> dict[str, Any]:
-    results: dict[str, Any] = {"calls": {}}
+async def run_all(tmp: Path, sizes: Sizes, auth_only: bool = False) -> dict[str, Any]:
+    results: dict[str, Any] = {}
     logs: dict[str, tuple[int, str]] = {}
-    for name, flags in (("sse", ()), ("json", ("--json-response",))):
+    for name, flags in () if auth_only else (("sse", ()), ("json", ("--json-response",))):
         server = start_server(tmp, name, *flags)
         try:
-            results["calls"][name] = await measure_calls(server, sizes)
+            results.setdefault("calls", {})[name] = await measure_calls(server, sizes)
             if name == "sse":
                 results["load"] = await measure_load(server, sizes)
                 results["stall"] = await measure_stall(server, sizes)
         finally:
             logs[name] = await anyio.to_thread.run_sync(server.stop)
-    results["auth"] = await measure_auth(tmp, sizes)
+    results["auth"] = await measure_auth(tmp, sizes, logs)
     results["servers"] = {
         name: {"exit_status": rc, "log_lines": [line for line in log.splitlines() if line][:20]}
         for name, (rc, log) in logs.items()
@@ -658,6 +750,19 @@ async def run_all(tmp: Path, sizes: Sizes) -> dict[str, Any]:
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     checks = []
+    for era, r in results["auth"].items():
+        if era in AUTH_FACTS:
+            continue
+        over = r["over_us"][AUTH_PAIRS[0][0]]
+        checks.append((
+            f"{era}: bench_noop with {PRINCIPALS:,} principals within {TARGET_AUTH_MS} ms of no "
+            "token (median of the per-round differences)",
+            over["median"] <= TARGET_AUTH_MS * 1000,
+            f"{over['median']:+.0f} us (95% CI {over['ci_low']:+.0f} to {over['ci_high']:+.0f})",
+        ))  # fmt: skip
+    if "calls" not in results:  # --auth-only
+        return as_targets(checks)
+    auth, checks = checks, []
     for mode, eras in results["calls"].items():
         for era, r in eras.items():
             checks.append((
@@ -666,16 +771,6 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
                 r["over_ms"] <= TARGET_GET_OVER_NOOP_MS,
                 f"{r['over_ms']:+.2f} ms ({r['get']['p50_ms']:.2f} vs {r['noop']['p50_ms']:.2f})",
             ))  # fmt: skip
-    for era, r in results["auth"].items():
-        if era in ("principals", "check_us"):
-            continue
-        checks.append((
-            f"{era}: bench_noop with {PRINCIPALS:,} principals within {TARGET_AUTH_MS} ms of no "
-            "token",
-            r["over_ms"] <= TARGET_AUTH_MS,
-            f"{r['over_ms'] * 1000:+.0f} us ({r['authed']['p50_ms']:.3f} vs "
-            f"{r['plain']['p50_ms']:.3f} ms)",
-        ))  # fmt: skip
     probes = [p for label, p in results["stall"]["probes"].items() if "bench_noop" not in label]
     p99, worst = max(p["p99_ms"] for p in probes), max(p["max_ms"] for p in probes)
     checks.append((
@@ -691,12 +786,17 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         f"slowest {worst:.1f} ms (for scale, the slowest call of part 1, with no lock and no "
         f"waits: {noise:.1f} ms)",
     ))  # fmt: skip
-    return as_targets(checks)
+    return as_targets(checks + auth)
 
 
 def correctness(results: dict[str, Any]) -> list[str]:
-    load, stall = results["load"], results["stall"]
     problems = []
+    for name, server in results["servers"].items():
+        if server["exit_status"] != 0 or any("Traceback" in x for x in server["log_lines"]):
+            problems.append(f"the {name} server stopped badly: {server}")
+    if "load" not in results:  # --auth-only
+        return problems
+    load, stall = results["load"], results["stall"]
     mixed = load["mixed"]
     if mixed["error_count"] or load["noop"]["error_count"]:
         problems.append(f"failed calls: {mixed['errors'] + load['noop']['errors']}")
@@ -711,9 +811,6 @@ def correctness(results: dict[str, Any]) -> list[str]:
             f"stall test: {stall['waits_answered']} of {stall['waits']} waits answered "
             f"'available'; {stall['failures']}"
         )
-    for name, server in results["servers"].items():
-        if server["exit_status"] != 0 or any("Traceback" in x for x in server["log_lines"]):
-            problems.append(f"the {name} server stopped badly: {server}")
     return problems
 
 
@@ -737,6 +834,18 @@ def report(results: dict[str, Any]) -> str:
         "server and clients share this machine; clients are the MCP SDK's, in another process",
         "",
     ]
+    if "calls" in results:
+        out += parts_1_to_3(results)
+    out += [*auth_report(results["auth"]), ""]
+    out += target_lines(results["targets"], quick=sizes["label"] == "quick")
+    problems = results["problems"]
+    out.append("correctness: " + ("all checks passed" if not problems else "FAILED"))
+    out += [f"  {p}" for p in problems]
+    return "\n".join(out)
+
+
+def parts_1_to_3(results: dict[str, Any]) -> list[str]:
+    out = []
     rows = [["1. one call at a time (ms)", "p50", "p99", "max", "calls"]]
     for mode, eras in results["calls"].items():
         for era, r in eras.items():
@@ -769,28 +878,45 @@ def report(results: dict[str, Any]) -> str:
     for label, s in stall["probes"].items():
         rows.append([f"  {label}", *ms(s)])
     writes = ", ".join(f"{w['status']} after {w['seconds']} s" for w in stall["writes"])
-    auth = results["auth"]
-    auth_rows = [[f"4. bench_noop, {auth['principals']:,} principals vs no token (ms)", "p50",
-                  "p99", "max", "calls"]]  # fmt: skip
-    for era, r in auth.items():
-        if era not in ("principals", "check_us"):
-            auth_rows.append([f"{era}: no token", *ms(r["plain"])])
-            auth_rows.append([f"{era}: token file", *ms(r["authed"])])
-    out += [
+    return [
+        *out,
         table(rows),
         f"waits answered 'available' after the lock: {stall['waits_answered']} of "
         f"{stall['waits']}; writes queued behind the lock: {writes}",
         "",
-        table(auth_rows),
-        f"the token check alone, in this process: {auth['check_us']['known']:.1f} us for a known "
-        f"token, {auth['check_us']['unknown']:.1f} us for an unknown one",
-        "",
-        *target_lines(results["targets"], quick=sizes["label"] == "quick"),
     ]
-    problems = results["problems"]
-    out.append("correctness: " + ("all checks passed" if not problems else "FAILED"))
-    out += [f"  {p}" for p in problems]
-    return "\n".join(out)
+
+
+AUTH_FACTS = ("principals", "rounds", "check_us")
+AUTH_LABELS = {"none": "no token", "one": "1 principal", "many": f"{PRINCIPALS:,} principals"}
+
+
+def auth_report(auth: dict[str, Any]) -> list[str]:
+    rows = [[f"4. bench_noop, servers side by side, {auth['rounds']:,} rounds (ms)", "p50", "p99",
+             "max", "calls", "server CPU us/call"]]  # fmt: skip
+    diffs = [["   difference per round (us)", "median", "95% CI", "trimmed mean", "IQR",
+              "of medians"]]  # fmt: skip
+    for era, r in auth.items():
+        if era in AUTH_FACTS:
+            continue
+        for label, s in r["calls"].items():
+            used = r["server_cpu_us"][label]
+            rows.append([f"{era}: {AUTH_LABELS[label]}", *ms(s),
+                         "?" if used is None else f"{used:.0f}"])  # fmt: skip
+        for name, d in r["over_us"].items():
+            diffs.append([
+                f"{era}: {name}", f"{d['median']:+.0f}",
+                f"{d['ci_low']:+.0f} to {d['ci_high']:+.0f}", f"{d['trimmed_mean']:+.0f}",
+                f"{d['p25']:+.0f} to {d['p75']:+.0f}", f"{d['of_medians']:+.0f}",
+            ])  # fmt: skip
+    check = [["   the token check alone, in this process (us)", "median", "best", "CPU median",
+              "CPU best"]]  # fmt: skip
+    for label, c in auth["check_us"].items():
+        principals, known = label.split()
+        who = "1 principal" if principals == "1" else f"{int(principals):,} principals"
+        check.append([f"{who}, {known} token", f"{c['median']:.1f}", f"{c['best']:.1f}",
+                      f"{c['cpu_median']:.1f}", f"{c['cpu_best']:.1f}"])  # fmt: skip
+    return [table(rows), "", table(diffs), "", table(check)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -800,12 +926,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run of about ten seconds")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--auth-only", action="store_true", help="only part 4, the cost of authentication"
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     facts = machine(mcp=version("mcp"), uvicorn=version("uvicorn"))
     results: dict[str, Any] = {"machine": facts, "sizes": sizes.__dict__}
     with tempfile.TemporaryDirectory(prefix="agenthold-http-bench-") as tmp:
-        results.update(anyio.run(run_all, Path(tmp), sizes))
+        results.update(anyio.run(run_all, Path(tmp), sizes, args.auth_only))
     results["targets"] = targets(results)
     results["problems"] = correctness(results)
     print(json.dumps(results, indent=2) if args.json else report(results))
