@@ -9,12 +9,14 @@ right type. The table of tools and their annotations is checked against the serv
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from support import coordinator_at, in_process_client
 
@@ -154,13 +156,49 @@ async def test_every_reply_in_the_standard_tools_doc_is_the_servers(tmp_path: Pa
     (root / "AGENTS.md").write_text("rules")
     os.link(root / "AGENTS.md", root / "CLAUDE.md")
     ids: dict[str, str] = {}
+
+    def check(number: int, tool: str, label: str, documented: Any, result: Any) -> None:
+        actual = json.loads(result.content[0].text)
+        assert actual == result.structured_content
+        assert bool(result.is_error) == (documented["status"] == "error")
+        assert ("isError" in label) == bool(result.is_error), f"example {number}"
+        if tool == "agenthold_register":
+            ids[documented["agent_id"]] = actual["agent_id"]
+            documented["agent_id"] = actual["agent_id"]
+        where = f"example {number} ({tool})"
+        assert_like(swap_ids(documented, ids), actual, where)
+        assert list(actual) == list(documented), f"{where}: field order"
+
+    async def in_line() -> None:
+        """Until a wait with claim is in the queue (the example after it must find it)."""
+        with anyio.fail_after(5), contextlib.closing(sqlite3.connect(tmp_path / "doc.db")) as db:
+            sql = "SELECT count(*) FROM claim_waiters WHERE granted IS NULL"
+            while db.execute(sql).fetchone()[0] == 0:
+                await anyio.sleep(0.01)
+
     with StateStore(tmp_path / "doc.db", busy_timeout=0.1) as store:
         coordinator = coordinator_at(store, root, claim_ttl=1800)
-        async with in_process_client(coordinator, tools="standard") as (_, client):
+        async with (
+            in_process_client(coordinator, tools="standard") as (_, client),
+            anyio.create_task_group() as tg,
+        ):
+            waits: list[tuple[int, str, str, Any, dict[str, Any]]] = []  # answered later
             for number, match in enumerate(story, 1):
                 tool, label = match["tool"], match["label"]
                 request = swap_ids(json.loads(match["request"]), ids)
                 documented = json.loads(match["reply"])
+                if "meanwhile the wait is in line" in label:  # answered by a later example
+                    box: dict[str, Any] = {}
+
+                    async def wait(
+                        tool: str = tool, request: Any = request, box: Any = box
+                    ) -> None:
+                        box["result"] = await client.call_tool(tool, request)
+
+                    tg.start_soon(wait)
+                    await in_line()
+                    waits.append((number, tool, label, documented, box))
+                    continue
                 locker = None
                 if "write lock" in label:  # another process holds the lock past the timeout
                     locker = sqlite3.connect(tmp_path / "doc.db", isolation_level=None)
@@ -171,16 +209,14 @@ async def test_every_reply_in_the_standard_tools_doc_is_the_servers(tmp_path: Pa
                     if locker is not None:
                         locker.execute("ROLLBACK")
                         locker.close()
-                actual = json.loads(result.content[0].text)
-                assert actual == result.structured_content
-                assert bool(result.is_error) == (documented["status"] == "error")
-                assert ("isError" in label) == bool(result.is_error), f"example {number}"
-                if tool == "agenthold_register":
-                    ids[documented["agent_id"]] = actual["agent_id"]
-                    documented["agent_id"] = actual["agent_id"]
-                where = f"example {number} ({tool})"
-                assert_like(swap_ids(documented, ids), actual, where)
-                assert list(actual) == list(documented), f"{where}: field order"
+                check(number, tool, label, documented, result)
+                if "the wait above answers" in label:
+                    number, tool, label, documented, box = waits.pop()
+                    with anyio.fail_after(5):
+                        while "result" not in box:
+                            await anyio.sleep(0.01)
+                    check(number, tool, label, documented, box["result"])
+            assert not waits, "a wait in line that no later example answered"
     assert len(ids) == 2 and all(DOC_AGENT_ID.fullmatch(i) for i in ids)
 
 
