@@ -169,7 +169,9 @@ class Coordinator:
         if claim_ttl is not None:
             claim_ttl = check_seconds("claim_ttl", claim_ttl, maximum=10 * 365 * 86400)
             if claim_ttl <= 0:
-                raise InvalidInputError(f"claim_ttl must be more than 0 seconds, got {claim_ttl}")
+                raise InvalidInputError(
+                    f"claim_ttl must be a positive number of seconds, got {claim_ttl}"
+                )
         self.claim_ttl = claim_ttl
         # read-only, a database that only a store ever used has no claims tables: nothing to read
         self._tables = self.db.ensure(CLAIMS_SCHEMA, required=False) > 0

@@ -451,6 +451,11 @@ def check_text(what: str, value: object, max_length: int) -> str:
         raise InvalidInputError(
             f"{what} is {len(value)} characters long; the limit is {max_length}: {_excerpt(value)}"
         )
+    if "\x00" in value:
+        raise InvalidInputError(
+            f"{what} contains a control character, and null bytes are never stored: "
+            f"{_excerpt(value)}"
+        )
     if _CONTROL.search(value):
         raise InvalidInputError(
             f"{what} contains a control character (newline, tab, NUL...): {_excerpt(value)}"

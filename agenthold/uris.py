@@ -445,7 +445,8 @@ class Resolver:
         if control is not None:
             raise InvalidInputError(
                 f"resource {_show(text)} contains the control character {control.group()!r} "
-                f"at index {control.start()}; remove it"
+                + ("(a null byte) " if control.group() == "\x00" else "")
+                + f"at index {control.start()}; remove it"
             )
         surrogate = _SURROGATE_RE.search(text)
         if surrogate is not None:

@@ -433,7 +433,8 @@ def test_input_whose_canonical_uri_is_over_the_limit_is_rejected(resolver: Resol
 
 
 REFUSED_CHARACTERS = (
-    [(c, f"control character {c!r}") for c in "\x00\x01\x1f\x7f\x80\x85\x9f"]
+    [("\x00", "control character '\\x00' (a null byte)")]
+    + [(c, f"control character {c!r}") for c in "\x01\x1f\x7f\x80\x85\x9f"]
     + [(c, f"unpaired surrogate {c!r}") for c in "\ud800\udfff"]
     + [(c, f"invisible character U+{ord(c):04X}") for c in "\u202e\u200b\u2028\ufeff\u2066"]
 )
