@@ -6,6 +6,11 @@ registry of workspaces (an :class:`agenthold.resources.WorkspaceRegistry` or any
 
 from __future__ import annotations
 
-from agenthold.claims import Coordinator
+from agenthold.claims import LAPSE_OUTCOMES, OUTCOMES, Coordinator
 
-__all__ = ["Coordinator"]
+__all__ = ["AGENT_OUTCOMES", "ALL_OUTCOMES", "Coordinator"]
+
+AGENT_OUTCOMES: frozenset[str] = frozenset(OUTCOMES)
+"""The outcomes an agent may give on release (0.10's name; 0.11's is ``claims.OUTCOMES``)."""
+ALL_OUTCOMES: frozenset[str] = AGENT_OUTCOMES | frozenset(LAPSE_OUTCOMES)
+"""Those and the two an ended lease gives, ``expired`` and ``abandoned``."""

@@ -289,3 +289,70 @@ def test_a_workspace_registry_refuses_what_0_10_refused_and_mixed_case_rules() -
     assert folding.resolve("Src/A.py").uri == "file://default/src/a.py"
     assert Workspace(name="w", root="/p", case_sensitive=False).fold("ABC") == "abc"
     assert Workspace(name="w", root="/p", case_sensitive=True).fold("ABC") == "ABC"
+
+
+# Every public name of 0.10.0's modules, as released (read from its sources): each must import
+# from where 0.10 had it, or be a row of docs/upgrading.md's table of what is gone.
+ZERO_TEN_PUBLIC = {
+    "agenthold": ["__version__", *OLD_NAMES["agenthold"]],
+    "agenthold.coordinator": ["AGENT_OUTCOMES", "ALL_OUTCOMES", "Coordinator"],
+    "agenthold.exceptions": ["AgentholdError", "ConflictError", "NotFoundError", "BusyError"],
+    "agenthold.inspector": [
+        "CLAIMS_NAMESPACE",
+        "AGENTS_NAMESPACE",
+        "register_subcommands",
+        "run",
+    ],
+    "agenthold.models": ["StateRecord", "StateRecordHistory", "SetResult", "ConflictDetail"],
+    "agenthold.notifier": ["KeyNotifier"],
+    "agenthold.resources": [
+        "DEFAULT_WORKSPACE_NAME",
+        "Workspace",
+        "ResourceId",
+        "WorkspaceRegistry",
+        "parse_resource_input",
+    ],
+    "agenthold.server": [
+        "coordination_instructions",
+        "COORDINATION_INSTRUCTIONS",
+        "make_server",
+        "build_http_app",
+        "main",
+    ],
+    "agenthold.store": ["SCHEMA", "StateStore"],
+}
+UPGRADING = (REPO / "docs" / "upgrading.md").read_text(encoding="utf-8")
+GONE_ROW = re.compile(r"^\| `(from [\w.]+ import \w+)` \| `(from [\w.]+ import [\w, ]+)`", re.M)
+
+
+def runs(statement: str) -> bool:
+    """Whether ``statement`` (an import) runs in a fresh namespace; False on ImportError."""
+    try:
+        exec(statement, {})  # the doc's own import lines
+    except ImportError:
+        return False
+    return True
+
+
+def test_every_public_name_of_0_10_imports_where_it_was_or_the_doc_says_what_replaced_it() -> None:
+    gone = dict(GONE_ROW.findall(UPGRADING.split("## The Python API")[0]))
+    assert gone, "the table of what is gone was not found"
+    for module, names in ZERO_TEN_PUBLIC.items():
+        for name in names:
+            line = f"from {module} import {name}"
+            if line in gone:
+                assert not runs(line), f"the doc says {line!r} fails, but it imports"
+                assert runs(gone[line]), f"the doc's replacement {gone[line]!r} does not import"
+            else:
+                assert runs(line), f"{line!r} fails and the doc does not say what replaced it"
+    assert set(gone) <= {f"from {m} import {n}" for m, ns in ZERO_TEN_PUBLIC.items() for n in ns}
+
+
+def test_0_10s_outcome_sets_keep_their_meaning() -> None:
+    from agenthold.claims import LAPSE_OUTCOMES, OUTCOMES
+    from agenthold.coordinator import AGENT_OUTCOMES, ALL_OUTCOMES
+
+    assert {"released", "modified", "created", "deleted", "moved"} == AGENT_OUTCOMES
+    assert set(OUTCOMES) == AGENT_OUTCOMES
+    assert AGENT_OUTCOMES | {"abandoned", "expired"} == ALL_OUTCOMES
+    assert set(OUTCOMES + LAPSE_OUTCOMES) == ALL_OUTCOMES
