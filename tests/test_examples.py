@@ -148,7 +148,9 @@ def test_store_bench_quick_prints_its_tables_and_exits_0() -> None:
 def test_pg_bench_quick_prints_its_tables_and_exits_0(pg_url: str) -> None:
     out = run_script("bench/pg_bench.py", "--db", pg_url, "--quick", timeout=180)
 
-    assert "release -> wait returned" in out
+    assert "via server B -> via server A: release committed -> wait answered" in out
+    assert "baseline, library: release in another process -> wait returned" in out
+    assert "baseline, raw psycopg: NOTIFY in another process -> LISTEN heard" in out
     assert re.search(r"^set \(expected_version\) +[\d,]+ +[\d,]+ +[\d.]+$", out, re.MULTILINE), out
     assert re.search(r"^get +[\d,]+ +[\d,]+ +[\d.]+$", out, re.MULTILINE), out
     assert len(re.findall(r"^  (pass|FAIL)  ", out, re.MULTILINE)) == 4, out
