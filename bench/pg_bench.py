@@ -17,11 +17,12 @@ the benchmark writes namespace ``bench`` in it.
    it committed; the server is on this host, so that clock is time.time()) to A's answer
    reaching its client. Beside it, two bounds that need no database clock: "release sent ->
    wait answered" (the release's own round trip included) and "release answered -> wait
-   answered" (negative when A answers first). Targets, on the wake-up: median at most 10 ms,
-   p99 at most 30 ms. Two baselines from the same run: the library alone (a process with
-   its own Coordinator, pool and listener releases; this process's ``wait`` returns; timed by
-   time.time(), one system-wide clock), and raw psycopg (that process's NOTIFY, committed, until
-   a LISTEN connection of this process hears it): the floor of any wake-up by NOTIFY.
+   answered" (negative when A answers first), and the round trip of one plain call through A
+   (what the MCP layers and HTTP cost, answer included). Targets, on the wake-up: median at
+   most 10 ms, p99 at most 30 ms. Two baselines from the same run: the library alone (a process
+   with its own Coordinator, pool and listener releases; this process's ``wait`` returns; timed
+   by time.time(), one system-wide clock), and raw psycopg (that process's NOTIFY, committed,
+   until a LISTEN connection of this process hears it): the floor of any wake-up by NOTIFY.
 
 The baseline is one psycopg connection in autocommit mode doing what PostgresDatabase does for
 the same call: get is the SELECT plus json.loads; set is json.dumps, a UTC timestamp, BEGIN, the
@@ -172,12 +173,12 @@ async def wake_through_servers(url: str, trials: int) -> dict[str, list[float]]:
     """Wake-ups of a wait through server A by a release through server B, for each trial the
     seconds from the release's event ("event"), its sending ("sent") and its answer ("answer")
     to the wait's answer; "early" has a 1 for each trial that did not count (the wait began
-    after the release)."""
+    after the release); "call" the round trips of a status call through A, for reference."""
     import anyio
     from pg_scale import call, connect, servers
 
     rng = random.Random(13)
-    found: dict[str, list[float]] = {"event": [], "sent": [], "answer": [], "early": []}
+    found: dict[str, list[float]] = {"event": [], "sent": [], "answer": [], "early": [], "call": []}
     last_release = (
         "SELECT at FROM claim_events WHERE event = 'released' AND uri = %s ORDER BY id DESC LIMIT 1"
     )
@@ -188,6 +189,10 @@ async def wake_through_servers(url: str, trials: int) -> dict[str, list[float]]:
     ):
         async with connect(one.url) as a, connect(two.url) as b:
             holder = (await call(b, "agenthold_register", name="releaser"))["agent_id"]
+            for _ in range(trials):  # what one call through A costs, answer included
+                began = time.monotonic()
+                await call(a, "agenthold_status", resource=URI)
+                found["call"].append(time.monotonic() - began)
             for _ in range(trials):
                 claimed = await call(b, "agenthold_claim", resource=URI, agent_id=holder)
                 if claimed["status"] != "claimed":
@@ -302,6 +307,8 @@ def main() -> int:
                 ["via server B -> via server A: release committed -> wait answered", *woken],
                 ["  bound: release sent -> wait answered", *stats(through["sent"])[2]],
                 ["  bound: release answered -> wait answered", *stats(through["answer"])[2]],
+                ["  reference: one agenthold_status call via server A, round trip",
+                 *stats(through["call"])[2]],
                 ["baseline, library: release in another process -> wait returned",
                  *stats(latencies)[2]],
                 ["baseline, raw psycopg: NOTIFY in another process -> LISTEN heard",

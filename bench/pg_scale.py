@@ -13,8 +13,11 @@ counted after a warm-up; the baseline is the same load on one server. Every repl
 
 The CPU seconds of each side are printed beside the rates (this process, the agenthold servers,
 and, on PostgreSQL, the server backends of their connections, read from /proc): on a machine of
-few cores, they show where the time goes when adding servers stops helping. PostgreSQL runs in a
-new schema of the URL's database for each row; SQLite on a file in a temporary directory.
+few cores, they show where the time goes when adding servers stops helping. On PostgreSQL,
+"lock waiters" is the mean number of sessions waiting for an advisory lock (sampled every
+20 ms): claim writes of one database take turns on one (the claims lock), whatever the servers.
+PostgreSQL runs in a new schema of the URL's database for each row; SQLite on a file in a
+temporary directory.
 """
 
 from __future__ import annotations
@@ -137,6 +140,34 @@ def backend_pids(url: str) -> list[int]:
     return [r[0] for r in rows]
 
 
+@contextlib.contextmanager
+def lock_waiters(url: str) -> Iterator[list[int]]:
+    """Sample, every 20 ms while the block runs, how many sessions of the database wait for an
+    advisory lock (the claims lock: claim writes of one database take turns on it)."""
+    import threading
+
+    import psycopg
+
+    samples: list[int] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            while not done.wait(0.02):
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+                ).fetchone()
+                samples.append(int(row[0]) if row else 0)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        yield samples
+    finally:
+        done.set()
+        thread.join(10)
+
+
 def cpu_of(pids: list[int]) -> float:
     total = 0.0
     for pid in pids:
@@ -166,7 +197,9 @@ def measure(
         pids = backend_pids(db) if backend == "postgresql" else []
         pg0 = cpu_of(pids)
         began = time.monotonic()
-        rate = anyio.run(drive, [s.url for s in started], clients, warm_up, seconds)
+        sampling = lock_waiters(db) if backend == "postgresql" else contextlib.nullcontext([])
+        with sampling as waiting:
+            rate = anyio.run(drive, [s.url for s in started], clients, warm_up, seconds)
         wall = time.monotonic() - began
         if backend == "postgresql":  # connections the pools opened during the run count too
             pids = sorted(set(pids) | set(backend_pids(db)))
@@ -174,8 +207,10 @@ def measure(
         srv = cpu_of([s.proc.pid for s in started]) - srv0
         me1 = resource.getrusage(resource.RUSAGE_SELF)
     me = (me1.ru_utime + me1.ru_stime) - (me0.ru_utime + me0.ru_stime)
+    waiters = f"{sum(waiting) / len(waiting):.1f}" if waiting else "-"
     return [backend, str(count), f"{rate:,.0f}", f"{srv / wall:.2f}",
-            f"{pg / wall:.2f}" if backend == "postgresql" else "-", f"{me / wall:.2f}"]  # fmt: skip
+            f"{pg / wall:.2f}" if backend == "postgresql" else "-", f"{me / wall:.2f}",
+            waiters]  # fmt: skip
 
 
 def main() -> int:
@@ -193,7 +228,8 @@ def main() -> int:
     print(f"{os.cpu_count()} CPUs, load average {load_average() or 0:.2f} at start; "
           f"{args.clients} clients, {seconds:g} s counted after {warm_up:g} s, "
           f"best of {repeats}")  # fmt: skip
-    rows = [["backend", "servers", "calls/s", "CPU/s servers", "CPU/s postgres", "CPU/s clients"]]
+    rows = [["backend", "servers", "calls/s", "CPU/s servers", "CPU/s postgres", "CPU/s clients",
+             "lock waiters"]]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="agenthold-scale-") as tmp:
         for backend in ("postgresql", "sqlite"):
             if args.only and backend != args.only:
