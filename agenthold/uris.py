@@ -63,6 +63,7 @@ RESOURCE_HINT = (
     "inside a workspace, file://<workspace>/<path>, or custom://<name> for things that are "
     "not files."
 )
+_NAMES_KEPT = 4096  # names as written whose resolution a Resolver keeps (see _named)
 _SHOWN_LENGTH = 160  # characters of a bad input quoted back in an error message
 _DOT_SEGMENTS = (
     "path traversal/dot segments are not allowed; give the path relative to the workspace root"
@@ -232,6 +233,7 @@ class Resolver:
         self._by_name = by_name
         self._case_insensitive = case_insensitive
         self._bare = by_name.get("default") or (chosen[0] if len(chosen) == 1 else None)
+        self._names: dict[str, tuple[str, Resource]] = {}  # see _named
         self._key_prefixes: dict[str, str] = {}
         self._real_roots: dict[str, str] = {}
         self._walk_roots: dict[str, str] = {}  # each real root with one separator after it
@@ -300,8 +302,7 @@ class Resolver:
         is a malformed URI.
         """
         try:
-            text = self._clean(text)
-            resource = self._resolve(text)
+            text, resource = self._named(text)
             if resource.kind == "file" and follow_links:
                 resource = self._follow(resource, text, walk)
         except InvalidInputError as exc:
@@ -394,6 +395,20 @@ class Resolver:
         except (OSError, ValueError):
             return resource
         return _with_file_id(resource, found)
+
+    def _named(self, text: str) -> tuple[str, Resource]:
+        """``text`` cleaned, and the resource it names as written (no link followed), kept:
+        that part depends only on the text and this resolver's configuration, which never
+        changes, while a claim resolves the same few names call after call. The disk is read
+        again every time (``_follow``)."""
+        found = self._names.get(text) if isinstance(text, str) else None
+        if found is None:
+            cleaned = self._clean(text)
+            found = (cleaned, self._resolve(cleaned))
+            if len(self._names) >= _NAMES_KEPT:  # a crude bound: start over
+                self._names.clear()
+            self._names[text] = found
+        return found
 
     def _resolve(self, text: str) -> Resource:
         drive, rest = os.path.splitdrive(text)

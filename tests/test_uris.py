@@ -13,6 +13,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from agenthold import uris
 from agenthold.store import InvalidInputError
 from agenthold.uris import (
     MAX_INPUT_LENGTH,
@@ -880,6 +881,47 @@ def test_hard_links_share_a_file_id_but_keep_their_own_names(
     first, second = resolver.resolve("AGENTS.md"), resolver.resolve("CLAUDE.md")
     assert first.file_id == second.file_id is not None
     assert first.uri != second.uri
+
+
+@posix_only
+def test_a_name_resolved_again_sees_what_changed_on_disk_since(
+    root: Path, resolver: Resolver
+) -> None:
+    """The resolver keeps what a name means as text; what it leads to on disk is read every
+    time: a file created, a directory turned into a link, a file replaced by a link leading out
+    of the workspace, an error that goes away."""
+    first = resolver.resolve("pkg/mod.py")
+    assert (first.uri, first.file_id) == ("file://default/pkg/mod.py", None)
+    make_dir(root / "pkg")
+    (root / "pkg" / "mod.py").write_text("")
+    found = os.stat(root / "pkg" / "mod.py")
+    assert resolver.resolve("pkg/mod.py").file_id == f"{found.st_dev}:{found.st_ino}"
+    (root / "pkg" / "mod.py").unlink()
+    (root / "pkg").rmdir()
+    make_dir(root / "real")
+    (root / "pkg").symlink_to(root / "real")
+    assert resolver.resolve("pkg/mod.py").uri == "file://default/real/mod.py"
+    assert resolver.resolve("pkg/mod.py", follow_links=False).uri == first.uri
+    (root / "pkg").unlink()
+    make_dir(root / "pkg")
+    (root / "pkg" / "mod.py").symlink_to("/etc/passwd")
+    with pytest.raises(InvalidInputError, match="symbolic link"):
+        resolver.resolve("pkg/mod.py")
+    (root / "pkg" / "mod.py").unlink()
+    assert resolver.resolve("pkg/mod.py") == first
+    with pytest.raises(InvalidInputError, match="control character"):
+        resolver.resolve("pkg/\x00")  # an error is not kept as a name
+    with pytest.raises(InvalidInputError, match="control character"):
+        resolver.resolve("pkg/\x00")
+
+
+def test_the_names_a_resolver_keeps_are_bounded(
+    monkeypatch: pytest.MonkeyPatch, resolver: Resolver
+) -> None:
+    monkeypatch.setattr(uris, "_NAMES_KEPT", 3)
+    names = [f"n{i}.py" for i in range(10)]
+    assert [resolver.resolve(n).path for n in names + names] == names + names
+    assert len(resolver._names) <= 3
 
 
 def test_a_path_that_does_not_exist_is_named_as_written(root: Path, resolver: Resolver) -> None:
