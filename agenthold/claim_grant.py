@@ -252,3 +252,17 @@ def record_lapse(conn: Any, info: ClaimInfo, version: int) -> None:
             version,
         ),
     )
+
+
+def small_renewal(
+    old_end: float | None, new_end: float | None, ttl: float | None, every: float
+) -> bool:
+    """Whether a lease renewal would move the end too little to be worth a write: less than
+    ``every`` seconds, and less than a quarter of the TTL, so a short TTL is still renewed in
+    time."""
+    return (
+        old_end is not None
+        and new_end is not None
+        and ttl is not None
+        and 0 <= new_end - old_end < min(every, ttl / 4)
+    )

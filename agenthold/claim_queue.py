@@ -25,11 +25,11 @@ import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from agenthold.claim_match import Pattern, ancestors, overlaps
 from agenthold.claim_rows import TOP, Fetch, claim_info, pattern_of
-from agenthold.claim_schema import _EVENT_MODE, _FREE, resource_topic, write_rows
+from agenthold.claim_schema import _ACTIVITY, _EVENT_MODE, _FREE, resource_topic, write_rows
 from agenthold.claim_types import (
     ClaimInfo,
     ClaimResult,
@@ -266,14 +266,25 @@ def enqueue(conn: Any, target: Target, agent_id: str, mode: str, now: float, unt
     return int(row[0])
 
 
-def activity(conn: Any) -> tuple[bool, bool]:
-    """Whether any wait is in the queue, and whether any shared hold exists (lapsed or not): a
-    claim write looks at either only when there is something to see, so plain exclusive claims
-    cost one short query more than they did without either."""
-    row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM claim_waiters), EXISTS (SELECT 1 FROM claim_shares)"
-    ).fetchone()
-    return bool(row[0]), bool(row[0]) or bool(row[1])  # a hand-off may add a shared hold
+class Activity(NamedTuple):
+    """Whether any wait is in the queue, whether any shared hold exists (lapsed or not), and the
+    token of the held patterns (agenthold.claim_index): a claim write looks at the queue or the
+    shares only when there is something to see."""
+
+    waits: bool
+    shares: bool
+    patterns: str | None
+
+
+def activity_of(row: Sequence[Any]) -> Activity:
+    """The Activity in the three ``_ACTIVITY`` columns of ``row``."""
+    waits, shares, patterns = row
+    return Activity(bool(waits), bool(waits) or bool(shares), patterns)  # a hand-off may share
+
+
+def activity(conn: Any) -> Activity:
+    """The Activity as of now, inside a claim write."""
+    return activity_of(conn.execute("SELECT " + _ACTIVITY).fetchone())
 
 
 def check_wait_to_claim(agent_id: object, mode: object) -> None:

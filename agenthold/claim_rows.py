@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agenthold.claim_index import HeldPatterns
 from agenthold.claim_match import (
     Pattern,
     ancestors,
@@ -82,7 +83,8 @@ class Prefetched:
     """The rows a set of targets needs, read in one statement instead of two or three per
     target: their own claim rows (and those of ``extra`` keys), and, ``blockers`` unless false,
     the held patterns at any of their files' ancestors and the held claims on other names of
-    their files (rows are 15 columns here: ``_LOOK_ROW``, the file id last)."""
+    their files (rows are 15 columns here: ``_LOOK_ROW``, the file id last). ``held``, if
+    given, names the patterns that may cover the files instead of a read of them."""
 
     own: dict[str, Any]
     above: list[Any]
@@ -96,18 +98,22 @@ class Prefetched:
         extra: Sequence[str] = (),
         *,
         blockers: bool = True,
+        held: HeldPatterns | None = None,
     ) -> Prefetched:
         keys = tuple(dict.fromkeys([*(t.key for t in targets), *extra]))
         ids: tuple[str, ...] = ()
         covering: list[str] = []
         if blockers:
             files = [t for t in targets if isinstance(t, Resource) and t.kind == "file"]
-            # the files of a set often share their directories: each is listed once
-            parents = dict.fromkeys(t.key[: t.key.rfind("/") + 1] for t in files)
-            dirs = tuple(dict.fromkeys(a for p in parents for a in ancestors(p)))
             ids = tuple(dict.fromkeys(t.file_id for t in files if t.file_id is not None))
-            if dirs:
-                covering = covering_keys(fetchall, dirs, [t.key for t in files])
+            if held is not None:  # the held patterns, kept while the database's are the same
+                covering = held.covering([t.key for t in files])
+            else:
+                # the files of a set often share their directories: each is listed once
+                parents = dict.fromkeys(t.key[: t.key.rfind("/") + 1] for t in files)
+                dirs = tuple(dict.fromkeys(a for p in parents for a in ancestors(p)))
+                if dirs:
+                    covering = covering_keys(fetchall, dirs, [t.key for t in files])
         wanted = set(keys)
         keys = tuple(dict.fromkeys([*keys, *covering]))  # the patterns' rows, read whole
         sql = _LOOK_ROW + f"WHERE c.resource IN ({', '.join('?' * len(keys))})"
@@ -284,3 +290,53 @@ def plan_release(
             f"moved_to is only for outcome 'moved' (the outcome given is {outcome!r})"
         )
     return Plan(named, res, refused, outcome, None if target is None else target.uri)
+
+
+MAX_SET = 100  # resources one call may claim, release or look at together
+
+
+def target_of(
+    resolver: Resolver, resource: str | Resource | Pattern, walk: Walk | None = None
+) -> Resource | Pattern:
+    """What ``resource`` names: a file or custom resource, or a directory or glob."""
+    if isinstance(resource, (Resource, Pattern)):
+        return resource
+    return resolve_target(resolver, resource, walk)
+
+
+def targets_of(
+    resolver: Resolver, resources: Sequence[str | Resource | Pattern]
+) -> list[Resource | Pattern]:
+    """What a set of resources names, each once (checked: a list of 1 to MAX_SET)."""
+    if isinstance(resources, str) or not isinstance(resources, Sequence):
+        raise InvalidInputError("resources must be a list of paths, URIs, directories or globs")
+    if not 1 <= len(resources) <= MAX_SET:
+        raise InvalidInputError(
+            f"resources must list 1 to {MAX_SET} resources, got {len(resources)}"
+        )
+    unique: dict[str, Resource | Pattern] = {}
+    walk = Walk() if len(resources) > 1 else None  # the directories the files share
+    for resource in resources:
+        found = target_of(resolver, resource, walk)
+        unique.setdefault(found.key, found)  # one spelling of a resource counts once
+    return list(unique.values())
+
+
+def plan_releases(
+    resolver: Resolver, releases: Sequence[tuple[str, str] | tuple[str, str, str | None]]
+) -> list[Plan]:
+    """The checked plans of a set of releases, (resource, outcome[, moved_to]) each."""
+    if isinstance(releases, str) or not isinstance(releases, Sequence):
+        raise InvalidInputError("releases must be a list of (resource, outcome[, moved_to])")
+    if not 1 <= len(releases) <= MAX_SET:
+        raise InvalidInputError(f"resources must list 1 to {MAX_SET} releases, got {len(releases)}")
+    plans = []
+    walk = Walk() if len(releases) > 1 else None  # the directories the files share
+    for item in releases:
+        if isinstance(item, str) or not isinstance(item, Sequence) or not 2 <= len(item) <= 3:
+            raise InvalidInputError(
+                f"each release is (resource, outcome) or (resource, outcome, moved_to), "
+                f"got {item!r}"
+            )
+        plans.append(plan_release(resolver, *item, walk=walk))
+    return plans

@@ -211,11 +211,48 @@ _POSTGRES_V5 = """
     ALTER TABLE claim_events ADD COLUMN mode TEXT;
 """
 
+# The token of the held directory and glob claims (agenthold.claim_index): triggers give it a
+# new random value in the transaction of any write that could change which pattern rows are
+# held (a row with a scope inserted, deleted, or given a holder, scope or key), so an index of
+# them kept by any process stays valid exactly while the token read beside it is unchanged. A
+# random value rather than a count: a database restored from an older copy never repeats one.
+# (Each trigger is one statement; the SQLite migration runner splits statements at lines
+# ending in ";".)
+_SQLITE_V6 = """
+    CREATE TABLE claim_patterns (token TEXT NOT NULL);
+    INSERT INTO claim_patterns (token) VALUES (lower(hex(randomblob(8))));
+    CREATE TRIGGER claim_patterns_insert AFTER INSERT ON claims WHEN NEW.scope IS NOT NULL
+    BEGIN UPDATE claim_patterns SET token = lower(hex(randomblob(8))); END;
+    CREATE TRIGGER claim_patterns_delete AFTER DELETE ON claims WHEN OLD.scope IS NOT NULL
+    BEGIN UPDATE claim_patterns SET token = lower(hex(randomblob(8))); END;
+    CREATE TRIGGER claim_patterns_update AFTER UPDATE ON claims
+    WHEN (NEW.scope IS NOT NULL OR OLD.scope IS NOT NULL) AND (NEW.holder IS NOT OLD.holder
+    OR NEW.scope IS NOT OLD.scope OR NEW.resource IS NOT OLD.resource)
+    BEGIN UPDATE claim_patterns SET token = lower(hex(randomblob(8))); END;
+"""
+_POSTGRES_V6 = """
+    CREATE TABLE claim_patterns (token TEXT NOT NULL);
+    INSERT INTO claim_patterns (token) VALUES (md5(random()::text || clock_timestamp()::text));
+    CREATE FUNCTION claim_patterns_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        UPDATE claim_patterns SET token = md5(random()::text || clock_timestamp()::text);
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER claim_patterns_insert AFTER INSERT ON claims FOR EACH ROW
+    WHEN (NEW.scope IS NOT NULL) EXECUTE FUNCTION claim_patterns_changed();
+    CREATE TRIGGER claim_patterns_delete AFTER DELETE ON claims FOR EACH ROW
+    WHEN (OLD.scope IS NOT NULL) EXECUTE FUNCTION claim_patterns_changed();
+    CREATE TRIGGER claim_patterns_update AFTER UPDATE ON claims FOR EACH ROW
+    WHEN ((NEW.scope IS NOT NULL OR OLD.scope IS NOT NULL) AND (NEW.holder IS DISTINCT FROM
+    OLD.holder OR NEW.scope IS DISTINCT FROM OLD.scope OR NEW.resource IS DISTINCT FROM
+    OLD.resource)) EXECUTE FUNCTION claim_patterns_changed();
+"""
+
 CLAIMS_SCHEMA = Component(
     "claims",
     {
-        "sqlite": (_SQLITE_V1, _V2, _V3, _SQLITE_V4, _SQLITE_V5),
-        "postgresql": (_POSTGRES_V1, _V2, _V3, _POSTGRES_V4, _POSTGRES_V5),
+        "sqlite": (_SQLITE_V1, _V2, _V3, _SQLITE_V4, _SQLITE_V5, _SQLITE_V6),
+        "postgresql": (_POSTGRES_V1, _V2, _V3, _POSTGRES_V4, _POSTGRES_V5, _POSTGRES_V6),
     },
 )
 
@@ -255,6 +292,16 @@ _LOOK_ROW = (
 _AGENT_ROW = (
     "SELECT agent_id, name, model, purpose, registered_at, last_seen_at, lease_ends_at, "
     "lease_end_outcome, principal FROM agents "
+)
+# What a claim write asks of the database before it decides (claim_queue.Activity), as columns
+# that are read with the agent's lease, in one statement (_TOUCH), or alone.
+_ACTIVITY = (
+    "EXISTS (SELECT 1 FROM claim_waiters), EXISTS (SELECT 1 FROM claim_shares), "
+    "(SELECT token FROM claim_patterns)"
+)
+_TOUCH = (
+    f"SELECT last_seen_at, lease_ends_at, lease_end_outcome, {_ACTIVITY} FROM agents "
+    "WHERE agent_id = ?"
 )
 _EVENT = (
     "INSERT INTO claim_events (at, agent_id, event, resource, uri, outcome, moved_to, version) "

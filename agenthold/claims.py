@@ -37,12 +37,16 @@ from agenthold.claim_grant import (
     release_lapsed,
     release_one,
     serve,
+    small_renewal,
 )
-from agenthold.claim_match import Pattern, resolve_target
+from agenthold.claim_index import HeldPatterns, held_patterns
+from agenthold.claim_match import Pattern
 from agenthold.claim_queue import (
+    Activity,
     Batch,
     QueueLook,
     activity,
+    activity_of,
     check_wait_to_claim,
     claim_waited,
     drop_shares,
@@ -54,6 +58,7 @@ from agenthold.claim_queue import (
     waited,
 )
 from agenthold.claim_rows import (
+    MAX_SET,
     Fetch,
     Prefetched,
     blocking,
@@ -61,7 +66,9 @@ from agenthold.claim_rows import (
     claim_info,
     fetch_in,
     own,
-    plan_release,
+    plan_releases,
+    target_of,
+    targets_of,
 )
 from agenthold.claim_schema import (
     _AGENT_ROW,
@@ -69,6 +76,7 @@ from agenthold.claim_schema import (
     _EVENT,
     _EVENT_BY,
     _FREE,
+    _TOUCH,
     CLAIM_CHANGES,
     CLAIMS_LOCK,
     CLAIMS_SCHEMA,
@@ -112,7 +120,7 @@ from agenthold.store import (
     utc_iso,
     wait_until,
 )
-from agenthold.uris import Resolver, Resource, Walk
+from agenthold.uris import Resolver, Resource
 
 __all__ = [  # the records and schema are re-exported: agenthold.claims names them all
     "AGENT_ID_RE",
@@ -121,6 +129,7 @@ __all__ = [  # the records and schema are re-exported: agenthold.claims names th
     "MAX_AGENT_NAME",
     "MAX_MODEL",
     "MAX_PURPOSE",
+    "MAX_SET",
     "OUTCOMES",
     "Agent",
     "ClaimInfo",
@@ -144,9 +153,6 @@ __all__ = [  # the records and schema are re-exported: agenthold.claims names th
 # Seconds: a last-seen time or lease end that would move by less than this (a lease end: by
 # less than a quarter of the TTL, if that is shorter) is not rewritten, to spare writes.
 RENEW_EVERY = 1.0
-
-
-MAX_SET = 100  # resources one call may claim, release or look at together
 
 
 class Coordinator:
@@ -173,6 +179,7 @@ class Coordinator:
                     f"claim_ttl must be a positive number of seconds, got {claim_ttl}"
                 )
         self.claim_ttl = claim_ttl
+        self._held: HeldPatterns | None = None  # the held patterns, as the last claim saw them
         # read-only, a database that only a store ever used has no claims tables: nothing to read
         self._tables = self.db.ensure(CLAIMS_SCHEMA, required=False) > 0
         if self._tables:  # a source the change feed cannot read would stop it for every table
@@ -264,13 +271,9 @@ class Coordinator:
 
     # -- claims --------------------------------------------------------------------------------
 
-    def target(
-        self, resource: str | Resource | Pattern, walk: Walk | None = None
-    ) -> Resource | Pattern:
+    def target(self, resource: str | Resource | Pattern) -> Resource | Pattern:
         """What ``resource`` names: a file or custom resource, or a directory or glob."""
-        if isinstance(resource, (Resource, Pattern)):
-            return resource
-        return resolve_target(self.resolver, resource, walk)
+        return target_of(self.resolver, resource)
 
     def claim(
         self,
@@ -307,12 +310,16 @@ class Coordinator:
             # lease end, and every host must judge leases by the same clock
             now = self.db.serialize(conn, CLAIMS_LOCK)
             check_owner(conn, agent_id, principal)
-            self._touch(conn, changed, agent_id, now)
-            waits, shares = activity(conn)
-            queue = serve(conn, changed, now) if waits else []
+            found = self._touch(conn, changed, agent_id, now)
+            queue = serve(conn, changed, now) if found.waits else []
+            if changed:  # a lapse or a hand-off was written: what it changed counts
+                found = activity(conn)
+            shares = found.shares
+            held = self._held = held_patterns(conn, found.patterns, self._held)
 
             fetch = fetch_in(conn)
-            ahead = Prefetched.read(fetch, targets)  # its rows and all in their way, at once
+            # its rows and all in their way, at once
+            ahead = Prefetched.read(fetch, targets, held=held)
             looks = [
                 may_claim(fetch, t, agent_id, now, ahead, mode, queue, shares) for t in targets
             ]
@@ -332,18 +339,7 @@ class Coordinator:
         return ClaimSetResult("claimed", results)
 
     def _targets(self, resources: Sequence[str | Resource | Pattern]) -> list[Resource | Pattern]:
-        if isinstance(resources, str) or not isinstance(resources, Sequence):
-            raise InvalidInputError("resources must be a list of paths, URIs, directories or globs")
-        if not 1 <= len(resources) <= MAX_SET:
-            raise InvalidInputError(
-                f"resources must list 1 to {MAX_SET} resources, got {len(resources)}"
-            )
-        unique: dict[str, Resource | Pattern] = {}
-        walk = Walk() if len(resources) > 1 else None  # the directories the files share
-        for resource in resources:
-            found = self.target(resource, walk)
-            unique.setdefault(found.key, found)  # one spelling of a resource counts once
-        return list(unique.values())
+        return targets_of(self.resolver, resources)
 
     def release(
         self,
@@ -371,29 +367,15 @@ class Coordinator:
         """Release several claims in one transaction: ``releases`` are (resource, outcome) or
         (resource, outcome, moved_to). All are released or, on any error (NotHolderError...),
         none is."""
-        if isinstance(releases, str) or not isinstance(releases, Sequence):
-            raise InvalidInputError("releases must be a list of (resource, outcome[, moved_to])")
-        if not 1 <= len(releases) <= MAX_SET:
-            raise InvalidInputError(
-                f"resources must list 1 to {MAX_SET} releases, got {len(releases)}"
-            )
-        plans = []
-        walk = Walk() if len(releases) > 1 else None  # the directories the files share
-        for item in releases:
-            if isinstance(item, str) or not isinstance(item, Sequence) or not 2 <= len(item) <= 3:
-                raise InvalidInputError(
-                    f"each release is (resource, outcome) or (resource, outcome, moved_to), "
-                    f"got {item!r}"
-                )
-            plans.append(plan_release(self.resolver, *item, walk=walk))
+        plans = plan_releases(self.resolver, releases)
         check_agent_id(agent_id)
         with self.db.write() as (conn, changed):
             now = self.db.serialize(conn, CLAIMS_LOCK)
             check_owner(conn, agent_id, principal)
-            self._touch(conn, changed, agent_id, now)
+            waits, shares, _ = self._touch(conn, changed, agent_id, now)
             named = [p.named.key for p in plans]  # each name as written too: see release_one
             ahead = Prefetched.read(fetch_in(conn), [p.res for p in plans], named, blockers=False)
-            batch, at, (waits, shares) = Batch(), utc_iso(now), activity(conn)
+            batch, at = Batch(), utc_iso(now)
             results = tuple(
                 release_one(conn, batch, ahead, plan, agent_id, now, at, principal, shares)
                 for plan in plans
@@ -683,16 +665,15 @@ class Coordinator:
 
     # -- inside a write transaction ------------------------------------------------------------
 
-    def _touch(self, conn: Any, changed: list[Topic], agent_id: str, now: float) -> None:
+    def _touch(self, conn: Any, changed: list[Topic], agent_id: str, now: float) -> Activity:
         """Check that ``agent_id`` exists and renew its lease (and last-seen time). If its lease
-        had already ended, its claims are released as lapsed first, so they stay free."""
-        row = conn.execute(
-            "SELECT last_seen_at, lease_ends_at, lease_end_outcome FROM agents WHERE agent_id = ?",
-            (agent_id,),
-        ).fetchone()
+        had already ended, its claims are released as lapsed first, so they stay free. Returns
+        the Activity read with the lease, before any of that was written."""
+        row = conn.execute(_TOUCH, (agent_id,)).fetchone()
         if row is None:
             raise unknown_agent(agent_id)
-        last_seen, lease_end, lease_outcome = row
+        last_seen, lease_end, lease_outcome = row[:3]
+        found = activity_of(row[3:])
         lapsed = lease_end is not None and lease_end <= now
         if lapsed:
             release_lapsed(conn, changed, agent_id)
@@ -701,10 +682,13 @@ class Coordinator:
         if (
             not lapsed
             and lease_outcome == new_outcome
-            and (lease_end == new_end or _close(lease_end, new_end, self.claim_ttl))
+            and (
+                lease_end == new_end
+                or small_renewal(lease_end, new_end, self.claim_ttl, RENEW_EVERY)
+            )
             and last_seen >= utc_iso(now - RENEW_EVERY)
         ):
-            return  # renewed a moment ago
+            return found  # renewed a moment ago
         conn.execute(
             "UPDATE agents SET last_seen_at = ?, lease_ends_at = ?, lease_end_outcome = ? "
             "WHERE agent_id = ?",
@@ -717,14 +701,4 @@ class Coordinator:
                 _EVENT, (utc_iso(now), agent_id, "lease_ends", None, None, "expired", None, None)
             )
             changed.append(agent_topic(agent_id))
-
-
-def _close(old_end: float | None, new_end: float | None, ttl: float | None) -> bool:
-    """Whether a lease renewal would move the end too little to be worth a write: less than
-    RENEW_EVERY, and less than a quarter of the TTL, so a short TTL is still renewed in time."""
-    return (
-        old_end is not None
-        and new_end is not None
-        and ttl is not None
-        and 0 <= new_end - old_end < min(RENEW_EVERY, ttl / 4)
-    )
+        return found
