@@ -98,8 +98,11 @@ def covers_file(key: str, scope: str, file_key: str) -> bool:
 
 def is_pattern(text: object) -> bool:
     """Whether a resource as typed is a directory or glob (not for custom:// names)."""
-    if not isinstance(text, str):
-        return False
+    return isinstance(text, str) and _is_pattern(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _is_pattern(text: str) -> bool:  # kept: a claim and its release ask it of the same names
     stripped = text.strip()
     if stripped.lower().startswith("custom://"):
         return False

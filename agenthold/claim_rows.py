@@ -333,7 +333,9 @@ def plan_releases(
     plans = []
     walk = Walk() if len(releases) > 1 else None  # the directories the files share
     for item in releases:
-        if isinstance(item, str) or not isinstance(item, Sequence) or not 2 <= len(item) <= 3:
+        # a tuple is checked first: isinstance of an abstract Sequence costs more
+        listed = type(item) is tuple or (not isinstance(item, str) and isinstance(item, Sequence))
+        if not listed or not 2 <= len(item) <= 3:
             raise InvalidInputError(
                 f"each release is (resource, outcome) or (resource, outcome, moved_to), "
                 f"got {item!r}"

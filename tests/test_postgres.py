@@ -512,8 +512,8 @@ def test_a_store_creates_only_its_tables_and_claims_add_theirs(pg_url: str, tmp_
         assert tables() == ["agenthold_components", "state", "state_history"]
         coordinator(store, tmp_path)
         assert tables() == [
-            "agenthold_components", "agents", "claim_events", "claim_shares", "claim_waiters",
-            "claims", "state", "state_history",
+            "agenthold_components", "agents", "claim_events", "claim_patterns", "claim_shares",
+            "claim_waiters", "claims", "state", "state_history",
         ]  # fmt: skip
 
 
