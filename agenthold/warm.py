@@ -54,6 +54,7 @@ HELLO_TIMEOUT = 5.0  # seconds a connection may take to say hello and pass its p
 SERVED = "serving this call"  # what a warm server says, on the call's stderr and in its log
 UNOPENED = "the database cannot be opened"  # in its log, when it ends before serving
 READY_TIMEOUT = 10.0  # seconds a call that waits for its warm server (AGENTHOLD_WARM=wait) waits
+STOPPING = {signal.SIGTERM, signal.SIGINT}  # what stops a warm server (as cli.STOP_SIGNALS)
 _session_stderr: contextvars.ContextVar[int] = contextvars.ContextVar("stderr", default=2)
 
 
@@ -167,6 +168,7 @@ class WarmServer:
 
     async def _signals(self, scope: anyio.CancelScope) -> None:
         with self.signals() as arriving:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)  # one held back arrives now
             async for signum in arriving:
                 log.info("%s: stopping", signal.Signals(signum).name)
                 self.stop_accepting()
@@ -390,6 +392,9 @@ def _become_warm(
     signals: SignalSource,
 ) -> None:
     """The warm server's life, in the forked grandchild."""
+    # a stop signal before its handler is in place would end this process without a word,
+    # its pid file left behind: held back until then (see WarmServer._signals)
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING)
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
     os.close(devnull)

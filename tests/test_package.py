@@ -377,6 +377,9 @@ PROCESS_WIDE_ELSEWHERE = {
     # (never returning into the caller's stack): the process is the warm server's own
     ("warm", "os.setsid"): 1,
     ("warm", "os._exit"): 2,
+    # ... and holds its stop signals back from its first instruction until the receiver cli.py
+    # hands it is listening (a SIGTERM in between would end it with its pid file left behind)
+    ("warm", "signal.pthread_sigmask"): 2,
     # sse-starlette's class-wide "close every stream" flag, put back to its import-time value
     # each time HTTP is served (a second server in one process, as in the tests, would
     # otherwise close its streams at once): with the other private parts http.py relies on
