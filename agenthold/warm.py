@@ -2,8 +2,10 @@
 per call (see front.py, which hands it each call's pipes).
 
 A call that finds no warm server serves itself, as ever, and forks this server first, once the
-command line has been checked and the SDK imported: the child starts in milliseconds, imports
-nothing, and costs the call that leaves it a fork. The fork comes before the call opens the
+command line has been checked and the SDK imported: the child imports nothing, binds its
+socket at once and then waits, with no CPU, until the call that forked it has exited (or a
+call comes to its socket) before it opens the database, so that on a machine with few cores it
+takes no CPU time from that call's own answer. The fork comes before the call opens the
 database: SQLite's locks are per process, and a connection opened in a child on a file that the
 parent had open would share the parent's lock bookkeeping without holding its locks (the parent
 closing its connection would then delete the WAL under the child). A database that cannot be
@@ -30,6 +32,7 @@ import json
 import logging
 import math
 import os
+import select
 import signal
 import socket
 import struct
@@ -355,26 +358,35 @@ def leave_behind(
     """Fork the warm server for ``found`` (the caller has checked ``opts``, and has not opened
     the database yet). The caller owns what is process-wide: ``logs`` makes the handler it is
     given the warm server's only log handler, ``signals`` is where it hears its stop signals.
-    With ``wait``, return once it listens (True) or failed to (False); else at once."""
+    With ``wait``, return once it listens (True) or failed to (False); else at once.
+
+    Without ``wait`` the warm server binds its socket at once but opens the database only when
+    this process has exited (the write end of ``turn``, which only this process keeps, closes
+    then) or a call comes to the socket, whichever is first: on a machine with few cores, its
+    start-up would otherwise take CPU time from this call's own answer. The next call of a
+    per-call client then waits for the end of that start-up (the database opening, some tens of
+    milliseconds) in the hello, within front.HANDSHAKE_TIMEOUT."""
     ready_r, ready_w = os.pipe()
+    turn_r, turn_w = os.pipe()  # never closed here without ``wait``: this process's exit does
     pid = os.fork()
     if pid == 0:  # pragma: no cover - measured in the grandchild, not here
         try:
             os.close(ready_r)
+            os.close(turn_w)
             os.setsid()  # out of the client's process group and session
             if os.fork() != 0:
                 os._exit(0)
-            _become_warm(opts, warnings, found, ready_w, opener, setup, logs, signals)
+            _become_warm(opts, warnings, found, ready_w, turn_r, opener, setup, logs, signals)
         finally:
             os._exit(0)
     os.close(ready_w)
+    os.close(turn_r)
     os.waitpid(pid, 0)
     if not wait:
         os.close(ready_r)
         return False
+    os.close(turn_w)  # this call goes through the warm server: it starts now
     try:
-        import select
-
         readable, _, _ = select.select([ready_r], [], [], READY_TIMEOUT)
         return bool(readable) and os.read(ready_r, 1) == b"1"
     finally:
@@ -386,12 +398,14 @@ def _become_warm(
     warnings: list[str],
     found: Plan,
     ready: int,
+    turn: int,
     opener: Callable[[Any], Coordinator],
     setup: Callable[[Agenthold], None],
     logs: Callable[[logging.Handler], None],
     signals: SignalSource,
 ) -> None:
-    """The warm server's life, in the forked grandchild."""
+    """The warm server's life, in the forked grandchild. ``turn``: readable (at its end) when
+    the call that forked it has exited, or has no more use for the CPU (see leave_behind)."""
     # a stop signal before its handler is in place would end this process without a word,
     # its pid file left behind: held back until then (see WarmServer._signals)
     signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING)
@@ -410,6 +424,8 @@ def _become_warm(
         return
     listener, lock = listening
     os.ftruncate(1, 0)
+    select.select([turn, listener.fileno()], [], [])  # the call's end, or a call waiting for us
+    os.close(turn)
     try:
         coordinator = opener(opts)  # cli.open_coordinator
     except SystemExit:  # the call itself says why

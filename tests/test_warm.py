@@ -451,3 +451,24 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
     except (OSError, IndexError):
         return True
+
+
+def test_the_warm_server_opens_its_database_once_its_call_has_ended_or_a_call_comes(
+    tmp_path: Path, runtime: Path
+) -> None:
+    # a cold call in progress: its warm server listens, but takes no CPU from it (no database
+    # opened, so no pid file) until a call comes to its socket, which it then serves
+    proc = initialized_front(tmp_path, "long session")
+    found = plan_of(tmp_path)
+    wait_for(lambda: Path(found.socket).is_socket())
+    time.sleep(0.3)
+    assert warm_pids(runtime) == []
+    reply, err = one_call(tmp_path, tool="agenthold_register")
+    (pid,) = warm_pids(runtime)
+    assert reply["status"] == "registered" and f"warm server {pid}: {SERVED}" in err
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    proc.stdin.close()
+    assert proc.wait(timeout=15) == 0
+    assert SERVED not in proc.stderr.read().decode()  # the long session served itself
+    proc.stdout.close()
+    proc.stderr.close()
