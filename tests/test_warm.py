@@ -472,3 +472,19 @@ def test_the_warm_server_opens_its_database_once_its_call_has_ended_or_a_call_co
     assert SERVED not in proc.stderr.read().decode()  # the long session served itself
     proc.stdout.close()
     proc.stderr.close()
+
+
+def test_a_stop_signal_as_soon_as_the_warm_server_is_there_stops_it_cleanly(
+    tmp_path: Path, runtime: Path
+) -> None:
+    import signal
+
+    for _ in range(3):  # the pid file appears just before the server hears signals
+        one_call(tmp_path)  # it starts once this call has ended
+        deadline = time.monotonic() + 15
+        while not warm_pids(runtime):
+            assert time.monotonic() < deadline, "no warm server"
+            time.sleep(0.001)
+        (pid,) = warm_pids(runtime)
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not warm_pids(runtime))  # its pid file removed: a clean stop
