@@ -17,8 +17,9 @@ Decisions behind it:
   answered the hello, so a warm server that is gone, hung (HANDSHAKE_TIMEOUT) or of another
   version costs nothing but the attempt, and the call is served here with nothing lost.
 - Trust: the socket lives in a directory of this user only (mode 0700, checked, never followed
-  through a symbolic link), the socket file must belong to this user, and on Linux the peer's
-  credentials (SO_PEERCRED) must be this user's too.
+  through a symbolic link), the socket file must belong to this user, and the peer's
+  credentials must be this user's too: SO_PEERCRED on Linux, LOCAL_PEERCRED on macOS (not
+  run by our tests, which run on Linux); elsewhere the directory and the file vouch alone.
 - ``--no-warm`` or AGENTHOLD_NO_WARM=1 turn it off; a database in memory, a terminal or a file
   on stdin, and every subcommand (the inspector, ``--help``, ``--version``) never use it.
 """
@@ -218,12 +219,30 @@ def plan_for(argv: Sequence[str], environ: Mapping[str, str]) -> Plan | None:
 
 
 def peer_uid(sock: socket.socket) -> int | None:
-    """The user id of the process at the other end (Linux); None where it cannot be known."""
-    option = getattr(socket, "SO_PEERCRED", None)
-    if option is None:  # pragma: no cover - not Linux
-        return None
-    creds = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
+    """The user id of the process at the other end: SO_PEERCRED on Linux, LOCAL_PEERCRED on
+    macOS; -1 (nobody's) if the system will not say, so the caller refuses; None on other
+    systems, where only the 0700 directory and the socket file's owner vouch for the peer."""
+    try:
+        option = getattr(socket, "SO_PEERCRED", None)
+        if option is not None:
+            creds = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+            return int(struct.unpack("3i", creds)[1])
+        if sys.platform == "darwin":  # pragma: no cover - not run here: our tests run on Linux
+            # getsockopt(SOL_LOCAL, LOCAL_PEERCRED), both from <sys/un.h>: level 0, option 1
+            # (the stdlib does not name them on every version); the answer is a struct xucred
+            return xucred_uid(sock.getsockopt(0, getattr(socket, "LOCAL_PEERCRED", 1), 76))
+    except OSError:
+        return -1
+    return None  # pragma: no cover - not Linux
+
+
+def xucred_uid(data: bytes) -> int:
+    """cr_uid of a struct xucred (<sys/ucred.h>: u_int cr_version, then uid_t cr_uid, then the
+    groups), or -1 when it is short or of a version other than XUCRED_VERSION (0)."""
+    if len(data) < 8:
+        return -1
+    version, uid = struct.unpack("=2I", data[:8])
+    return int(uid) if version == 0 else -1
 
 
 def _read_line(sock: socket.socket, limit: int = 1 << 16) -> bytes:

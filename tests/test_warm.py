@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -273,6 +274,18 @@ def test_a_listener_of_another_user_is_refused_by_its_credentials(
         _, status = os.waitpid(pid, 0)
         os.unlink(found.socket)
     assert os.waitstatus_to_exitcode(status) == 0  # it heard nothing
+
+
+def test_credentials_the_system_will_not_give_refuse_the_peer() -> None:
+    # what macOS's LOCAL_PEERCRED answers, a struct xucred, is decoded here on Linux too (the
+    # getsockopt itself runs only on macOS, which our tests do not run on)
+    groups = struct.pack("=16I", *range(16))
+    assert front.xucred_uid(struct.pack("=2Ih2x", 0, 501, 1) + groups) == 501
+    assert front.xucred_uid(struct.pack("=2Ih2x", 1, 501, 1) + groups) == -1  # other version
+    assert front.xucred_uid(b"\0\0\0") == -1  # short
+    closed = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    closed.close()
+    assert front.peer_uid(closed) == -1  # getsockopt fails: nobody's, so refused
 
 
 @pytest.mark.usefixtures("no_child_coverage")  # coverage itself would import sqlite3
