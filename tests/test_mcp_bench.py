@@ -49,10 +49,17 @@ def test_quick_run_prints_every_table_and_exits_zero() -> None:
         assert re.search(rf"mode {mode}: python -m agenthold, warm +{MS} +{MS} +{MS} +3\n", out)
         assert re.search(rf"mode {mode}: python -m agenthold --no-warm +{MS} +{MS} +{MS} +1\n", out)
         assert re.search(rf"{mode}: per-call client, warm: median <= 150 ms +{MS} +", out)
-        assert re.search(rf"mode {mode}: warm server \d+\.\d MiB resident, \d+ ms of CPU", out)
+        assert re.search(rf"{mode}: per-call client, first call: median <= --no-warm's", out)
+        assert re.search(rf"{mode}: warm server idle: no CPU in 2 s +\d+ ms +(pass|MISS)\n", out)
+        assert re.search(rf"{mode}: warm server memory <= 1.2 x a --no-warm server's +\d", out)
+        assert re.search(
+            rf"mode {mode}: warm server \d+\.\d MiB resident \(a --no-warm server \d+\.\d MiB\), "
+            rf"\d+ ms of CPU",
+            out,
+        )
     cpu = r"\d+ ms \(\d+\.\d\d%\)"
     for feed in ("file events", "2 ms poll"):
         assert re.search(rf"\n{feed} +{MS} +{MS} +{cpu} +{cpu} +{cpu}\n", out), feed
     for target in ("100 waits in flight in one server", "an idle log --follow"):
         assert re.search(rf"{target}: CPU < 0.2% of a core +\d+\.\d\d\d% +", out), target
-    assert len(re.findall(r"  (pass|MISS)$", out, re.MULTILINE)) == 22  # 6 rows + 16 targets
+    assert len(re.findall(r"  (pass|MISS)$", out, re.MULTILINE)) == 28  # 6 rows + 22 targets
