@@ -97,9 +97,10 @@ class Batch:
                           (_FREE, self.frees), (_UNSHARE_ALL, self.unshare_all),
                           (_UNSHARE, self.unshare), (_SHARE, self.shares),
                           (_EVENT_MODE, self.events)):  # fmt: skip
+            if not rows:
+                continue
             if sql.startswith("DELETE"):  # write_rows knows INSERT and UPDATE only
-                if rows:
-                    conn.executemany(sql, rows)
+                conn.executemany(sql, rows)
             else:
                 write_rows(conn, sql, rows)  # one statement per table
         changed.extend(resource_topic(k) for k in self.keys)

@@ -14,6 +14,7 @@ Decisions behind it:
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -116,9 +117,7 @@ class Prefetched:
                     covering = covering_keys(fetchall, dirs, [t.key for t in files])
         wanted = set(keys)
         keys = tuple(dict.fromkeys([*keys, *covering]))  # the patterns' rows, read whole
-        sql = _LOOK_ROW + f"WHERE c.resource IN ({', '.join('?' * len(keys))})"
-        if ids:
-            sql += f" OR (c.holder IS NOT NULL AND c.file_id IN ({', '.join('?' * len(ids))}))"
+        sql = _look_statement(len(keys), len(ids))
         own: dict[str, Any] = {}
         above: list[Any] = []
         by_file: dict[str, list[Any]] = {}
@@ -136,6 +135,15 @@ class Prefetched:
     def own_of(self, target: Target, now: float) -> ClaimInfo | None:
         row = self.own.get(target.key)
         return None if row is None else claim_info(row, now)
+
+
+@functools.lru_cache(maxsize=256)
+def _look_statement(keys: int, ids: int) -> str:
+    """Prefetched's statement for ``keys`` claim keys and ``ids`` file ids."""
+    sql = _LOOK_ROW + f"WHERE c.resource IN ({', '.join('?' * keys)})"
+    if ids:
+        sql += f" OR (c.holder IS NOT NULL AND c.file_id IN ({', '.join('?' * ids)}))"
+    return sql
 
 
 def covering_keys(fetchall: Fetch, dirs: Sequence[str], files: Sequence[str]) -> list[str]:
