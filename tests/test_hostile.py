@@ -1007,6 +1007,39 @@ async def test_malformed_and_oversized_http_bodies_get_4xx_in_both_eras_and_othe
             await still_serving(http, s, session)
 
 
+def test_the_top_level_id_scan_finds_only_a_top_level_id_and_gives_up_on_broken_text() -> None:
+    """rpc_id.top_level_id, shared by stdio and HTTP: strings are skipped with their escapes,
+    nested ids do not count, and text it cannot follow has no id."""
+    from agenthold.rpc_id import top_level_id
+
+    assert top_level_id('{"params": {"id": 1}, "a": "x\\"\\\\", "id" : "r-1"}') == "r-1"
+    assert top_level_id('{"method": "unterminated') is None
+    assert top_level_id('{"id": 1.5}') is None  # not an id JSON-RPC allows
+    assert top_level_id('{"id": true}') is None
+    assert top_level_id('{"id"') is None
+    assert top_level_id('[{"id": 4}]') is None
+
+
+def test_an_answer_that_needs_no_id_goes_out_as_it_came() -> None:
+    """with_request_id touches only a JSON error whose id is null: an error that has its id,
+    a plain-text refusal and an error the request shows no id for are sent unchanged."""
+    start = {"type": "http.response.start", "status": 400,
+             "headers": [(b"content-type", b"application/json")]}  # fmt: skip
+    request = b'{"jsonrpc":"2.0","id":3,"method":"x"'
+    for body in (b'{"jsonrpc":"2.0","id":2,"error":{"code":-32601,"message":"no"}}',
+                 b'{"jsonrpc":"2.0","result":{}}'):  # fmt: skip
+        answer = {"type": "http.response.body", "body": body}
+        assert http_module.with_request_id(start, answer, request) == (start, answer)
+    plain = {**start, "headers": [(b"content-type", b"text/plain; charset=utf-8")]}
+    answer = {"type": "http.response.body", "body": b"Request body too large"}
+    assert http_module.with_request_id(plain, answer, request) == (plain, answer)
+    null = {"type": "http.response.body", "body": b'{"jsonrpc":"2.0","id":null,"error":{}}'}
+    assert http_module.with_request_id(start, null, b"[1]") == (start, null)
+    fixed_start, fixed = http_module.with_request_id(start, null, request)
+    assert json.loads(fixed["body"])["id"] == 3
+    assert (b"content-length", str(len(fixed["body"])).encode()) in fixed_start["headers"]
+
+
 async def test_http_nan_infinity_and_deep_nesting_reach_the_tools_and_get_errors(
     tmp_path: Path,
 ) -> None:
