@@ -6,6 +6,12 @@ server started; the backed-up data is there, and nothing of the replaced file's 
 is. Then the ways a restore goes wrong: a copy put over the file of a running server (in place,
 or moved over it), and a WAL left by a killed server beside a restored copy. Each is refused or
 repaired as the docs say; none brings back data from after the backup.
+
+The procedure and the copies put over a running server's file run through both stdio paths
+(``stdio_path``): served by the server process itself, and through a warm server, which is then
+one of the servers that step 1 stops (its log has what a stopped server says). The killed-server
+tests run cold only: a SIGKILL of a warm call ends its front, not the warm server serving it,
+so no write-ahead log is left by a kill there.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import StdioPipes, agenthold_args, child_env
+from support import StdioPipes, agenthold_args, child_env, stop_warm_servers
 
 from agenthold.store import (
     IncompatibleDatabaseError,
@@ -57,8 +63,13 @@ class Server:
         return self.call("agenthold_get", namespace="ns", key="k")["value"]
 
     def stop(self) -> str:
+        """Stop the server, warm servers too (step 1 of the procedure): what they said."""
         status, err = self.pipes.close()
         assert status == 0, err
+        runtime = os.environ.get("AGENTHOLD_RUNTIME_DIR")
+        if os.environ.get("AGENTHOLD_NO_WARM") != "1" and runtime:  # stdio_path "warm"
+            assert not stop_warm_servers(Path(runtime))
+            err += "".join(log.read_text() for log in Path(runtime).glob("*.log"))
         return err
 
 
@@ -79,9 +90,19 @@ def side_files(db: Path) -> dict[str, int]:
 
 
 @pytest.fixture
-def started(tmp_path: Path) -> tuple[Path, Path, Server]:
+def started(tmp_path: Path, stdio_path: str) -> tuple[Path, Path, Server]:
     """A running server that wrote "backed-up", a backup taken while it runs, then "after"
-    written by the server: what a restore must undo."""
+    written by the server: what a restore must undo. Run cold and warm (``stdio_path``)."""
+    return start(tmp_path)
+
+
+@pytest.fixture
+def started_cold(tmp_path: Path) -> tuple[Path, Path, Server]:
+    """The same, served by the server process itself only (for the tests that kill it)."""
+    return start(tmp_path)
+
+
+def start(tmp_path: Path) -> tuple[Path, Path, Server]:
     db, copy = tmp_path / "agenthold.db", tmp_path / "backup.db"
     server = Server(tmp_path, db)
     assert server.set("backed-up")["version"] == 1
@@ -156,9 +177,9 @@ def test_a_backup_moved_over_the_file_of_a_running_server_is_not_undone_by_its_w
 
 
 def test_a_wal_left_by_a_killed_server_is_never_applied_to_a_restored_backup(
-    tmp_path: Path, started: tuple[Path, Path, Server]
+    tmp_path: Path, started_cold: tuple[Path, Path, Server]
 ) -> None:
-    db, copy, server = started
+    db, copy, server = started_cold
     server.pipes.proc.send_signal(signal.SIGKILL)
     server.pipes.close()
     assert side_files(db)["-wal"] > 0  # the killed server's log, with "after" in it
