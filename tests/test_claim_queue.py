@@ -689,6 +689,7 @@ async def server(db: str, root: Path) -> AsyncIterator[Client]:
 
 
 @pytest.mark.backends
+@pytest.mark.usefixtures("stdio_path")  # also as two sessions of one warm server
 async def test_hand_off_is_in_arrival_order_across_two_server_processes(
     coord: Coordinator, db: str, root: Path
 ) -> None:

@@ -276,6 +276,7 @@ async def test_a_standard_server_does_not_make_the_bus_tables(tmp_path: Path) ->
 
 
 @pytest.mark.backends
+@pytest.mark.usefixtures("stdio_path")  # also as two sessions of one warm server
 async def test_over_stdio_two_servers_on_one_database_wake_each_other(
     tmp_path: Path, db_url: str
 ) -> None:
@@ -332,7 +333,7 @@ async def test_of_two_servers_racing_to_create_one_agent_exactly_one_is_told_cre
 
 async def test_an_in_memory_bus_over_stdio_serves_its_process_only(tmp_path: Path) -> None:
     """AgentMsgs' --in-memory is --db :memory:: the threads live as long as the server and no
-    other server sees them."""
+    other server sees them. (Cold only: a database in memory never has a warm server.)"""
     async with connected(stdio(":memory:", tmp_path)) as one:
         tid = (await call(one, "agenthold_create_thread", participant_names=["a", "b"]))[
             "thread_id"
