@@ -4,6 +4,8 @@ The file is unlinked while a server (a real process) uses it; its -wal and -shm 
 server must not make a fresh file and take those for its own (SQLite would share the running
 server's log, fail with a misleading I/O error and reset that log): it says what happened and
 touches nothing. Once the running server has stopped, a new, empty database can be made.
+The running server is also a warm one (``stdio_path``), stopped as the hint says; the second
+server has no pipe on stdin, so it never goes warm.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import StdioPipes, agenthold_args, child_env
+from support import StdioPipes, agenthold_args, child_env, stop_warm_servers
 
 from agenthold.store import IncompatibleDatabaseError, StateStore
 
@@ -33,7 +35,7 @@ def call(pipes: StdioPipes, tool: str, **arguments: Any) -> dict[str, Any]:
 
 
 def test_a_server_started_beside_a_deleted_database_says_so_and_touches_nothing(
-    tmp_path: Path,
+    tmp_path: Path, stdio_path: str
 ) -> None:
     db = tmp_path / "agenthold.db"
     first = StdioPipes([sys.executable, *agenthold_args(db, tmp_path, "--tools", "advanced")],
@@ -59,6 +61,8 @@ def test_a_server_started_beside_a_deleted_database_says_so_and_touches_nothing(
     assert call(first, "agenthold_get", namespace="n", key="k")["value"] == 1  # it reads on
     status, err = first.close()
     assert status == 0, err
+    if stdio_path == "warm":  # the process that had the file open is the warm server
+        assert not stop_warm_servers(Path(os.environ["AGENTHOLD_RUNTIME_DIR"]))
     with StateStore(db) as fresh:  # once it has stopped, a new database is made
         assert fresh.list_namespaces() == []
 

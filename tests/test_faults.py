@@ -293,6 +293,12 @@ async def test_a_full_disk_makes_claims_unavailable_keeps_every_acknowledged_cla
     assert integrity(tmp_path / "faults.db") == "ok"
 
 
+# The stdio servers below serve their calls themselves (no ``stdio_path``): a file-size limit
+# is put on the server by its pid (a warm call's pid is its front's), the full file system's
+# checker runs once the server process has ended (a warm server would live on), and the
+# read-only files are served as another user, whose runtime directory is not this one's.
+
+
 class RawStdio(StdioPipes):
     """A stdio server process (``argv``) spoken to over its pipes, with the 2025-11-25
     handshake; a thread files what it writes by id (a line without an id under None)."""

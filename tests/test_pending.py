@@ -5,6 +5,9 @@ another real process (SQLite: BEGIN EXCLUSIVE; PostgreSQL: LOCK TABLE agents) wh
 happens: the server retries, records the lease ends beside the database (pending.py), and the
 next server to start writes them, so the claims come free after the disconnect grace instead
 of never. Nothing of ours is mocked: real stdio server processes, real locks.
+
+These servers serve their calls themselves (no ``stdio_path``): what is tested is a process's
+exit and the next process's start, and a session of a warm server ends without either.
 """
 
 from __future__ import annotations
