@@ -444,7 +444,7 @@ async def measure_per_call(
     status = ("agenthold_status", {"resource": STATUS_RESOURCE}, "available")
     runtime = tmp / f"rt-{mode}"
     runtime.mkdir(mode=0o700)
-    fresh_dirs = iter(range(sizes.spawns))
+    fresh_dirs = iter(range(sizes.firsts))
 
     async def first() -> float:
         """A call that finds no warm server (a runtime directory of its own), and leaves one;
