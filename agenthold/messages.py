@@ -714,12 +714,13 @@ class MessageBus:
     def _page(self, tid: str, after_seq: int, limit: int, max_bytes: int) -> MessagePage | None:
         """The messages after ``after_seq``, or None if the thread does not exist. Their
         sizes are read first (store.page_end), so no content past the byte budget is
-        fetched; ``more`` is exact."""
-        with self.db.snapshot() as conn:
-            last, taken, more = page_end(conn, POLL_SIZES, (tid,), after_seq, limit, max_bytes)
-            rows = conn.execute(POLL, (tid, after_seq, last)).fetchall() if taken else []
-            if not rows and conn.execute(THREAD, (tid,)).fetchone() is None:
-                return None
+        fetched; ``more`` is exact. No snapshot is needed (it would cost more than the reads):
+        messages never change, and a thread is only deleted whole, never reused."""
+        db = self.db
+        last, taken, more = page_end(db, POLL_SIZES, (tid,), after_seq, limit, max_bytes)
+        rows = db.fetchall(POLL, (tid, after_seq, last)) if taken else []
+        if not rows and db.fetchone(THREAD, (tid,)) is None:
+            return None
         return MessagePage([message_of(tid, r) for r in rows], more, after_seq)
 
     @staticmethod

@@ -2779,7 +2779,7 @@ SIZE_BATCH = 1000  # rows whose sizes one statement of page_end reads
 
 
 def page_end(
-    conn: Any,
+    conn: Any,  # a snapshot's connection, or a database (its fetchall reads outside one)
     sizes_sql: str,
     params: Sequence[Any],
     start: Any,
@@ -2796,7 +2796,12 @@ def page_end(
     taken, total, last = 0, 0, start
     while True:
         want = min(limit - taken, SIZE_BATCH) + 1
-        rows = conn.execute(sizes_sql, (*params, last, want)).fetchall()
+        args = (*params, last, want)
+        rows = (
+            conn.fetchall(sizes_sql, args)
+            if hasattr(conn, "fetchall")
+            else (conn.execute(sizes_sql, args).fetchall())
+        )
         for position, size in rows:
             size = int(size or 0)
             if taken == limit or (taken and max_bytes is not None and total + size > max_bytes):

@@ -12,8 +12,9 @@ and synchronous NORMAL):
 1. Appends per second: one sender appends short messages to one thread through
    ``MessageBus.append`` (validating the ids and content, bumping the thread's counter,
    checking membership and inserting the row in one ``BEGIN IMMEDIATE`` transaction).
-2. Polls per second: ``MessageBus.poll`` of 10 messages after a cursor (one statement that
-   reads 11 rows, so it knows whether more remain) and the message records built from them.
+2. Polls per second: ``MessageBus.poll`` of 10 messages after a cursor (a statement that
+   reads the sizes of 11 rows, so the page stops at its byte budget and knows whether more
+   remain, then one that reads the rows that fit) and the message records built from them.
 3. Unread checks per second (``has_unread``, the agent given as its record: one statement that
    reads the thread's counter and the agent's cursor) on a thread of 1,000,000 messages and on
    an empty one, to show that the check does not grow with the thread. The same for
@@ -75,6 +76,7 @@ from agenthold.message_schema import (
     IS_MEMBER,
     MEMBERS,
     POLL,
+    POLL_SIZES,
     THREAD_INFO,
     thread_topic,
 )
@@ -128,7 +130,9 @@ class Raw:
         return int(seq)
 
     def poll(self, after_seq: int) -> list[Any]:
-        return self.cur.execute(POLL, (self.tid, after_seq, PAGE + 1)).fetchall()[:PAGE]
+        cur, tid = self.cur, self.tid
+        sizes = cur.execute(POLL_SIZES, (tid, after_seq, PAGE + 1)).fetchall()[:PAGE]
+        return cur.execute(POLL, (tid, after_seq, sizes[-1][0])).fetchall() if sizes else []
 
     def has_unread(self, thread_id: str) -> bool:
         last, cursor = self.cur.execute(CURSOR, (self.agent.id, thread_id)).fetchone()
@@ -139,7 +143,7 @@ class Raw:
         cur.execute("BEGIN")
         row = cur.execute(THREAD_INFO, (thread_id,)).fetchone()
         members = cur.execute(MEMBERS, (thread_id,)).fetchall()
-        latest = cur.execute(POLL, (thread_id, row[1] - 1, 1)).fetchone() if row[1] else None
+        latest = cur.execute(POLL, (thread_id, row[1] - 1, row[1])).fetchone() if row[1] else None
         cur.execute("COMMIT")
         return row, members, latest
 
@@ -170,7 +174,9 @@ class RawPostgres(Raw):
         return int(seq)
 
     def poll(self, after_seq: int) -> list[Any]:
-        return self.pg.execute(self.sql["poll"], (self.tid, after_seq, PAGE + 1)).fetchall()[:PAGE]
+        pg, sql, tid = self.pg, self.sql, self.tid
+        sizes = pg.execute(sql["sizes"], (tid, after_seq, PAGE + 1)).fetchall()[:PAGE]
+        return pg.execute(sql["poll"], (tid, after_seq, sizes[-1][0])).fetchall() if sizes else []
 
     def has_unread(self, thread_id: str) -> bool:
         row = self.pg.execute(self.sql["cursor"], (self.agent.id, thread_id)).fetchone()
@@ -181,13 +187,14 @@ class RawPostgres(Raw):
         pg.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         row = pg.execute(sql["info"], (thread_id,)).fetchone()
         members = pg.execute(sql["members"], (thread_id,)).fetchall()
-        latest = pg.execute(sql["poll"], (thread_id, row[1] - 1, 1)).fetchone() if row[1] else None
+        last = row[1]
+        latest = pg.execute(sql["poll"], (thread_id, last - 1, last)).fetchone() if last else None
         pg.execute("COMMIT")
         return row, members, latest
 
 
-SQL = {"bump": BUMP, "member": IS_MEMBER, "insert": INSERT, "poll": POLL, "cursor": CURSOR,
-       "info": THREAD_INFO, "members": MEMBERS}  # fmt: skip
+SQL = {"bump": BUMP, "member": IS_MEMBER, "insert": INSERT, "poll": POLL, "sizes": POLL_SIZES,
+       "cursor": CURSOR, "info": THREAD_INFO, "members": MEMBERS}  # fmt: skip
 
 
 def fill(bus: MessageBus, thread_id: str, sender: BusAgent, count: int) -> None:
