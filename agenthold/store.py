@@ -3051,11 +3051,19 @@ class StateStore:
         if max_bytes is not None:
             check_int("max_bytes", max_bytes, minimum=1)
         top = 2**63 - 1 if before is None else before  # versions are below SQLite's largest
-        with self.db.snapshot() as conn:
-            last, taken, more = page_end(
-                conn, _HISTORY_SIZES, (namespace, key), top, min(limit, 2**62), max_bytes
-            )
-            rows = _fetch_all(conn, _HISTORY_RANGE, (namespace, key, top, last)) if taken else []
+        if max_bytes is None and before is None:  # history(): no byte bound, one statement
+            rows = self.db.fetchall(_HISTORY, (namespace, key, min(limit, 2**62) + 1))
+            more = len(rows) > limit
+            rows = rows[:limit]
+            last = rows[-1][0] if rows else top
+        else:
+            with self.db.snapshot() as conn:
+                last, taken, more = page_end(
+                    conn, _HISTORY_SIZES, (namespace, key), top, min(limit, 2**62), max_bytes
+                )
+                rows = (
+                    _fetch_all(conn, _HISTORY_RANGE, (namespace, key, top, last)) if taken else []
+                )
         entries: list[HistoryEntry] = []
         for v, val, by, at, *rest in rows:
             try:
