@@ -254,7 +254,8 @@ def with_request_id(
     if found is None:
         return start, answer
     error["id"] = found
-    data = json.dumps(error, separators=(",", ":"), ensure_ascii=False).encode()
+    # ASCII escapes: an id the client wrote as a lone surrogate ("\\ud800") has no UTF-8 form
+    data = json.dumps(error, separators=(",", ":")).encode()
     kept = [(k, v) for k, v in headers if k.lower() != b"content-length"]
     start = {**start, "headers": [*kept, (b"content-length", str(len(data)).encode())]}
     return start, {**answer, "body": data}

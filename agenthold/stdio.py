@@ -283,6 +283,8 @@ def _diagnose(exc: Exception) -> tuple[str | int | None, int, str]:
         request_id = top_level_id(raw)
     if isinstance(request_id, bool) or not isinstance(request_id, (int, str)):
         request_id = None
+    if isinstance(request_id, str) and not _utf8(request_id):
+        request_id = None  # a lone surrogate escape: no answer can carry it
     if isinstance(found, dict) and OVERSIZE_KEY in found:
         code = types.INVALID_REQUEST
         message = f"Message too large: the limit is {MAX_LINE_BYTES // (1024 * 1024)} MiB a line"
@@ -293,6 +295,14 @@ def _diagnose(exc: Exception) -> tuple[str | int | None, int, str]:
             " JSON-RPC over stdio is UTF-8 text"
         )
     return request_id, code, message
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 async def serve_stdio(app: Agenthold, signals: SignalSource) -> None:

@@ -726,6 +726,23 @@ def test_over_stdio_5000_digit_integers_anywhere_get_a_parse_error_with_the_requ
 
 
 @ERAS
+def test_over_stdio_an_id_of_one_surrogate_escape_is_answered_with_that_id(
+    tmp_path: Path, era: str, stdio_path: str
+) -> None:
+    """``"\\ud800"`` is valid JSON text for a string no UTF-8 can hold, so no answer can carry
+    it: a line with such an id gets its error with id null (it used to end the server), and
+    serving goes on."""
+    with stdio_server(tmp_path, era, stdio_path) as (server, canary, modern):
+        server.send('{"jsonrpc":"2.0","id":"\\ud800","method":')
+        assert server.reply(None)["error"]["code"] == -32700
+        meta = f',"params":{{"_meta":{json.dumps(MODERN_META)}}}' if modern else ""
+        server.send(f'{{"jsonrpc":"2.0","id":"\\ud801","method":"tools/list"{meta}}}')
+        assert server.reply(None)["error"]["code"] == -32700  # the SDK's parser refuses it
+        after = server.tool("after", "agenthold_get", canary_arguments(), modern=modern)
+        assert tool_result(after, "agenthold_get")["version"] == canary.version
+
+
+@ERAS
 def test_over_stdio_nan_and_infinity_in_every_number_are_errors_naming_the_argument(
     tmp_path: Path, era: str, stdio_path: str
 ) -> None:
@@ -960,6 +977,15 @@ BAD_BODIES: list[tuple[str, bytes, int, int | None, int | str | None]] = [
     ("a JSON array", b'[{"jsonrpc":"2.0","id":4,"method":"tools/list"}]', 400, None, None),
     ("a JSON number", b"42", 400, None, None),
     ("no method", b'{"jsonrpc":"2.0","id":5}', 400, None, 5),
+    # an id that is a lone surrogate escape: valid JSON text, but no UTF-8 string can hold it
+    ("an id of one surrogate", b'{"jsonrpc":"2.0","id":"\\ud800","method":', 400, -32700, "\ud800"),
+    (
+        "a request with such an id",
+        b'{"jsonrpc":"2.0","id":"\\ud801","method":"ping"}',
+        400,
+        None,  # -32700 (pydantic refuses the escape) or -32602 (no _meta: json accepts it)
+        "\ud801",
+    ),
     (
         "params not an object",
         b'{"jsonrpc":"2.0","id":"call-7","method":"tools/call","params":"oops"}',
