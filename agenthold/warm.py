@@ -56,6 +56,7 @@ IDLE_SECONDS = 600.0  # how long a warm server waits for its next client before 
 HELLO_TIMEOUT = 5.0  # seconds a connection may take to say hello and pass its pipes
 SERVED = "serving this call"  # what a warm server says, on the call's stderr and in its log
 UNOPENED = "the database cannot be opened"  # in its log, when it ends before serving
+TAKEN = "its socket was taken over before it could serve"  # likewise
 READY_TIMEOUT = 10.0  # seconds a call that waits for its warm server (AGENTHOLD_WARM=wait) waits
 STOPPING = {signal.SIGTERM, signal.SIGINT}  # what stops a warm server (as cli.STOP_SIGNALS)
 _session_stderr: contextvars.ContextVar[int] = contextvars.ContextVar("stderr", default=2)
@@ -96,6 +97,7 @@ class WarmServer:
         listener: socket.socket,
         idle: float,
         signals: SignalSource,
+        socket_inode: int,
     ) -> None:
         self.opts = opts
         self.coordinator = coordinator
@@ -110,7 +112,7 @@ class WarmServer:
         self.deadline = time.monotonic() + idle  # when this server exits if no client comes
         self.lock: int | None = None  # released once this server answers calls
         self.setup: Callable[[Agenthold], None] = lambda app: None  # as cli.serve sets an app
-        self._socket_inode = os.stat(found.socket).st_ino
+        self._socket_inode = socket_inode  # of the file it bound: the path may be another's now
         self._files = self._watched()
 
     def _watched(self) -> dict[str, tuple[int, int] | None]:
@@ -133,8 +135,8 @@ class WarmServer:
         if not self.accepting:
             return
         self.accepting = False
-        with contextlib.suppress(OSError):
-            if os.stat(self.plan.socket).st_ino == self._socket_inode:
+        if _own_socket(self.plan, self._socket_inode):
+            with contextlib.suppress(OSError):  # gone meanwhile
                 os.unlink(self.plan.socket)
         self.listener.close()
         if self._waiting is not None:
@@ -321,10 +323,11 @@ def _lock(path: str) -> int | None:
     return None
 
 
-def _listen(found: Plan) -> tuple[socket.socket, int] | None:
+def _listen(found: Plan) -> tuple[socket.socket, int, int] | None:
     """The listening socket of the warm server of ``found``, unless a good one answers there
     already, and the lock under which it was made: two calls starting at once leave one
-    server, not two. The lock is held until the server answers (WarmServer.run)."""
+    server, not two. The lock is held until the server answers (WarmServer.run). Last, the
+    inode of the socket file, by which the server knows whether the path is still its own."""
     lock = _lock(found.lock)
     if lock is None:
         return None
@@ -341,7 +344,7 @@ def _listen(found: Plan) -> tuple[socket.socket, int] | None:
     # that is the whole process's, and cli.py owns what is process-wide)
     listener.listen(64)
     listener.setblocking(False)
-    return listener, lock
+    return listener, lock, os.stat(found.socket).st_ino
 
 
 def leave_behind(
@@ -393,6 +396,23 @@ def leave_behind(
         os.close(ready_r)
 
 
+def _own_socket(found: Plan, inode: int) -> bool:
+    try:
+        return os.stat(found.socket).st_ino == inode
+    except OSError:
+        return False
+
+
+def _give_up(found: Plan, listener: socket.socket, inode: int, lock: int, ready: int) -> None:
+    """End before serving: the socket file goes if it is still this server's."""
+    listener.close()
+    if _own_socket(found, inode):
+        with contextlib.suppress(OSError):  # gone meanwhile
+            os.unlink(found.socket)
+    os.close(lock)
+    os.close(ready)
+
+
 def _become_warm(
     opts: Any,
     warnings: list[str],
@@ -422,7 +442,7 @@ def _become_warm(
     if listening is None:
         os.close(ready)
         return
-    listener, lock = listening
+    listener, lock, inode = listening
     os.ftruncate(1, 0)
     select.select([turn, listener.fileno()], [], [])  # the call's end, or a call waiting for us
     os.close(turn)
@@ -431,14 +451,24 @@ def _become_warm(
     except SystemExit:  # the call itself says why
         with contextlib.suppress(OSError):
             os.write(2, f"warm server {os.getpid()}: {UNOPENED}\n".encode())
-        listener.close()
-        os.unlink(found.socket)
-        os.close(lock)
-        os.close(ready)
+        _give_up(found, listener, inode, lock, ready)
+        return
+    if not _own_socket(found, inode):  # a call that found this server slow to start took its
+        coordinator.store.close()  # socket away (front.connect) and left another: no use now
+        with contextlib.suppress(OSError):
+            os.write(2, f"warm server {os.getpid()}: {TAKEN}\n".encode())
+        _give_up(found, listener, inode, lock, ready)
         return
     logs(_SessionLog())  # cli.py sets up the logging around it, as for any server
     server = WarmServer(
-        opts, coordinator, found, warnings, listener, idle_seconds(dict(os.environ)), signals
+        opts,
+        coordinator,
+        found,
+        warnings,
+        listener,
+        idle_seconds(dict(os.environ)),
+        signals,
+        socket_inode=inode,
     )
     server.lock = lock
     server.setup = setup

@@ -501,3 +501,29 @@ def test_a_stop_signal_as_soon_as_the_warm_server_is_there_stops_it_cleanly(
         (pid,) = warm_pids(runtime)
         os.kill(pid, signal.SIGTERM)
         wait_for(lambda: not warm_pids(runtime))  # its pid file removed: a clean stop
+
+
+def test_a_warm_server_whose_socket_was_taken_while_it_started_ends_and_leaves_it(
+    tmp_path: Path, runtime: Path
+) -> None:
+    # a call that found it slow to answer took its socket away and left another server there
+    # (here a listener of the test's): once up, it must neither serve nor remove that one
+    from agenthold.warm import TAKEN
+
+    proc = initialized_front(tmp_path, "long session")  # its warm server waits for its end
+    found = plan_of(tmp_path)
+    wait_for(lambda: Path(found.socket).is_socket())
+    os.unlink(found.socket)
+    heard: list[bytes] = []
+    listener = fake_server(found.socket, b'{"ok": false, "why": "busy"}\n', heard)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        proc.stdin.close()
+        assert proc.wait(timeout=15) == 0
+        proc.stdout.close()
+        proc.stderr.close()
+        wait_for(lambda: TAKEN in Path(found.log).read_text())
+        assert Path(found.socket).is_socket() and warm_pids(runtime) == []
+    finally:
+        listener.close()
+        os.unlink(found.socket)
