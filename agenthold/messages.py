@@ -88,6 +88,7 @@ from agenthold.message_types import (
 from agenthold.store import (
     DEFAULT_MAX_VALUE_BYTES,
     MAX_PAGE_BYTES,
+    MAX_SQL_INT,
     MAX_WAIT_SECONDS,
     AgentholdError,
     InvalidInputError,
@@ -451,7 +452,7 @@ class MessageBus:
         and past the first no more than about ``max_bytes`` of content (4 MiB by default);
         ``more`` on the result says whether more remain. UnknownThreadError if no thread."""
         tid = thread_id_of(thread_id)
-        check_int("after_seq", after_seq)
+        check_int("after_seq", after_seq, maximum=MAX_SQL_INT)
         limit = check_limit(limit)
         check_int("max_bytes", max_bytes, minimum=1)
         if not self._ready:
@@ -477,7 +478,7 @@ class MessageBus:
         the thread. UnknownThreadError if the thread does not exist (or is deleted meanwhile,
         in this process)."""
         tid = thread_id_of(thread_id)
-        check_int("after_seq", after_seq)
+        check_int("after_seq", after_seq, maximum=MAX_SQL_INT)
         seconds = check_seconds("timeout", timeout, maximum=MAX_WAIT_SECONDS)
         limit = check_limit(limit)
         check_int("max_bytes", max_bytes, minimum=1)

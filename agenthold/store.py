@@ -476,12 +476,19 @@ def check_text(what: str, value: object, max_length: int) -> str:
     return value
 
 
-def check_int(what: str, value: object, *, minimum: int = 0) -> int:
-    """Return ``value`` if it is an int (not a bool) of at least ``minimum``."""
+MAX_SQL_INT = 2**63 - 1  # the largest integer SQLite and PostgreSQL's bigint take
+
+
+def check_int(what: str, value: object, *, minimum: int = 0, maximum: int | None = None) -> int:
+    """Return ``value`` if it is an int (not a bool) of at least ``minimum`` and at most
+    ``maximum`` (None: no bound; a value passed to SQL needs MAX_SQL_INT)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInputError(f"{what} must be an integer, got {type(value).__name__}")
     if value < minimum:
         raise InvalidInputError(f"{what} must be at least {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        shown = value if value.bit_length() < 200 else "a larger integer"
+        raise InvalidInputError(f"{what} must be at most {maximum}, got {shown}")
     return value
 
 
@@ -3047,7 +3054,7 @@ class StateStore:
         check_text("key", key, MAX_KEY_LENGTH)
         check_int("limit", limit, minimum=1)
         if before is not None:
-            check_int("before", before, minimum=1)
+            check_int("before", before, minimum=1, maximum=MAX_SQL_INT)
         if max_bytes is not None:
             check_int("max_bytes", max_bytes, minimum=1)
         top = 2**63 - 1 if before is None else before  # versions are below SQLite's largest

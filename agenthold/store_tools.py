@@ -17,6 +17,7 @@ from typing import Any
 from agenthold.store import (
     MAX_KEY_LENGTH,
     MAX_PAGE_BYTES,
+    MAX_SQL_INT,
     ConflictError,
     DamagedRecordError,
     NotFoundError,
@@ -118,7 +119,9 @@ class StoreHandlers:
         a = call.args
         damaged: list[DamagedRecordError] = []
         cursor = a["cursor"]
-        if cursor is not None and not (cursor.isascii() and cursor.isdigit() and int(cursor)):
+        if cursor is not None and not (
+            cursor.isascii() and cursor.isdigit() and 0 < int(cursor) <= MAX_SQL_INT
+        ):
             raise ToolError(
                 f"cursor {cursor!r} is not a next_cursor that agenthold_history gave",
                 "Leave cursor out to read from the newest entry, or pass the next_cursor of "

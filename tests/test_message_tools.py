@@ -181,6 +181,8 @@ async def test_wait_messages_is_woken_by_an_append_and_reports_progress(
         ("agenthold_append", {"sender_name": "a", "content": ""}, "must not be empty"),
         ("agenthold_append", {"sender_name": "nobody", "content": "x"}, "unknown agent"),
         ("agenthold_poll", {"after_seq": -1}, "after_seq must be at least 0"),
+        ("agenthold_poll", {"after_seq": 2**63}, "after_seq must be at most"),
+        ("agenthold_wait_messages", {"after_seq": 2**63}, "after_seq must be at most"),
         ("agenthold_poll", {"limit": 5000}, "limit must be from 1 to 1000"),
         ("agenthold_wait_messages", {"timeout_seconds": 301}, "timeout_seconds must be"),
         ("agenthold_mark_read", {"agent_name": "a", "seq": 9}, "ends at seq 0"),

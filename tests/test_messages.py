@@ -447,6 +447,12 @@ def test_every_common_error_is_a_clear_value_error(pair: Any) -> None:
         (lambda: bus.poll("not-a-uuid"), InvalidInputError, "must be a UUID"),
         (lambda: bus.poll(tid, -1), InvalidInputError, "after_seq must be at least 0"),
         (lambda: bus.poll(tid, True), InvalidInputError, "after_seq must be an integer"),
+        (lambda: bus.poll(tid, 2**63), InvalidInputError, "after_seq must be at most"),
+        (
+            lambda: bus.wait(tid, after_seq=10**5000, timeout=0),
+            InvalidInputError,
+            "got a larger integer",
+        ),
         (lambda: bus.poll(tid, limit=0), InvalidInputError, "limit must be at least 1"),
         (lambda: bus.poll(tid, limit=MAX_POLL_LIMIT + 1), InvalidInputError, "in pages"),
         (lambda: bus.get_or_create_agent(""), InvalidInputError, "must not be empty"),

@@ -104,8 +104,8 @@ def test_a_history_page_of_large_values_stops_at_its_budget_and_pages_cover_it_o
     assert [e.version for e in store.history("ns", "k", limit=20)] == seen  # no byte bound
     unbounded, before = store.history_page("ns", "k", limit=5, max_bytes=None)
     assert ([e.version for e in unbounded], before) == ([13, 12, 11, 10, 9], 9)
-    for bad in ({"before": 0}, {"max_bytes": 0}, {"limit": 0}):
-        with pytest.raises(InvalidInputError):
+    for bad in ({"before": 0}, {"before": 2**63}, {"max_bytes": 0}, {"limit": 0}):
+        with pytest.raises(InvalidInputError):  # 2**63: past SQL's integers, not an OverflowError
             store.history_page("ns", "k", **bad)  # type: ignore[arg-type]
 
 

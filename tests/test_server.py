@@ -900,7 +900,7 @@ async def test_a_history_of_large_values_comes_in_pages_of_about_4_mib_read_on_w
             break
         assert "next_cursor" in reply["hint"] and cursor == str(versions[-1])
     assert versions == list(range(20, 0, -1))
-    for bad in ("abc", "0", "-3", "1.5", "\u0661"):
+    for bad in ("abc", "0", "-3", "1.5", "\u0661", "9223372036854775808", "9" * 20):
         wrong = await advanced.call_raw(
             "agenthold_history", {"namespace": "n", "key": "k", "cursor": bad}
         )
