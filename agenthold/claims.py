@@ -120,7 +120,7 @@ from agenthold.store import (
     utc_iso,
     wait_until,
 )
-from agenthold.uris import Resolver, Resource
+from agenthold.uris import Resolver, Resource, Walk
 
 __all__ = [  # the records and schema are re-exported: agenthold.claims names them all
     "AGENT_ID_RE",
@@ -271,9 +271,11 @@ class Coordinator:
 
     # -- claims --------------------------------------------------------------------------------
 
-    def target(self, resource: str | Resource | Pattern) -> Resource | Pattern:
+    def target(
+        self, resource: str | Resource | Pattern, walk: Walk | None = None
+    ) -> Resource | Pattern:
         """What ``resource`` names: a file or custom resource, or a directory or glob."""
-        return target_of(self.resolver, resource)
+        return target_of(self.resolver, resource, walk)
 
     def claim(
         self,

@@ -181,3 +181,20 @@ def test_the_index_finds_exactly_what_covers_file_finds(root: Path) -> None:
         expected = {p.key for p in patterns for f in some if covers_file(p.key, p.scope, f)}
         assert set(index.covering(some)) == expected
     assert HeldPatterns.build("t", []).covering(files) == []
+
+
+@pytest.mark.backends
+def test_without_a_pattern_token_every_claim_reads_the_patterns_afresh(
+    opened: Callable[[], Coordinator],
+) -> None:
+    """A database whose token row is gone (emptied by hand) has nothing to key an index on:
+    claims still see every glob, read from the claims table each time."""
+    coord = opened()
+    me, them = coord.register("me").agent_id, coord.register("them").agent_id
+    with coord.db.write() as (conn, _):
+        conn.execute("DELETE FROM claim_patterns")
+    claim_and_release(coord, me, "src/a.py")
+    assert coord.claim("src/*.py", them).status == "claimed"
+    assert coord.claim("src/a.py", me).status == "busy"
+    coord.release("src/*.py", them)
+    claim_and_release(coord, me, "src/a.py")

@@ -350,6 +350,24 @@ def test_bad_sets_are_invalid_input(coord: Coordinator, bad: Any) -> None:
         coord.status_many([])
 
 
+def test_a_release_set_is_checked_item_by_item(coord: Coordinator) -> None:
+    """A release is a tuple or any other sequence of (resource, outcome[, moved_to]); a bare
+    string, an empty set and one of more than MAX_SET are refused with the reason."""
+    agent = coord.register("a").agent_id
+    coord.claim("src/a.py", agent)
+    for bad, why in (
+        ([], "1 to 100 releases, got 0"),
+        ([("src/a.py", "released")] * 101, "1 to 100 releases, got 101"),
+        (["src/a.py"], "each release is"),
+        ([("src/a.py", "released", None, "x")], "each release is"),
+    ):
+        with pytest.raises(InvalidInputError, match=why):
+            coord.release_many(bad, agent)  # type: ignore[arg-type]
+    assert coord.status("src/a.py").holder is not None  # nothing was released
+    done = coord.release_many([["src/a.py", "modified"]], agent)  # type: ignore[list-item]
+    assert [r.status for r in done.results] == ["released"]
+
+
 # --------------------------------------------------------------------------------------------
 # Many processes claiming overlapping sets in random orders: a history checker
 # --------------------------------------------------------------------------------------------
