@@ -197,7 +197,11 @@ class CancelOnDisconnect:
             if held is not None:
                 start, held = held, None
                 if message["type"] == "http.response.body" and not message.get("more_body"):
-                    start, message = with_request_id(start, message, body)
+                    # in a worker thread: the scan of a 4 MiB body takes about a second of
+                    # Python, which on the event loop would stall every other request
+                    start, message = await anyio.to_thread.run_sync(
+                        with_request_id, start, message, body
+                    )
                 await send(start)
                 started = True
             await send(message)  # uvicorn awaits before writing: a cancelled send wrote nothing

@@ -30,6 +30,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -1003,6 +1004,41 @@ BAD_BODIES: list[tuple[str, bytes, int, int | None, int | str | None]] = [
         None,  # refused before it is read: plain text, no JSON-RPC
     ),
 ]
+
+
+@pytest.mark.anyio
+async def test_the_id_scan_of_a_4_mib_body_does_not_stall_other_requests(tmp_path: Path) -> None:
+    """A 4 MiB body of brackets with no id costs the top-level scan about a second of Python;
+    it runs beside the event loop, so pings sent meanwhile are answered in their usual time,
+    not after the scan (they waited for all of it when it ran on the loop)."""
+    async with (
+        http_serving(tmp_path, json_response=True) as s,
+        httpx2.AsyncClient(timeout=30) as http,
+    ):
+        session = await open_session(http, s.url)
+        hostile = b'{"jsonrpc":"2.0","method":"x","params":' + b"[" * (
+            http_module.MAX_BODY_BYTES - 100
+        )
+        ping = b'{"jsonrpc":"2.0","id":1,"method":"ping"}'
+        waits: list[float] = []
+        took = 0.0
+
+        async def send_hostile() -> None:
+            nonlocal took
+            started = time.perf_counter()
+            answer = await http.post(s.url, content=hostile, headers=post_headers(False, session))
+            took = time.perf_counter() - started
+            assert answer.status_code == 400 and answer.json()["id"] is None
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send_hostile)
+            while not took:
+                started = time.perf_counter()
+                answer = await http.post(s.url, content=ping, headers=post_headers(False, session))
+                waits.append(time.perf_counter() - started)
+                assert answer.status_code == 200
+                await anyio.sleep(0.01)
+        assert len(waits) >= 3 and max(waits) < took / 2, (max(waits), took)
 
 
 @pytest.mark.parametrize("json_response", [False, True], ids=["sse", "json"])
