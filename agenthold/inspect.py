@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -235,6 +236,9 @@ class Inspector:
         self.coordinator: Coordinator = Coordinator(store)
         self.as_json = as_json
         self.now = store.db.now()  # the database's clock, by which leases are judged
+        # messages and threads are stamped by the writing host's wall clock, not the
+        # database's (docs/architecture.md): their ages are judged by this host's
+        self.wall_clock = time.time()
 
     @classmethod
     def open(cls, path: str, *, as_json: bool) -> Inspector:
@@ -482,7 +486,7 @@ class Inspector:
                     r["created_by"] or "-",
                     ", ".join(r["participants"]) or "-",
                     str(r["message_count"]),
-                    age(r["last_activity_at"], self.now),
+                    age(r["last_activity_at"], self.wall_clock),
                 ]
                 for r in records
             ]
@@ -519,7 +523,7 @@ class Inspector:
                 [
                     str(r["seq"]),
                     by_whom(r["sender"], r.get("principal")),
-                    age(r["created_at"], self.now),
+                    age(r["created_at"], self.wall_clock),
                     r["content"],
                 ]
                 for r in records

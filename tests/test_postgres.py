@@ -683,3 +683,27 @@ def test_connections_turn_gssapi_encryption_off_unless_the_url_or_environment_ch
     assert mode(pg_url + "&gssencmode=prefer") == "prefer"
     monkeypatch.setenv("PGGSSENCMODE", "prefer")
     assert mode(pg_url) == "prefer"
+
+
+def test_the_inspectors_message_ages_are_not_judged_by_a_skewed_database_clock(
+    skewed: StateStore,
+) -> None:
+    """Messages and threads are stamped by the writing host's wall clock (docs/architecture.md,
+    "Which clock measures what"), so the inspector shows their ages by this host's clock: a
+    message just written is seconds old, not an hour, on a server whose clock is an hour off."""
+    from agenthold.messages import MessageBus
+
+    bus = MessageBus(skewed.db)
+    thread = bus.create_thread(bus.create_agent("ann"), bus.create_agent("bob"))
+    bus.append(thread.id, "ann", "hello")
+    url = skewed.db.url  # type: ignore[attr-defined]
+    for command in (["threads"], ["messages", thread.id]):
+        done = subprocess.run(
+            [sys.executable, "-m", "agenthold", *command, "--db", url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "s ago" in done.stdout, done.stdout  # not "1h ago", nor " in 59m" (behind)
+        assert "h ago" not in done.stdout and " in " not in done.stdout, done.stdout
