@@ -152,7 +152,7 @@ INSERT = (
     "principal) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
 POLL_SIZES = (  # a poll's page is cut by these first (store.page_end), then read by POLL
-    "SELECT seq, length(content) FROM msg_messages "
+    "SELECT seq, length(CAST(content AS BLOB)) FROM msg_messages "
     "WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
 POLL = (

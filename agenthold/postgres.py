@@ -40,6 +40,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import threading
 import time
 import weakref
@@ -107,14 +108,19 @@ def lock_key(name: str) -> int:
 
 
 _translated: dict[str, str] = {}
+# SQLite before 3.43 has no octet_length: the components count a text's bytes as the length of
+# it cast to a blob, which PostgreSQL (no blob type) spells octet_length.
+_BYTE_LENGTH = re.compile(r"length\(CAST\(([\w.]+) AS BLOB\)\)")
 
 
 def _pg(text: str) -> str:
-    """The components' SQL (``?`` placeholders) in psycopg's style (``%s``)."""
+    """The components' SQL (``?`` placeholders, SQLite's byte length of a text) in psycopg's
+    style (``%s``) and PostgreSQL's."""
     try:
         return _translated[text]
     except KeyError:
-        converted = _translated[text] = text.replace("%", "%%").replace("?", "%s")
+        converted = text.replace("%", "%%").replace("?", "%s")
+        converted = _translated[text] = _BYTE_LENGTH.sub(r"octet_length(\1)", converted)
         return converted
 
 

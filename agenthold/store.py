@@ -2759,10 +2759,11 @@ _HISTORY = (
     "SELECT version, value, updated_by, updated_at, event_type, principal FROM state_history "
     "WHERE namespace = ? AND key = ? ORDER BY version DESC LIMIT ?"
 )
-# A page's reads: first the sizes of its candidate rows (never their values: see page_end),
-# then the values of the rows that fit, by the range page_end found.
+# A page's reads: first the sizes of its candidate rows (never their values: see page_end), in
+# bytes of UTF-8 (a text's length counts characters; postgres.py writes octet_length), then the
+# values of the rows that fit, by the range page_end found.
 _LIST_SIZES = (  # keys are never empty, so after = '' starts at the first
-    "SELECT key, length(value) FROM state "
+    "SELECT key, length(CAST(value AS BLOB)) FROM state "
     "WHERE namespace = ? AND deleted = 0 AND key > ? ORDER BY key LIMIT ?"
 )
 _LIST_RANGE = (
@@ -2770,12 +2771,13 @@ _LIST_RANGE = (
     "WHERE namespace = ? AND deleted = 0 AND key > ? AND key <= ? ORDER BY key"
 )
 _EXPORT_SIZES = (  # a key's live value and its whole history, as one export page holds them
-    "SELECT s.key, length(s.value) + (SELECT coalesce(sum(length(h.value)), 0) "
+    "SELECT s.key, length(CAST(s.value AS BLOB)) + "
+    "(SELECT coalesce(sum(length(CAST(h.value AS BLOB))), 0) "
     "FROM state_history AS h WHERE h.namespace = s.namespace AND h.key = s.key) FROM state AS s "
     "WHERE s.namespace = ? AND s.deleted = 0 AND s.key > ? ORDER BY s.key LIMIT ?"
 )
 _HISTORY_SIZES = (
-    "SELECT version, length(value) FROM state_history "
+    "SELECT version, length(CAST(value AS BLOB)) FROM state_history "
     "WHERE namespace = ? AND key = ? AND version < ? ORDER BY version DESC LIMIT ?"
 )
 _HISTORY_RANGE = (

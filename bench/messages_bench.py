@@ -157,7 +157,9 @@ class RawPostgres(Raw):
 
         self.pg = psycopg.connect(str(url), autocommit=True)
         self.tid, self.agent = thread_id, agent
-        self.sql = {name: text.replace("?", "%s") for name, text in SQL.items()}
+        from agenthold.postgres import _pg  # the bus's statements in PostgreSQL's spelling
+
+        self.sql = {name: _pg(text) for name, text in SQL.items()}
         topic = json.dumps([list(thread_topic(thread_id))])  # what the bus notifies
         self.notify = f"NOTIFY agenthold, '{topic}'; COMMIT"
 

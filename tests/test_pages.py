@@ -153,3 +153,27 @@ def test_a_page_longer_than_one_batch_of_sizes_is_read_whole(store: StateStore) 
     assert len(page) == len(keys) and nxt is None
     part = store.export("ns", after=keys[SIZE_BATCH - 1], limit=SIZE_BATCH + 1)
     assert part.records[-1].record.key == keys[2 * SIZE_BATCH] and part.next_after is not None
+
+
+@pytest.mark.backends
+def test_the_budget_counts_bytes_of_utf_8_not_characters(store: StateStore) -> None:
+    """A value of 250,000 four-byte characters is 1 MB of UTF-8 (the value limit counts those
+    bytes too): a page holds as many of them as of 1 MB ASCII values, not four times as many.
+    The same holds for the export, history and poll pages, which share the rule."""
+    wide = "\U0001f600" * (BIG // 4 - 1)  # under the 1 MiB limit as UTF-8 JSON
+    keys = [f"k{i:02d}" for i in range(12)]
+    for key in keys:
+        store.set("ns", key, wide, updated_by="w")
+        store.set("one", "k", wide, updated_by="w")
+    page, nxt = store.list_page("ns", limit=1000)
+    assert [r.key for r in page] == keys[:FITS] and nxt == keys[FITS - 1]
+    part = store.export("ns", limit=1000, max_bytes=MAX_PAGE_BYTES)
+    assert len(part.records) == FITS // 2
+    history, _ = store.history_page("one", "k", limit=1000, max_bytes=MAX_PAGE_BYTES)
+    assert len(history) == FITS
+    with MessageBus(store) as bus:
+        alice = bus.get_or_create_agent("Alice")
+        thread = bus.create_thread(alice, bus.get_or_create_agent("Bob")).id
+        for _ in range(8):
+            bus.append(thread, alice, wide)
+        assert len(bus.poll(thread, limit=1000)) == FITS
