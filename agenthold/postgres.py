@@ -107,21 +107,16 @@ def lock_key(name: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-_translated: dict[str, str] = {}
 # SQLite before 3.43 has no octet_length: the components count a text's bytes as the length of
 # it cast to a blob, which PostgreSQL (no blob type) spells octet_length.
 _BYTE_LENGTH = re.compile(r"length\(CAST\(([\w.]+) AS BLOB\)\)")
 
 
+@functools.cache  # the components' statements are a fixed set
 def _pg(text: str) -> str:
     """The components' SQL (``?`` placeholders, SQLite's byte length of a text) in psycopg's
     style (``%s``) and PostgreSQL's."""
-    try:
-        return _translated[text]
-    except KeyError:
-        converted = text.replace("%", "%%").replace("?", "%s")
-        converted = _translated[text] = _BYTE_LENGTH.sub(r"octet_length(\1)", converted)
-        return converted
+    return _BYTE_LENGTH.sub(r"octet_length(\1)", text.replace("%", "%%").replace("?", "%s"))
 
 
 class _Connection:
@@ -516,14 +511,16 @@ class PostgresDatabase:
             error = UnavailableError(f"the database refused the call: {self._scrub(exc)}")
             error.hint = "Grant the role agenthold connects as the rights on its tables."
         elif isinstance(exc, (psycopg.OperationalError, PoolTimeout, psycopg.InterfaceError)):
-            error = UnavailableError(
-                f"PostgreSQL at {self.path} is unreachable: {self._scrub(exc)}"
-            )
-            error.hint = UNREACHABLE_HINT
-            error.transient = True
+            error = self._down(self._scrub(exc))
         else:
             error = UnavailableError(f"the database failed: {self._scrub(exc)}")
             error.hint = "Retry in a moment; if it keeps failing, check the PostgreSQL server."
+        return error
+
+    def _down(self, reason: str) -> UnavailableError:
+        """The server cannot be reached (a transient error: the pool reconnects by itself)."""
+        error = UnavailableError(f"PostgreSQL at {self.path} is unreachable: {reason}")
+        error.hint, error.transient = UNREACHABLE_HINT, True
         return error
 
     def _getconn(self) -> psycopg.Connection[Any]:
@@ -541,12 +538,7 @@ class PostgresDatabase:
             )
         except PoolTimeout as exc:
             down = self._unreachable or down
-            if down is None:
-                raise self._error(exc) from None
-            error = UnavailableError(f"PostgreSQL at {self.path} is unreachable: {down}")
-            error.hint = UNREACHABLE_HINT
-            error.transient = True
-            raise error from None
+            raise (self._error(exc) if down is None else self._down(down)) from None
         except psycopg.Error as exc:
             raise self._error(exc) from None
 
