@@ -557,17 +557,45 @@ def warm_pids(directory: Path) -> list[int]:
     return sorted(pids)
 
 
+def _born_in(directory: Path) -> list[int]:
+    """Processes (other than this one) whose environment names ``directory`` as their runtime
+    directory: the calls a test started and the warm servers they forked, including one still
+    starting, which has no pid file yet but may yet bind a socket or write one. Linux only
+    (/proc); elsewhere, none."""
+    wanted = f"AGENTHOLD_RUNTIME_DIR={directory}".encode()
+    pids = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        with contextlib.suppress(OSError):
+            if wanted in (entry / "environ").read_bytes().split(b"\0") and not _zombie(entry):
+                pids.append(int(entry.name))
+    return sorted(set(pids) - {os.getpid()})
+
+
+def _zombie(entry: Path) -> bool:
+    """A process that has exited but was not reaped (a double-forked warm server's parent is
+    init, which may reap late): it holds no file and can do nothing more."""
+    stat = (entry / "stat").read_text()
+    return stat[stat.rindex(")") + 2 :].startswith(("Z", "X"))
+
+
+def _living(directory: Path) -> list[int]:
+    return sorted(set(warm_pids(directory)) | set(_born_in(directory)))
+
+
 def stop_warm_servers(directory: Path, timeout: float = 15.0) -> list[int]:
     """SIGTERM every warm server of ``directory`` and wait until each has exited (its pid
-    file goes last); those still there after ``timeout`` are killed and returned."""
-    pids = warm_pids(directory)
-    for pid in pids:
+    file goes last), and every process started with ``directory`` as its runtime directory:
+    a warm server a call forked may still be starting when the call has ended, and would bind
+    its socket or write its pid file after the test has looked. Those still there after
+    ``timeout`` are killed and returned, the warm servers among them by the pid in their pid
+    file. Once this returns, nothing writes to ``directory`` any more."""
+    for pid in _living(directory):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while warm_pids(directory) and time.monotonic() < deadline:
+    while _living(directory) and time.monotonic() < deadline:
         time.sleep(0.02)
-    left = warm_pids(directory)
+    left = _living(directory)
     for pid in left:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
