@@ -1780,9 +1780,11 @@ class SQLiteDatabase:
         self._identity: tuple[int, int] | None = None  # the file's (device, inode), once open
         self._real = ""
         self._local = threading.local()
-        # Every connection opened, by the thread that owns it. A thread's connection is closed
-        # once the thread has ended (checked whenever a new connection opens) or at close().
-        self._connections: dict[threading.Thread, sqlite3.Connection] = {}
+        # Every connection opened, by the thread that owns it, with the lock held while it is in
+        # use: close() takes it before closing the connection, since closing one that another
+        # thread is executing on crashes the process. A thread's connection is closed once the
+        # thread has ended (checked whenever a new connection opens) or at close().
+        self._connections: dict[threading.Thread, tuple[sqlite3.Connection, threading.RLock]] = {}
         self._connections_lock = threading.Lock()
         self._mem_lock: threading.RLock | None = None
         if self.memory:
@@ -1931,10 +1933,11 @@ class SQLiteDatabase:
         except sqlite3.Error as exc:
             conn.close()
             raise self._opening_error(exc) from None
+        use = self._local.use = self._mem_lock or threading.RLock()  # memory: one for all
         with self._connections_lock:
             for thread in [t for t in self._connections if not t.is_alive()]:
-                self._connections.pop(thread).close()
-            self._connections[threading.current_thread()] = conn
+                self._connections.pop(thread)[0].close()
+            self._connections[threading.current_thread()] = (conn, use)
         return conn
 
     def _error(self, exc: sqlite3.Error) -> AgentholdError:
@@ -2094,10 +2097,8 @@ class SQLiteDatabase:
         also imports an agenthold 0.10 file the first time the store's tables are made).
         Returns the version the tables are at: read-only and not ``required``, 0 when they
         were never made."""
-        with self._closed_on_failure():
-            conn = self._shared_or_thread()
-            with self._exclusive_if_memory():
-                have = self._component_version(conn, component)
+        with self._closed_on_failure(), self._in_use() as conn:
+            have = self._component_version(conn, component)
             if have == component.version or (self.read_only and have == 0 and not required):
                 return have
             if self.read_only:
@@ -2217,7 +2218,7 @@ class SQLiteDatabase:
         return cursor
 
     def _reset_after_fork(self) -> None:
-        _inherited.extend(self._connections.values())
+        _inherited.extend(conn for conn, _ in self._connections.values())
         if self._shared is not None:
             _inherited.append(self._shared)
             self._shared = None
@@ -2238,14 +2239,16 @@ class SQLiteDatabase:
                     cursor: sqlite3.Cursor = self._local.cursor
                 except AttributeError:
                     cursor = self._thread_cursor()
-                try:
-                    return cursor.execute(sql, params).fetchone()
-                except sqlite3.OperationalError as exc:
-                    if not str(exc).startswith(_NOT_UTF8):
-                        raise
-                return _fetch_one(cursor, sql, params)  # text that is not UTF-8
-            with self._mem_lock:
-                return _fetch_one(self._live_shared().cursor(), sql, params)
+                with self._local.use:
+                    self._check_open()
+                    try:
+                        return cursor.execute(sql, params).fetchone()
+                    except sqlite3.OperationalError as exc:
+                        if not str(exc).startswith(_NOT_UTF8):
+                            raise
+                    return _fetch_one(cursor, sql, params)  # text that is not UTF-8
+            with self._in_use() as conn:
+                return _fetch_one(conn.cursor(), sql, params)
         except sqlite3.Error as exc:
             raise self._error(exc) from None
 
@@ -2257,22 +2260,23 @@ class SQLiteDatabase:
                     cursor: sqlite3.Cursor = self._local.cursor
                 except AttributeError:
                     cursor = self._thread_cursor()
-                try:
-                    return cursor.execute(sql, params).fetchall()
-                except sqlite3.OperationalError as exc:
-                    if not str(exc).startswith(_NOT_UTF8):
-                        raise
-                return _fetch_all(cursor.connection, sql, params)  # text that is not UTF-8
-            with self._mem_lock:
-                return _fetch_all(self._live_shared(), sql, params)
+                with self._local.use:
+                    self._check_open()
+                    try:
+                        return cursor.execute(sql, params).fetchall()
+                    except sqlite3.OperationalError as exc:
+                        if not str(exc).startswith(_NOT_UTF8):
+                            raise
+                    return _fetch_all(cursor.connection, sql, params)  # text that is not UTF-8
+            with self._in_use() as conn:
+                return _fetch_all(conn, sql, params)
         except sqlite3.Error as exc:
             raise self._error(exc) from None
 
     @contextmanager
     def snapshot(self) -> Iterator[sqlite3.Connection]:
         """A read transaction: every statement inside sees the same committed state."""
-        with self._exclusive_if_memory():
-            conn = self._shared_or_thread()
+        with self._in_use() as conn:
             try:
                 conn.execute("BEGIN")
                 try:
@@ -2303,31 +2307,31 @@ class SQLiteDatabase:
         changed: list[Topic] = []
         try:
             self._check_file_is_ours()
-            conn = self._shared_or_thread()
-            try:
-                if waited > 0.001:  # the wait for the lock counts against busy_timeout
-                    left = max(0, int((self.busy_timeout - waited) * 1000))
-                    conn.execute(f"PRAGMA busy_timeout = {left}")
-                    try:
+            with self._in_use() as conn:
+                try:
+                    if waited > 0.001:  # the wait for the lock counts against busy_timeout
+                        left = max(0, int((self.busy_timeout - waited) * 1000))
+                        conn.execute(f"PRAGMA busy_timeout = {left}")
+                        try:
+                            conn.execute("BEGIN IMMEDIATE")
+                        finally:
+                            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+                    else:
                         conn.execute("BEGIN IMMEDIATE")
-                    finally:
-                        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-                else:
-                    conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise self._error(exc) from None
-            try:
-                if not self.memory:
-                    self._check_contents(conn)
-                yield conn, changed
-                conn.execute("COMMIT")
-            except BaseException as exc:
-                if conn.in_transaction:
-                    with suppress(sqlite3.Error):  # SQLite may have rolled back already
-                        conn.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.Error):
+                except sqlite3.Error as exc:
                     raise self._error(exc) from None
-                raise
+                try:
+                    if not self.memory:
+                        self._check_contents(conn)
+                    yield conn, changed
+                    conn.execute("COMMIT")
+                except BaseException as exc:
+                    if conn.in_transaction:
+                        with suppress(sqlite3.Error):  # SQLite may have rolled back already
+                            conn.execute("ROLLBACK")
+                    if isinstance(exc, sqlite3.Error):
+                        raise self._error(exc) from None
+                    raise
         finally:
             lock.release()
         if changed:
@@ -2376,9 +2380,16 @@ class SQLiteDatabase:
         guard = self._forget_stale_wal() if last and not self.memory else None
         with self._connections_lock:
             conns, self._connections = list(self._connections.values()), {}
-        for conn in conns:
-            with suppress(sqlite3.Error):
-                conn.close()
+        for conn, use in conns:
+            # a connection another thread is executing on is closed once that thread lets go of
+            # it; one held longer than a busy timeout is left to that thread (garbage collection
+            # closes it when the thread drops it) rather than closed under it
+            if use.acquire(timeout=self.busy_timeout):
+                try:
+                    with suppress(sqlite3.Error):
+                        conn.close()
+                finally:
+                    use.release()
         self._shared = None
         self._local = threading.local()
         _open_databases.discard(self)
@@ -2441,8 +2452,8 @@ class SQLiteDatabase:
             except sqlite3.Error as exc:
                 raise UnavailableError(f"cannot write the backup {target!r}: {exc}") from None
             try:
-                with self._exclusive_if_memory():
-                    self._shared_or_thread().backup(copy)
+                with self._in_use() as conn:
+                    conn.backup(copy)
                 copy.execute("BEGIN IMMEDIATE")
                 copy.execute(META_SQL)
                 copy.execute(
@@ -2485,16 +2496,22 @@ class SQLiteDatabase:
             raise AgentholdError("the store is closed")
         return self._shared
 
-    def _shared_or_thread(self) -> sqlite3.Connection:
-        return self._live_shared() if self._mem_lock is not None else self._thread_conn()
-
     @contextmanager
-    def _exclusive_if_memory(self) -> Iterator[None]:
-        if self._mem_lock is None:
-            yield
-        else:
+    def _in_use(self) -> Iterator[sqlite3.Connection]:
+        """This thread's connection (in memory, the one shared connection), held for the
+        block: close() waits for it. A store closed meanwhile raises its clean error."""
+        if self._mem_lock is not None:
             with self._mem_lock:
-                yield
+                yield self._live_shared()
+            return
+        conn = self._thread_conn()
+        with self._local.use:
+            self._check_open()
+            yield conn
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise AgentholdError("the store is closed")
 
 
 def _identity(path: str) -> tuple[int, int] | None:

@@ -1262,6 +1262,51 @@ def test_a_closed_store_refuses_every_call(db_path: Path, where: str) -> None:
     store.close()  # closing twice is harmless
 
 
+def _close_while_another_thread_is_inside(store: StateStore, block: str) -> None:
+    """Close ``store`` while another thread is inside a ``block`` ("write" or "snapshot") of
+    its database: the block ends as it would have (a write commits) and the store is closed
+    for that thread too. On SQLite close() returns only after the block: closing a
+    connection that another thread was using crashed the whole process (a write's COMMIT on
+    a freed handle). PostgreSQL's pool closes a connection in use when it is given back."""
+    inside, ended, failed = threading.Event(), [0.0], []
+
+    def use() -> None:
+        try:
+            opened = store.db.write() if block == "write" else store.db.snapshot()
+            with opened:
+                inside.set()
+                time.sleep(0.3)  # close() is called meanwhile
+                ended[0] = time.monotonic()
+        except BaseException as exc:  # the assertion below says what it was
+            failed.append(exc)
+        finally:
+            inside.set()
+
+    thread = threading.Thread(target=use)
+    thread.start()
+    assert inside.wait(10)
+    store.close()
+    closed = time.monotonic()
+    thread.join(10)
+    assert not failed, failed
+    assert ended[0] > 0
+    if not store.path.startswith("postgresql"):
+        assert ended[0] <= closed  # close() waited for the block
+    with pytest.raises(AgentholdError, match="closed"):
+        store.get("ns", "k")
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("block", ["write", "snapshot"])
+def test_closing_a_store_waits_for_another_threads_transaction(db_url: str, block: str) -> None:
+    _close_while_another_thread_is_inside(StateStore(db_url), block)
+
+
+@pytest.mark.parametrize("block", ["write", "snapshot"])
+def test_closing_an_in_memory_store_waits_for_another_threads_transaction(block: str) -> None:
+    _close_while_another_thread_is_inside(StateStore(":memory:"), block)
+
+
 def test_the_context_manager_closes_the_store(db_path: Path) -> None:
     with StateStore(db_path) as store:
         store.set("ns", "k", 1, updated_by="w")
