@@ -146,7 +146,7 @@ def cap_growth(store: StateStore, monkeypatch: pytest.MonkeyPatch, pages: int) -
     """Let the database file grow to at most ``pages`` pages (a number below its size stands
     for its size), on every connection the store holds and every one it opens later."""
     monkeypatch.setitem(store_module.PRAGMAS, "max_page_count", str(pages))
-    for conn in list(store.db._connections.values()):
+    for conn, _ in list(store.db._connections.values()):  # each with the lock of its use
         conn.execute(f"PRAGMA max_page_count = {pages}")
 
 
