@@ -495,6 +495,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     return serve(opts, coordinator, sock)
 
 
+def exit_now(status: int) -> NoReturn:
+    """End this process with ``status`` once what must outlast it is done, without the
+    interpreter's teardown: every database still open is closed (SQLite then checkpoints and
+    removes its write-ahead log), and the logs and standard streams are flushed. Tearing down
+    the modules a server imports (the SDK, pydantic) takes 100-160 ms and leaves nothing
+    behind: a fifth of a call of a client that starts a server per call, and most of what a
+    first call pays for the warm server it forks (whose pages that teardown would copy)."""
+    from agenthold.store import close_all
+
+    close_all()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # a reader that has gone: nothing to flush to
+            stream.flush()
+    os._exit(status)
+
+
 @contextlib.contextmanager
 def _terminate_as_interrupt(wanted: bool) -> Iterator[None]:
     """While ``log --follow`` runs, SIGTERM raises KeyboardInterrupt as Ctrl-C does, so that

@@ -1715,6 +1715,10 @@ class Database(Protocol):
 POSTGRES_PREFIXES = ("postgresql://", "postgres://")
 
 
+#: Every database opened through open_database that may still be open, of either engine.
+_opened: weakref.WeakSet[Any] = weakref.WeakSet()
+
+
 def open_database(
     target: str | os.PathLike[str],
     *,
@@ -1723,6 +1727,7 @@ def open_database(
     busy_timeout: float = 5.0,
 ) -> Database:
     """The Database for a file path, ":memory:" or a ``postgresql://`` URL."""
+    database: Database
     if isinstance(target, str) and target.startswith(POSTGRES_PREFIXES):
         try:  # by name: the backend imports this module, not the other way round
             backend = importlib.import_module("agenthold.postgres")
@@ -1730,16 +1735,26 @@ def open_database(
             raise InvalidInputError(
                 'a postgresql:// database needs psycopg: pip install "agenthold[postgres]"'
             ) from None
-        database: Database = backend.PostgresDatabase(
+        database = backend.PostgresDatabase(
             target, read_only=read_only, durability=durability, busy_timeout=busy_timeout
         )
-        return database
-    return SQLiteDatabase(
-        os.fspath(target) if isinstance(target, os.PathLike) else target,
-        read_only=read_only,
-        durability=durability,
-        busy_timeout=busy_timeout,
-    )
+    else:
+        database = SQLiteDatabase(
+            os.fspath(target) if isinstance(target, os.PathLike) else target,
+            read_only=read_only,
+            durability=durability,
+            busy_timeout=busy_timeout,
+        )
+    _opened.add(database)
+    return database
+
+
+def close_all() -> None:
+    """Close every database this process still has open: for a process about to end without
+    the interpreter's teardown (which would close them), since the last connection to close
+    is what makes SQLite checkpoint its write-ahead log and remove it. Closing is idempotent."""
+    for database in list(_opened):
+        database.close()
 
 
 class SQLiteDatabase:

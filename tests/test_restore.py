@@ -159,6 +159,29 @@ def test_a_backup_copied_in_place_under_a_running_server_is_detected_and_kept(
         assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
 
+def test_a_process_ended_by_exit_now_closes_what_it_left_open_and_flushes_its_output(
+    tmp_path: Path,
+) -> None:
+    """``agenthold`` ends its process without the interpreter's teardown (``cli.exit_now``),
+    which would otherwise have closed a database left open: it closes it first, so SQLite
+    removes the WAL as at any clean exit (what step 2 of the restore procedure relies on),
+    and what the process printed still reaches its reader."""
+    db = tmp_path / "left-open.db"
+    code = (
+        "import sys; from agenthold.store import StateStore; from agenthold.cli import exit_now; "
+        "store = StateStore(sys.argv[1]); store.set('ns', 'k', 1, updated_by='t'); "
+        "print('written', end=''); exit_now(3)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(db)],
+        capture_output=True, text=True, timeout=60, env=child_env(),
+    )  # fmt: skip
+    assert (done.returncode, done.stdout, done.stderr) == (3, "written", "")
+    assert side_files(db) == {}
+    with StateStore(db) as store:
+        assert store.get("ns", "k").value == 1
+
+
 def test_a_backup_moved_over_the_file_of_a_running_server_is_not_undone_by_its_wal(
     tmp_path: Path, started: tuple[Path, Path, Server]
 ) -> None:
