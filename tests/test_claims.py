@@ -1354,6 +1354,9 @@ def test_claims_benchmark_quick_run_prints_its_tables(tmp_path: Path) -> None:
     assert "raw sqlite3" in run.stdout
     assert re.search(r"by another process: median <= 10 ms: [\d.]+ ms", run.stdout), run.stdout
     assert re.search(r"globs held in the file's own directory +[\d,]+ +\d+%", run.stdout)
+    assert re.search(r"a set of 20, against those of one +[\d,]+ +\d+%", run.stdout)
+    assert re.search(r"20 resources at once \(resources lists\) +[\d.]+ ms +\d+%", run.stdout)
+    assert re.search(r"\(one call over MCP\): at most 3x one claim: [\d.]+x", run.stdout)
 
 
 @pytest.mark.backends
