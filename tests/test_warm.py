@@ -397,6 +397,48 @@ def test_an_upgrade_on_disk_ends_the_old_warm_server_at_the_next_call(
     assert f"warm server {new}: {SERVED}" in err
 
 
+@pytest.mark.parametrize("change", ["removed", "replaced", "upgraded"])
+def test_a_warm_server_without_a_client_notices_by_itself_that_it_is_stale_and_exits(
+    tmp_path: Path, runtime: Path, change: str, request: pytest.FixtureRequest
+) -> None:
+    # no call comes to tell it: it looks by itself every AGENTHOLD_WARM_CHECK seconds (20 by
+    # default; shortened here), instead of holding the old file open until its idle time
+    import shutil
+
+    from agenthold import warm
+
+    assert warm.check_seconds({}) == warm.CHECK_SECONDS == 20.0  # as the README says
+    assert warm.check_seconds({front.CHECK: "nan"}) == warm.check_seconds({front.CHECK: "-1"}) == 20
+    check = 0.5
+    env = {front.WARM: "wait", front.CHECK: str(check)}
+    if change == "upgraded":
+        request.getfixturevalue("no_child_coverage")  # the copy's modules are not measured
+        site = tmp_path / "site"
+        shutil.copytree(
+            REPO / "agenthold", site / "agenthold", ignore=shutil.ignore_patterns("*.pyc")
+        )
+        env["PYTHONPATH"] = str(site)
+    _, err = one_call(tmp_path, env=env)
+    (pid,) = warm_pids(runtime)
+    assert f"warm server {pid}: {SERVED}" in err
+    db = tmp_path / "warm.db"
+    if change == "removed":
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+    elif change == "replaced":  # another file under the same name, as a restore does
+        shutil.copyfile(db, tmp_path / "other.db")
+        os.replace(tmp_path / "other.db", db)
+    else:
+        module = tmp_path / "site" / "agenthold" / "store.py"
+        later = module.stat().st_mtime_ns + 5_000_000_000
+        os.utime(module, ns=(later, later))
+    wait_for(lambda: not warm_pids(runtime), timeout=check + 9.5)  # gone without a call
+    why = "the code on disk has changed" if change == "upgraded" else f"{db} was replaced or"
+    (log,) = runtime.glob("*.log")  # the one warm server of this test
+    assert f"stale, exiting: {why}" in log.read_text()
+    assert not list(runtime.glob("*.sock"))  # it took its socket with it
+
+
 def test_the_idle_time_starts_again_after_a_session_longer_than_it(
     tmp_path: Path, runtime: Path
 ) -> None:
