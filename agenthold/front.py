@@ -21,7 +21,9 @@ Decisions behind it:
   credentials must be this user's too: SO_PEERCRED on Linux, LOCAL_PEERCRED on macOS (not
   run by our tests, which run on Linux); elsewhere the directory and the file vouch alone.
 - ``--no-warm`` or AGENTHOLD_NO_WARM=1 turn it off; a database in memory, a terminal or a file
-  on stdin, and every subcommand (the inspector, ``--help``, ``--version``) never use it.
+  on stdin, and every subcommand (the inspector, ``--help``, ``--version``) never use it; a
+  first word that is a subcommand or ``-h``, ``--help``, ``--version`` does not even import
+  this module (see __main__.py).
 """
 
 from __future__ import annotations

@@ -329,6 +329,40 @@ def test_the_front_imports_nothing_heavy_and_help_and_the_inspector_never_go_war
         assert not front.serves_stdio(never, {}), never
 
 
+@pytest.mark.usefixtures("no_child_coverage")  # coverage itself would import more
+def test_help_version_and_the_subcommands_skip_the_front_and_import_no_store(
+    tmp_path: Path, runtime: Path
+) -> None:
+    # a first word that never serves stdio goes straight to the command line, as before the
+    # warm server existed: not even the front's imports (json, socket) are paid
+    db = str(tmp_path / "x.db")
+    for args in (["--help"], ["-h"], ["--version"], ["claims", "--db", db], ["token", "--help"]):
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "agenthold", *args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            cwd=tmp_path,
+            env=child_env(),
+            timeout=60,
+        )
+        err = done.stderr.decode()
+        imported = {line.split("|")[-1].strip() for line in err.splitlines() if "|" in line}
+        assert "agenthold.cli" in imported and "agenthold.front" not in imported, args
+        if args[0] != "claims":  # nothing opened a database: ending does not import the store
+            assert done.returncode == 0 and "agenthold.store" not in imported, args
+    # a command line that may serve stdio tries the front first, even with a subcommand's
+    # name further on (the front then finds it is not its own and hands it on)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "agenthold", "--db", db, "claims"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        cwd=tmp_path,
+        env=child_env(),
+        timeout=60,
+    )
+    assert "agenthold.front" in done.stderr.decode()
+
+
 def initialized_front(tmp_path: Path, client: str) -> subprocess.Popen[bytes]:
     """``agenthold`` over stdio with pipes, its session initialized (2025-11-25) and left open."""
     proc = subprocess.Popen(
