@@ -1,19 +1,31 @@
 """The ``agenthold`` command (``python -m agenthold`` and the console script): a stdio call
 goes through a warm server if one takes it (front.py, standard library only), else the command
 line serves it (cli.py) and the process ends without the interpreter's teardown
-(``cli.exit_now``)."""
+(``cli.exit_now``).
+
+A command line whose first word is a subcommand (the inspector, ``token``, ``backup``) or
+``-h``, ``--help`` or ``--version`` never serves stdio, so it goes straight to the command
+line: the front would only add its imports and find nothing to do. Every other command line,
+which may serve stdio, tries the front first."""
 
 import sys
 
+_NOT_SERVING = ("-h", "--help", "--version")
+
+
+def _may_serve(args: list[str]) -> bool:
+    return not args or (args[0].startswith("-") and args[0] not in _NOT_SERVING)
+
 
 def main() -> int:
-    from agenthold.front import try_warm
-
     args = sys.argv[1:]
     try:
-        status = try_warm(args)
-        if status is not None:
-            return status
+        if _may_serve(args):
+            from agenthold.front import try_warm
+
+            status = try_warm(args)
+            if status is not None:
+                return status
         from agenthold.cli import exit_now
         from agenthold.cli import main as cli_main
 

@@ -21,7 +21,9 @@ Decisions behind it:
   credentials must be this user's too: SO_PEERCRED on Linux, LOCAL_PEERCRED on macOS (not
   run by our tests, which run on Linux); elsewhere the directory and the file vouch alone.
 - ``--no-warm`` or AGENTHOLD_NO_WARM=1 turn it off; a database in memory, a terminal or a file
-  on stdin, and every subcommand (the inspector, ``--help``, ``--version``) never use it.
+  on stdin, and every subcommand (the inspector, ``--help``, ``--version``) never use it; a
+  first word that is a subcommand or ``-h``, ``--help``, ``--version`` does not even import
+  this module (see __main__.py).
 """
 
 from __future__ import annotations
@@ -46,9 +48,10 @@ RUNTIME_DIR = "AGENTHOLD_RUNTIME_DIR"  # where the sockets live (default: see ru
 NO_WARM = "AGENTHOLD_NO_WARM"  # 1: never use or leave a warm server
 WARM = "AGENTHOLD_WARM"  # "wait": the first call too waits for the warm server (for tests)
 IDLE = "AGENTHOLD_WARM_IDLE"  # seconds a warm server waits for its next client
+CHECK = "AGENTHOLD_WARM_CHECK"  # seconds between an idle warm server's looks (for tests)
 HANDSHAKE_TIMEOUT = 1.0  # seconds a warm server gets to answer the hello
 MAX_SOCKET_PATH = 100  # AF_UNIX paths are limited to 107 bytes on Linux
-_NOT_KEYED = {RUNTIME_DIR, NO_WARM, WARM, IDLE}
+_NOT_KEYED = {RUNTIME_DIR, NO_WARM, WARM, IDLE, CHECK}
 
 # The serving options of the command line (see cli.build_parser): these take a value ...
 _VALUED = {

@@ -12,15 +12,20 @@ closing its connection would then delete the WAL under the child). A database th
 opened ends the child quietly; the call then reports it as ever. It then lives in a
 session of its own (a client that ends its server's process group does not end it), listens on
 a Unix socket in this user's runtime directory, and exits after IDLE_SECONDS without a client
-(AGENTHOLD_WARM_IDLE), on SIGTERM or SIGINT, and at once when a front finds that the code on
-disk is no longer the code it runs, or that its database file or a workspace directory was
-replaced or removed.
+(AGENTHOLD_WARM_IDLE), on SIGTERM or SIGINT, and once it is stale: the code on disk is no
+longer the code it runs, or its database file or a workspace directory was replaced or removed.
+A call's hello finds that at once; without calls, the server looks for itself every
+CHECK_SECONDS (AGENTHOLD_WARM_CHECK, for tests). A timer rather than file events: it covers the
+code and the workspaces as well as the database, with one rule on every platform, and events on
+the database's directory would wake it on every commit of every other process, whereas a look
+is a few stat calls (a tenth of a millisecond) every CHECK_SECONDS.
 
 Each accepted connection is one stdio session: the front's stdin, stdout and stderr, served by
 the same pieces as ``agenthold`` on stdio (the SDK's server, agenthold's pipe reader and writer
 and its guard), with an Agenthold of its own over the shared database, so the disconnect grace,
 the end-of-input rules, signals (forwarded by the front) and the logs (to the session's stderr)
-are those of a stdio server of its own. Nothing runs while no client is connected: no polling.
+are those of a stdio server of its own. While no client is connected nothing runs but that
+look every CHECK_SECONDS.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from mcp.server.stdio import stdio_server
 
-from agenthold.front import IDLE, PROTOCOL, Plan, code_stamp, connect, peer_uid
+from agenthold.front import CHECK, IDLE, PROTOCOL, Plan, code_stamp, connect, peer_uid
 from agenthold.server import PROCESS, Agenthold, SignalSource, build_server, report_if_asked
 from agenthold.stdio import _guard_stdio, _PipeLines, _PipeWriter
 
@@ -53,6 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("agenthold.warm")
 
 IDLE_SECONDS = 600.0  # how long a warm server waits for its next client before it exits
+CHECK_SECONDS = 20.0  # how often a warm server without a client checks whether it is stale
 HELLO_TIMEOUT = 5.0  # seconds a connection may take to say hello and pass its pipes
 SERVED = "serving this call"  # what a warm server says, on the call's stderr and in its log
 UNOPENED = "the database cannot be opened"  # in its log, when it ends before serving
@@ -63,11 +69,19 @@ _session_stderr: contextvars.ContextVar[int] = contextvars.ContextVar("stderr", 
 
 
 def idle_seconds(environ: dict[str, str]) -> float:
+    return _seconds(environ, IDLE, IDLE_SECONDS)
+
+
+def check_seconds(environ: dict[str, str]) -> float:
+    return _seconds(environ, CHECK, CHECK_SECONDS)
+
+
+def _seconds(environ: dict[str, str], name: str, default: float) -> float:
     try:
-        value = float(environ.get(IDLE, IDLE_SECONDS))
+        value = float(environ.get(name, default))
     except ValueError:
-        return IDLE_SECONDS
-    return value if math.isfinite(value) and value > 0 else IDLE_SECONDS
+        return default
+    return value if math.isfinite(value) and value > 0 else default
 
 
 class _SessionLog(logging.Handler):
@@ -98,6 +112,7 @@ class WarmServer:
         idle: float,
         signals: SignalSource,
         socket_inode: int,
+        check: float = CHECK_SECONDS,
     ) -> None:
         self.opts = opts
         self.coordinator = coordinator
@@ -105,6 +120,7 @@ class WarmServer:
         self.warnings = warnings
         self.listener = listener
         self.idle = idle
+        self.check = check  # seconds between its looks at the files while it has no client
         self.signals = signals
         self.sessions: set[anyio.CancelScope] = set()
         self.accepting = True
@@ -149,18 +165,32 @@ class WarmServer:
                 os.close(self.lock)
                 self.lock = None
             self.deadline = time.monotonic() + self.idle
+            look_at = time.monotonic() + self.check
             while self.accepting:
-                timeout = math.inf if self.sessions else self.deadline - time.monotonic()
+                # with a client, a stale server is found by the next call's hello; without
+                # one, it looks every ``check`` seconds (a few stats: no CPU worth measuring)
+                # rather than keep a replaced database open until its idle time is over
+                wake = min(self.deadline, look_at)
+                timeout = math.inf if self.sessions else wake - time.monotonic()
                 with anyio.CancelScope(deadline=anyio.current_time() + timeout) as waiting:
                     self._waiting = waiting
                     await anyio.wait_readable(self.listener)
                 self._waiting = None
                 if not self.accepting:
                     break
-                if waiting.cancelled_caught:  # a session ended, or the idle time is over
-                    if not self.sessions and time.monotonic() >= self.deadline:
+                if waiting.cancelled_caught:  # a session ended, a look is due, or idle time over
+                    now = time.monotonic()
+                    if self.sessions:
+                        continue
+                    if now >= self.deadline:
                         log.info("idle for %g s: exiting", self.idle)
                         self.stop_accepting()
+                    elif now >= look_at:
+                        look_at = now + self.check
+                        stale = self.stale()
+                        if stale is not None:
+                            log.info("stale, exiting: %s", stale)
+                            self.stop_accepting()
                     continue
                 try:
                     conn, _ = self.listener.accept()
@@ -469,6 +499,7 @@ def _become_warm(
         idle_seconds(dict(os.environ)),
         signals,
         socket_inode=inode,
+        check=check_seconds(dict(os.environ)),
     )
     server.lock = lock
     server.setup = setup

@@ -43,11 +43,22 @@ def stdio_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     through warm servers ("warm"): AGENTHOLD_WARM=wait makes even the first call of each kind
     go through the warm server it leaves behind, and a warm run that left one (its log) must
     have had a call served by it. Each test has a runtime directory of its own (short: socket
-    paths are limited to 107 bytes), and its warm servers are stopped after it."""
+    paths are limited to 107 bytes), and its warm servers are stopped after it.
+
+    A third value, "forks", is what a user gets by default: the first call of each kind serves
+    itself while the warm server it forked waits, and later calls (a second server on the same
+    file, the next call of a per-call client) go through that warm server, which starts on the
+    first of them. Its run must have forked one (a log). Most of what it adds over the other
+    two is the hand-over between them, so only the tests of test_stdio.py that
+    parametrize it (``EVERY_STDIO_PATH`` there: both protocol eras, every tool, errors, the
+    per-call client, two servers on one file, the disconnect grace, signals and EOF) run it,
+    not every user of this fixture: a third run of everything would add minutes to CI for what
+    the cold and warm runs already check."""
     directory = tempfile.mkdtemp(prefix="ah-")
     monkeypatch.setenv("AGENTHOLD_RUNTIME_DIR", directory)
-    if request.param == "warm":
+    if request.param in ("warm", "forks"):
         monkeypatch.delenv("AGENTHOLD_NO_WARM")
+    if request.param == "warm":
         monkeypatch.setenv("AGENTHOLD_WARM", "wait")
     try:
         yield str(request.param)
@@ -61,6 +72,8 @@ def stdio_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     # (unless its database could not be opened: then the call reports that itself)
     if request.param == "warm" and logged:
         assert SERVED in logs or UNOPENED in logs, f"no call went through a warm server: {logs}"
+    if request.param == "forks":
+        assert logged, "no call forked a warm server: the default path was not taken"
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -3,7 +3,9 @@
 One database per user (the platform's state directory), the same for the server and the
 inspector, overridden by --db and then AGENTHOLD_DB; a leading ~ is expanded; only the server
 creates the directory, with mode 0700. Real processes on real files, the state directory pointed
-at the test's temporary directory through XDG_STATE_HOME.
+at the test's temporary directory through XDG_STATE_HOME. The server starts run cold and
+through a warm server (``stdio_path``): a warm server, which opens the database in a process of
+its own, must find the same per-user file and make its directory the same way.
 """
 
 from __future__ import annotations
@@ -124,6 +126,7 @@ def test_a_db_path_with_a_nul_is_a_usage_error() -> None:
 
 
 @posix_only
+@pytest.mark.usefixtures("stdio_path")
 def test_servers_started_in_different_directories_share_the_per_user_database(
     home: Path, tmp_path: Path
 ) -> None:
@@ -151,6 +154,7 @@ def test_the_inspector_never_creates_the_state_directory(home: Path, tmp_path: P
     assert not (home / ".local").exists()
 
 
+@pytest.mark.usefixtures("stdio_path")
 def test_agenthold_db_picks_the_database_of_server_and_inspector(tmp_path: Path) -> None:
     db = tmp_path / "env.db"
     served = agenthold(cwd=tmp_path, env={"AGENTHOLD_DB": str(db)})
@@ -171,6 +175,7 @@ def test_an_empty_db_exits_2_for_the_server_and_the_inspector(
 
 
 @posix_only
+@pytest.mark.usefixtures("stdio_path")
 def test_a_state_directory_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("")

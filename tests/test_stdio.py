@@ -46,6 +46,9 @@ from agenthold.uris import Resolver
 # Every test runs twice: with servers that serve their calls themselves, and through warm
 # servers (see the stdio_path fixture in conftest.py).
 pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures("stdio_path")]
+# These run a third time, on the path users get by default: the first call serves itself and
+# forks the warm server that later calls go through (the fixture says why only these).
+EVERY_STDIO_PATH = pytest.mark.parametrize("stdio_path", ["cold", "warm", "forks"], indirect=True)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,6 +93,7 @@ def coordinator_on(db: Path, root: Path) -> Iterator[Coordinator]:
 # --------------------------------------------------------------------------------------------
 
 
+@EVERY_STDIO_PATH
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_the_stdio_server_serves_the_claim_protocol_in_both_eras(
     tmp_path: Path, mode: str
@@ -144,6 +148,7 @@ async def test_the_advanced_tools_serve_over_stdio_without_instructions_on_a_mem
     assert not (tmp_path / ":memory:").exists()
 
 
+@EVERY_STDIO_PATH
 async def test_a_client_that_starts_a_server_for_every_call_keeps_its_agent_and_claims(
     tmp_path: Path,
 ) -> None:
@@ -173,6 +178,7 @@ async def test_a_client_that_starts_a_server_for_every_call_keeps_its_agent_and_
         )
 
 
+@EVERY_STDIO_PATH
 async def test_a_client_that_leaves_for_good_has_its_claims_freed_as_abandoned_after_the_grace(
     tmp_path: Path,
 ) -> None:
@@ -196,6 +202,7 @@ async def test_a_client_that_leaves_for_good_has_its_claims_freed_as_abandoned_a
             )
 
 
+@EVERY_STDIO_PATH
 async def test_two_servers_on_one_file_share_claims_and_wake_each_others_waits(
     tmp_path: Path,
 ) -> None:
@@ -244,6 +251,59 @@ async def test_an_agent_that_comes_back_within_the_grace_through_another_server_
         await anyio.sleep(grace + 0.1)
         status = await call(staying, "agenthold_status", resource="notes.md")
         assert (status["status"], status["held_by"]) == ("claimed", agent)
+
+
+@EVERY_STDIO_PATH
+async def test_every_tool_of_every_set_answers_over_stdio_in_calls_of_both_eras(
+    tmp_path: Path,
+) -> None:
+    # two calls with one command line, as a per-call client makes them: on the default path
+    # the first serves itself and the second goes through the warm server the first forked
+    params = stdio(tmp_path / "all.db", tmp_path, "--tools", "standard,advanced,messages")
+    called: list[str] = []
+
+    async def ok(client: Client, tool: str, **arguments: Any) -> dict[str, Any]:
+        result = await client.call_tool(tool, arguments)
+        reply = reply_of(result)
+        assert not result.is_error and reply["status"] != "error", (tool, reply)
+        called.append(tool)
+        return reply
+
+    async with connected(params, "auto") as client:
+        listed = {t.name for t in (await client.list_tools()).tools}
+        agent = (await ok(client, "agenthold_register", name="all"))["agent_id"]
+        where = {"resource": "all.md"}
+        await ok(client, "agenthold_claim", **where, agent_id=agent)
+        assert (await ok(client, "agenthold_status", **where))["held_by"] == agent
+        await ok(client, "agenthold_wait", **where, timeout_seconds=0)
+        await ok(client, "agenthold_release", **where, agent_id=agent, outcome="modified")
+    async with connected(params, "legacy") as client:
+        key = {"namespace": "n", "key": "k"}
+        await ok(client, "agenthold_set", **key, value=1, updated_by="a", expected_version=0)
+        assert (await ok(client, "agenthold_get", **key))["value"] == 1
+        await ok(client, "agenthold_list", namespace="n")
+        await ok(client, "agenthold_history", **key)
+        await ok(client, "agenthold_watch", **key, since_version=0, timeout_seconds=0)
+        await ok(client, "agenthold_export", namespace="n")
+        await ok(client, "agenthold_delete", **key, deleted_by="a", expected_version=1)
+        await ok(client, "agenthold_clear_namespace", namespace="n", deleted_by="a")
+        await ok(client, "agenthold_create_agent", name="ann")
+        thread = await ok(client, "agenthold_create_thread", participant_names=["ann", "bob"])
+        tid = {"thread_id": thread["thread_id"]}
+        await ok(client, "agenthold_create_agent", name="cy")
+        await ok(client, "agenthold_join_thread", **tid, agent_name="cy")
+        seq = (await ok(client, "agenthold_append", **tid, sender_name="ann", content="hi"))["seq"]
+        assert (await ok(client, "agenthold_has_unread", **tid, agent_name="bob"))["has_unread"]
+        page = await ok(client, "agenthold_poll", **tid)
+        assert [m["content"] for m in page["messages"]] == ["hi"]
+        await ok(client, "agenthold_wait_messages", **tid, after_seq=0, timeout_seconds=0)
+        await ok(client, "agenthold_mark_read", **tid, agent_name="bob", seq=seq)
+        state = await ok(client, "agenthold_thread_status", **tid, agent_name="bob")
+        assert state["cursor"] == seq
+        await ok(client, "agenthold_thread_info", **tid)
+        await ok(client, "agenthold_leave_thread", **tid, agent_name="cy")
+        await ok(client, "agenthold_delete_account", agent_id="cy")
+    assert set(called) == listed and len(listed) == 25
 
 
 # --------------------------------------------------------------------------------------------
@@ -359,6 +419,7 @@ def raw(tmp_path: Path) -> Iterator[RawServer]:
         server.close()
 
 
+@EVERY_STDIO_PATH
 def test_a_line_the_sdk_cannot_parse_gets_a_json_rpc_error_with_its_id_and_serving_goes_on(
     raw: RawServer,
 ) -> None:
@@ -581,6 +642,7 @@ def test_requests_sent_just_before_the_end_of_stdin_are_answered_and_waits_end_a
         assert coordinator.agent(registered["agent_id"]).name == "late"  # answered == done
 
 
+@EVERY_STDIO_PATH
 @pytest.mark.parametrize("ending", ["SIGTERM", "SIGINT", "EOF"])
 def test_a_signal_or_eof_ends_the_server_cleanly_and_then_its_agents_claims(
     tmp_path: Path, raw: RawServer, ending: str

@@ -329,6 +329,40 @@ def test_the_front_imports_nothing_heavy_and_help_and_the_inspector_never_go_war
         assert not front.serves_stdio(never, {}), never
 
 
+@pytest.mark.usefixtures("no_child_coverage")  # coverage itself would import more
+def test_help_version_and_the_subcommands_skip_the_front_and_import_no_store(
+    tmp_path: Path, runtime: Path
+) -> None:
+    # a first word that never serves stdio goes straight to the command line, as before the
+    # warm server existed: not even the front's imports (json, socket) are paid
+    db = str(tmp_path / "x.db")
+    for args in (["--help"], ["-h"], ["--version"], ["claims", "--db", db], ["token", "--help"]):
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "agenthold", *args],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            cwd=tmp_path,
+            env=child_env(),
+            timeout=60,
+        )
+        err = done.stderr.decode()
+        imported = {line.split("|")[-1].strip() for line in err.splitlines() if "|" in line}
+        assert "agenthold.cli" in imported and "agenthold.front" not in imported, args
+        if args[0] != "claims":  # nothing opened a database: ending does not import the store
+            assert done.returncode == 0 and "agenthold.store" not in imported, args
+    # a command line that may serve stdio tries the front first, even with a subcommand's
+    # name further on (the front then finds it is not its own and hands it on)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "agenthold", "--db", db, "claims"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        cwd=tmp_path,
+        env=child_env(),
+        timeout=60,
+    )
+    assert "agenthold.front" in done.stderr.decode()
+
+
 def initialized_front(tmp_path: Path, client: str) -> subprocess.Popen[bytes]:
     """``agenthold`` over stdio with pipes, its session initialized (2025-11-25) and left open."""
     proc = subprocess.Popen(
@@ -395,6 +429,48 @@ def test_an_upgrade_on_disk_ends_the_old_warm_server_at_the_next_call(
     (new,) = warm_pids(runtime)
     _, err = one_call(tmp_path, env=env)
     assert f"warm server {new}: {SERVED}" in err
+
+
+@pytest.mark.parametrize("change", ["removed", "replaced", "upgraded"])
+def test_a_warm_server_without_a_client_notices_by_itself_that_it_is_stale_and_exits(
+    tmp_path: Path, runtime: Path, change: str, request: pytest.FixtureRequest
+) -> None:
+    # no call comes to tell it: it looks by itself every AGENTHOLD_WARM_CHECK seconds (20 by
+    # default; shortened here), instead of holding the old file open until its idle time
+    import shutil
+
+    from agenthold import warm
+
+    assert warm.check_seconds({}) == warm.CHECK_SECONDS == 20.0  # as the README says
+    assert warm.check_seconds({front.CHECK: "nan"}) == warm.check_seconds({front.CHECK: "-1"}) == 20
+    check = 0.5
+    env = {front.WARM: "wait", front.CHECK: str(check)}
+    if change == "upgraded":
+        request.getfixturevalue("no_child_coverage")  # the copy's modules are not measured
+        site = tmp_path / "site"
+        shutil.copytree(
+            REPO / "agenthold", site / "agenthold", ignore=shutil.ignore_patterns("*.pyc")
+        )
+        env["PYTHONPATH"] = str(site)
+    _, err = one_call(tmp_path, env=env)
+    (pid,) = warm_pids(runtime)
+    assert f"warm server {pid}: {SERVED}" in err
+    db = tmp_path / "warm.db"
+    if change == "removed":
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{db}{suffix}").unlink(missing_ok=True)
+    elif change == "replaced":  # another file under the same name, as a restore does
+        shutil.copyfile(db, tmp_path / "other.db")
+        os.replace(tmp_path / "other.db", db)
+    else:
+        module = tmp_path / "site" / "agenthold" / "store.py"
+        later = module.stat().st_mtime_ns + 5_000_000_000
+        os.utime(module, ns=(later, later))
+    wait_for(lambda: not warm_pids(runtime), timeout=check + 9.5)  # gone without a call
+    why = "the code on disk has changed" if change == "upgraded" else f"{db} was replaced or"
+    (log,) = runtime.glob("*.log")  # the one warm server of this test
+    assert f"stale, exiting: {why}" in log.read_text()
+    assert not list(runtime.glob("*.sock"))  # it took its socket with it
 
 
 def test_the_idle_time_starts_again_after_a_session_longer_than_it(
