@@ -35,7 +35,7 @@ from agenthold import claims as claims_module
 from agenthold.claims import Coordinator
 from agenthold.server import PROCESS, PROGRESS_EVERY, Agenthold
 from agenthold.store import StateStore
-from agenthold.toolkit import MAX_WAIT_SECONDS
+from agenthold.toolkit import MAX_WAIT_SECONDS, result
 from agenthold.uris import Resolver, Workspace
 
 pytestmark = pytest.mark.anyio
@@ -852,6 +852,21 @@ async def test_list_and_export_come_in_pages_read_on_with_next_cursor(advanced: 
         assert (seen, pages) == (keys, 3), tool
         bad = await advanced.call_raw(tool, {"namespace": "o", "limit": 0})
         assert bad["status"] == "error" and "limit" in bad["message"]
+
+
+def test_a_reply_over_16_mib_of_utf_8_is_refused_with_a_hint_though_its_characters_fit() -> None:
+    """The limit is of bytes, as the reply travels, not of characters: 9 Mi characters of 'é'
+    are 18 MiB, refused although 9 Mi characters are under 16 Mi; 7 Mi of them (14 MiB) go out.
+    Four-byte characters count four. Pages keep every tool's reply far below the limit, so it
+    is met here, at the one place every reply passes through (result)."""
+    for text in ("x" * (17 * 2**20), "é" * (9 * 2**20), "\U0001f600" * (4 * 2**20 + 1)):
+        refused = reply_of(result({"status": "ok", "text": text}))
+        assert (refused["status"], refused["error"]) == ("error", "reply_too_large")
+        assert "16 MiB" in refused["message"] and "limit" in refused["hint"]
+    assert "18.0 MiB" in reply_of(result({"status": "ok", "text": "é" * (9 * 2**20)}))["message"]
+    for text in ("x" * (15 * 2**20), "é" * (7 * 2**20), "\U0001f600" * (4 * 2**20 - 16)):
+        sent = reply_of(result({"status": "ok", "text": text}))
+        assert sent["status"] == "ok" and sent["text"] == text
 
 
 async def test_a_reply_over_the_limit_is_refused_with_a_hint_and_nothing_is_lost(
