@@ -140,7 +140,9 @@ def parse_pattern(resolver: Resolver, text: str) -> Pattern:
     probe = resolver.resolve(f"{head_text}/{PROBE}" if head_text else PROBE)
     if probe.kind != "file" or probe.path is None:  # pragma: no cover - custom:// is literal
         raise _bad(text, "only file paths can be directories or globs")
-    name = resolver.resolve(PROBE).path or PROBE  # PROBE as the resolver folds it
+    # PROBE as the resolver folds it. Not by resolving PROBE alone: a bare path needs a default
+    # workspace, and with several workspaces and none named default every pattern was refused.
+    name = _fold(resolver, PROBE)
     scope, uri_scope = probe.key[: -len(name)], probe.uri[: -len(name)]
     rest = tuple(_fold(resolver, s) for s in tail)
     shown = "/".join(rest)

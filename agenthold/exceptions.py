@@ -14,6 +14,7 @@ from agenthold.store import (
     DamagedRecordError,
     IncompatibleDatabaseError,
     InvalidInputError,
+    KeyTooLargeError,
     NotFoundError,
     UnavailableError,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "DamagedRecordError",
     "IncompatibleDatabaseError",
     "InvalidInputError",
+    "KeyTooLargeError",
     "NotFoundError",
     "NotHolderError",
     "UnavailableError",

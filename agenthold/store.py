@@ -206,6 +206,28 @@ class DamagedRecordError(AgentholdError, ValueError):
         }
 
 
+class KeyTooLargeError(AgentholdError):
+    """A page of ``export`` would start with a key whose live value and history together are
+    over the page's ``max_bytes``: nothing was read (the sizes come first), since a page either
+    holds a key whole or not at all. ``size`` is the key's stored bytes; ``history_page`` reads
+    its history in bounded pages, and ``after=key`` exports on past it."""
+
+    def __init__(self, namespace: str, key: str, size: int, max_bytes: int) -> None:
+        super().__init__(
+            f"key {key!r} in namespace {namespace!r} holds {size / 2**20:.1f} MiB of value and "
+            f"history, over the {max_bytes / 2**20:.1f} MiB one export page may hold; "
+            "nothing was read"
+        )
+        self.namespace = namespace
+        self.key = key
+        self.size = size
+        self.max_bytes = max_bytes
+        self.hint = (
+            "Read its history a page at a time with history_page(namespace, key, before=...) "
+            "and its value with get; export the keys after it with after set to this key."
+        )
+
+
 class UnavailableError(AgentholdError):
     """The database cannot serve the call right now (locked, full, read-only, I/O error).
     ``transient`` says whether the same call may succeed later by itself (a lock released, room
@@ -2826,6 +2848,7 @@ def page_end(
     start: Any,
     limit: int,
     max_bytes: int | None,
+    too_large: Callable[[Any, int], Exception] | None = None,
 ) -> tuple[Any, int, bool]:
     """Where a page that starts after ``start`` ends, read from its rows' sizes alone, so that
     no value past the page's byte budget is ever fetched: ``sizes_sql`` gives ``(position,
@@ -2833,7 +2856,8 @@ def page_end(
     and a row limit), SIZE_BATCH at a time. A page takes rows while it has fewer than
     ``limit`` and, past its first, their sizes add up to at most ``max_bytes`` (None: no
     bound). Returns the last position taken (``start`` if none), how many rows were taken,
-    and whether rows remain after it."""
+    and whether rows remain after it. With ``too_large``, a first row over ``max_bytes`` is
+    not taken: ``too_large(position, size)`` is raised, before any value is read."""
     taken, total, last = 0, 0, start
     while True:
         want = min(limit - taken, SIZE_BATCH) + 1
@@ -2845,6 +2869,8 @@ def page_end(
         )
         for position, size in rows:
             size = int(size or 0)
+            if not taken and too_large is not None and max_bytes is not None and size > max_bytes:
+                raise too_large(position, size)
             if taken == limit or (taken and max_bytes is not None and total + size > max_bytes):
                 return last, taken, True
             last, taken, total = position, taken + 1, total + size
@@ -3126,9 +3152,12 @@ class StateStore:
         snapshot so no write can slip between the records and their histories.
 
         Paged like ``list_page`` when ``limit`` or ``max_bytes`` is given: the keys after
-        ``after``, at most ``limit`` of them and, past the first key, about ``max_bytes`` of
-        stored values and history at most; ``next_after`` says where the next page starts.
-        Each page is one snapshot; pages taken one after another are not one.
+        ``after``, at most ``limit`` of them and at most ``max_bytes`` of stored values and
+        history; ``next_after`` says where the next page starts. Each page is one snapshot;
+        pages taken one after another are not one. A page holds each key whole, with its whole
+        history, so a page that would start with a key over ``max_bytes`` by itself raises
+        KeyTooLargeError before reading any of it (a list or history page may go over by its
+        first row, which a value's size limit bounds; a key's history has no bound).
 
         A key whose live value, or an entry of its history, holds text that is not strict JSON
         raises DamagedRecordError, unless a list is given as ``damaged``: then the error is
@@ -3145,6 +3174,7 @@ class StateStore:
                 after,
                 min(limit, 2**62) if limit is not None else 2**62,
                 max_bytes,
+                lambda key, size: KeyTooLargeError(namespace, key, size, max_bytes or 0),
             )
             live = _fetch_all(conn, _LIST_RANGE, (namespace, after, last)) if taken else []
             rows = (

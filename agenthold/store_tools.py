@@ -10,6 +10,7 @@ Decisions behind it:
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -20,6 +21,7 @@ from agenthold.store import (
     MAX_SQL_INT,
     ConflictError,
     DamagedRecordError,
+    KeyTooLargeError,
     NotFoundError,
     Record,
     key_topic,
@@ -222,9 +224,19 @@ class StoreHandlers:
     async def export(self, call: ToolCall) -> Reply:
         a = call.args
         damaged: list[DamagedRecordError] = []
-        snapshot = await self.app.read(
-            lambda: self.store.export(a["namespace"], **_page(a), damaged=damaged)
-        )
+        try:
+            snapshot = await self.app.read(
+                lambda: self.store.export(a["namespace"], **_page(a), damaged=damaged)
+            )
+        except KeyTooLargeError as exc:  # a smaller limit cannot help: the key alone is over
+            raise ToolError(
+                str(exc),
+                f"Read this key's history a page at a time with agenthold_history (namespace "
+                f"{exc.namespace!r}, key {exc.key!r}; follow its next_cursor) and its value "
+                f"with agenthold_get. To export the keys after it, call agenthold_export "
+                f"again with cursor set to {json.dumps(exc.key, ensure_ascii=False)}.",
+                kind="key_too_large",
+            ) from None
         reply = _with_damaged({"status": "ok", **snapshot.to_dict()}, damaged)
         return _paged(reply, snapshot.next_after)
 

@@ -304,16 +304,27 @@ class App(Protocol):
         """Remember that ``connection`` named ``agent_id`` (its lease ends with it)."""
 
 
-MAX_REPLY_CHARS = 16 * 1024 * 1024  # of JSON text: larger replies are refused, not sent
+MAX_REPLY_BYTES = 16 * 1024 * 1024  # of JSON text in UTF-8: larger replies are refused, not sent
+
+
+def _utf8_bytes(text: str) -> int:
+    """How many bytes ``text`` takes in UTF-8, as a reply travels. ASCII text (most replies)
+    is its length, found without a copy (``isascii`` is a flag of the string); other text is
+    encoded to be counted (a lone surrogate, which no value holds, counts 3 rather than
+    failing here)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def result(reply: Reply) -> types.CallToolResult:
     text = _dumps(reply)
-    if len(text) > MAX_REPLY_CHARS:  # pages keep replies well below; this bounds the rest
+    # pages keep replies well below; this bounds the rest. A text of at most a quarter of the
+    # limit in characters is under it in bytes (4 at most a character): not encoded to count.
+    size = len(text) if len(text) <= MAX_REPLY_BYTES // 4 else _utf8_bytes(text)
+    if size > MAX_REPLY_BYTES:
         return error_result(
             "reply_too_large",
-            f"the reply would be {len(text) / 2**20:.1f} MiB of JSON, over the "
-            f"{MAX_REPLY_CHARS // 2**20} MiB a reply may be; nothing was sent",
+            f"the reply would be {size / 2**20:.1f} MiB of JSON, over the "
+            f"{MAX_REPLY_BYTES // 2**20} MiB a reply may be; nothing was sent",
             "Ask for less: a smaller limit, or one page at a time with cursor where the tool "
             "takes one.",
         )

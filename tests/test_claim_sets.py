@@ -142,6 +142,32 @@ def test_a_bad_glob_is_an_invalid_input_error_with_the_syntax_as_hint(
     assert caught.value.hint is not None and "**" in caught.value.hint
 
 
+@pytest.mark.parametrize("case_insensitive", [False, True])
+def test_patterns_parse_with_several_workspaces_and_none_named_default(
+    root: Path, case_insensitive: bool
+) -> None:
+    """A pattern's directory is found by resolving a name inside it, within the pattern's own
+    workspace: no default workspace is needed (there was a bare lookup that needed one, so
+    every directory and glob was refused as 'ambiguous' on a server of two named ones)."""
+    (root / "repo").mkdir()
+    (root / "other").mkdir()
+    resolver = Resolver(
+        [Workspace("repo", str(root / "repo")), Workspace("other", str(root / "other"))],
+        case_insensitive=case_insensitive,
+    )
+    directory = parse_pattern(resolver, "file://repo/src/")
+    assert (directory.uri, directory.kind, directory.workspace) == (
+        "file://repo/src/",
+        "dir",
+        "repo",
+    )
+    assert directory.covers(resolver.resolve("file://repo/src/a/b.py").key)
+    assert not directory.covers(resolver.resolve("file://other/src/a.py").key)
+    glob = parse_pattern(resolver, "file://other/**/*.md")
+    assert (glob.uri, glob.kind, glob.workspace) == ("file://other/**/*.md", "glob", "other")
+    assert glob.covers(resolver.resolve("file://other/docs/x.md").key)
+
+
 def test_a_glob_outside_every_workspace_is_refused(root: Path) -> None:
     with pytest.raises(InvalidInputError, match="outside every workspace"):
         parse_pattern(Resolver([Workspace("default", str(root))]), "/elsewhere/*.py")

@@ -1,11 +1,14 @@
 """Who is calling, over real HTTP on 127.0.0.1 with several principals and both protocol eras:
 agents belong to the principal that registered them, scopes limit tool sets, namespaces and
 claims, tools/list shows only what a principal may call, and history and claim events record
-the principal beside updated_by."""
+the principal beside updated_by. Also: every form of naming another's agent (a wait that
+claims, lists of claims and releases) from several callers, names with disguising characters,
+and a token file keeping out whoever has none of its tokens before any database work."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -25,8 +28,11 @@ from support import (
     token_server,
     tools_seen,
 )
+from test_auth import serving as auth_serving
+from test_auth import set_request
 
 from agenthold.claims import Coordinator
+from agenthold.principals import TokenTable, add_token, revoke
 from agenthold.store import StateStore
 from agenthold.uris import Resolver, Workspace
 
@@ -483,3 +489,208 @@ async def test_a_session_cannot_be_used_or_ended_by_another_principal(tmp_path: 
             still = await alice.post(server.url, json=listing, headers=headers)
             assert still.status_code == 200, still.text
             assert (await alice.delete(server.url, headers=headers)).status_code in (200, 204)
+
+
+# --------------------------------------------------------------------------------------------
+# Every way of naming another principal's agent, in both eras
+# --------------------------------------------------------------------------------------------
+
+INTRUDERS = ("bob", "shared", "repo-only", "standard-only")
+
+
+def claim_state(db: Path) -> list[list[tuple[Any, ...]]]:
+    """Every row of every claims table: what a refused call must leave exactly as it was (the
+    agents' last-seen times and leases included)."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return [
+            conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2").fetchall()
+            for table in ("agents", "claims", "claim_events", "claim_shares", "claim_waiters")
+        ]
+
+
+async def alices_agent_holding(server: TokenServer, mode: str, resource: str) -> str:
+    """An agent of alice's that holds ``resource``."""
+    async with server.client("alice", mode) as alice:
+        _, registered = await call(alice, "agenthold_register", name="alice-agent")
+        agent: str = registered["agent_id"]
+        failed, held = await call(alice, "agenthold_claim", resource=resource, agent_id=agent)
+        assert not failed and held["status"] == "claimed", held
+    return agent
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_wait_that_claims_for_another_principals_agent_is_refused_in_both_eras(
+    tmp_path: Path, mode: str
+) -> None:
+    """agenthold_wait with claim: true hands a claim to the agent it names, so it is the same
+    act as a claim: refused for an agent of another principal, whether the resource is free
+    (it would be claimed at the first look), held (it would queue), a directory or a glob, and
+    whatever the mode and timeout; no row changes and nobody is left in a queue."""
+    async with serving(tmp_path) as server:
+        victim = await alices_agent_holding(server, mode, "file://repo/held.py")
+        before = claim_state(server.db)
+        for intruder in INTRUDERS:
+            async with server.client(intruder, mode) as other:
+                for resource, extra in (
+                    ("file://repo/free.py", {"timeout_seconds": 0}),
+                    ("file://repo/free.py", {"timeout_seconds": 0.2, "mode": "shared"}),
+                    ("file://repo/held.py", {"timeout_seconds": 0.2}),
+                    ("file://repo/src/", {"timeout_seconds": 0}),
+                    ("file://repo/**/*.py", {"timeout_seconds": 0}),
+                ):
+                    assert_foreign(
+                        await call(
+                            other, "agenthold_wait", resource=resource, agent_id=victim,
+                            claim=True, **extra,
+                        ),
+                        "alice",
+                    )  # fmt: skip
+            assert claim_state(server.db) == before, intruder
+        async with server.client("alice", mode) as alice:  # the owner still may
+            failed, got = await call(
+                alice, "agenthold_wait", resource="file://repo/free.py", agent_id=victim,
+                claim=True, timeout_seconds=0,
+            )  # fmt: skip
+            assert not failed and got["status"] == "claimed", got
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_claim_or_release_of_a_list_for_another_principals_agent_changes_nothing(
+    tmp_path: Path, mode: str
+) -> None:
+    """The list forms of agenthold_claim and agenthold_release name one agent for every item:
+    another principal's agent is refused for the whole list (free resources and the ones the
+    agent holds alike, in either claim mode, with any outcome), and nothing changes."""
+    async with serving(tmp_path) as server:
+        victim = await alices_agent_holding(server, mode, "file://repo/held.py")
+        before = claim_state(server.db)
+        claims: list[dict[str, Any]] = [
+            {"resources": ["file://repo/a.py", "file://repo/b.py"]},
+            {"resources": ["file://repo/a.py", "file://repo/held.py"]},
+            {"resources": ["file://repo/docs/", "file://repo/**/*.md"], "mode": "shared"},
+        ]
+        releases: list[list[dict[str, Any]]] = [
+            [{"resource": "file://repo/held.py"}],
+            [{"resource": "file://repo/held.py", "outcome": "deleted"},
+             {"resource": "file://repo/a.py", "outcome": "modified"}],
+            [{"resource": "file://repo/held.py", "outcome": "moved",
+              "moved_to": "file://repo/moved.py"}],
+        ]  # fmt: skip
+        for intruder in INTRUDERS:
+            async with server.client(intruder, mode) as other:
+                for arguments in claims:
+                    assert_foreign(
+                        await call(other, "agenthold_claim", agent_id=victim, **arguments),
+                        "alice",
+                    )
+                for items in releases:
+                    assert_foreign(
+                        await call(other, "agenthold_release", agent_id=victim, resources=items),
+                        "alice",
+                    )
+            assert claim_state(server.db) == before, intruder
+        async with server.client("alice", mode) as alice:
+            failed, released = await call(
+                alice, "agenthold_release", agent_id=victim,
+                resources=[{"resource": "file://repo/held.py"}],
+            )  # fmt: skip
+            assert not failed and released["status"] == "released", released
+
+
+# --------------------------------------------------------------------------------------------
+# Names that would disguise themselves
+# --------------------------------------------------------------------------------------------
+
+DISGUISES = ["\u202e", "\u200b"]  # right-to-left override; zero-width space
+
+
+def every_table(db: Path) -> dict[str, list[tuple[Any, ...]]]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        tables = [
+            t
+            for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if not t.startswith("sqlite_")
+        ]
+        return {t: conn.execute(f"SELECT * FROM {t} ORDER BY 1").fetchall() for t in tables}
+
+
+@pytest.mark.parametrize("mode", ERAS)
+@pytest.mark.parametrize("char", DISGUISES, ids=["U+202E", "U+200B"])
+async def test_names_with_a_disguising_character_are_refused_by_every_tool_that_takes_one(
+    tmp_path: Path, mode: str, char: str
+) -> None:
+    """A bidirectional override or a zero-width space makes two different names look alike (or
+    one read backwards): agenthold_register's name, and every agent and thread name of the
+    message tools, refuse them with a message naming the character, and nothing is stored."""
+    resolver = Resolver([Workspace("repo", str(tmp_path))])
+    async with token_server(
+        tmp_path, {"alice": None}, tools="standard,messages", resolver=resolver
+    ) as server, server.client("alice", mode) as alice:  # fmt: skip
+        failed, made = await call(
+            alice, "agenthold_create_thread", participant_names=["ann", "ben"], name="t"
+        )
+        assert not failed, made
+        thread = made["thread_id"]
+        bad = f"ann{char}gpj.exe"
+        calls: list[tuple[str, dict[str, Any]]] = [
+            ("agenthold_register", {"name": bad}),
+            ("agenthold_create_agent", {"name": bad}),
+            ("agenthold_create_thread", {"participant_names": ["ann", bad]}),
+            ("agenthold_create_thread", {"participant_names": ["ann", "ben"], "name": bad}),
+            ("agenthold_join_thread", {"thread_id": thread, "agent_name": bad}),
+            ("agenthold_leave_thread", {"thread_id": thread, "agent_name": bad}),
+            ("agenthold_thread_status", {"thread_id": thread, "agent_name": bad}),
+            ("agenthold_has_unread", {"thread_id": thread, "agent_name": bad}),
+            ("agenthold_mark_read", {"thread_id": thread, "agent_name": bad, "seq": 0}),
+            ("agenthold_append", {"thread_id": thread, "sender_name": bad, "content": "hi"}),
+            ("agenthold_delete_account", {"agent_id": bad}),
+        ]
+        before = every_table(server.db)
+        for tool, arguments in calls:
+            failed, reply = await call(alice, tool, **arguments)
+            assert failed and reply["status"] == "error", (tool, reply)
+            assert f"U+{ord(char):04X}" in reply["message"], (tool, reply)
+            assert reply["hint"], (tool, reply)
+        assert every_table(server.db) == before
+
+
+# --------------------------------------------------------------------------------------------
+# A token file keeps out whoever has no token of it, before any database work
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("with_shared_token", [False, True], ids=["auth-file", "both"])
+async def test_a_request_without_a_token_of_the_file_gets_401_before_any_database_work(
+    tmp_path: Path, with_shared_token: bool
+) -> None:
+    """With --auth-file (alone, or beside --auth-token), a request with no token, a wrong one,
+    a revoked one or a digest copied from the file is answered 401, and the write it carries
+    is never made, while a principal's token in the same run is served (the proof of
+    tests/test_auth.py for --auth-token, for the file)."""
+    auth_file = tmp_path / "tokens.json"
+    alice, _ = add_token(auth_file, "alice")
+    revoked, _ = add_token(auth_file, "gone")
+    revoke(auth_file, "gone")
+    copied = json.loads(auth_file.read_text())["principals"]["alice"]["tokens"][0]["sha256"]
+    refusals = [None, "Bearer wrong-token", f"Bearer {revoked}", f"Bearer {copied}",
+                f"Basic {alice}", "Bearer"]  # fmt: skip
+    shared = ["shared-token-for-everyone"] if with_shared_token else []
+    async with (
+        auth_serving(tmp_path, shared, auth_file=TokenTable(auth_file)) as url,
+        httpx2.AsyncClient(timeout=10) as http,
+    ):
+        for n, authorization in enumerate(refusals):
+            body, headers = set_request(f"refused-{n}")
+            extra = {} if authorization is None else {"Authorization": authorization}
+            refused = await http.post(url, json=body, headers={**headers, **extra})
+            assert refused.status_code == 401, (authorization, refused.text)
+            assert refused.json()["error"] == "unauthorized"
+        body, headers = set_request("accepted")
+        accepted = await http.post(
+            url, json=body, headers={**headers, "Authorization": f"Bearer {alice}"}
+        )
+    assert accepted.status_code == 200, accepted.text
+    assert accepted.json()["result"]["structuredContent"]["status"] == "ok"
+    with StateStore(tmp_path / "state.db") as store:
+        assert [r.key for r in store.list_keys("n")] == ["accepted"]
+        assert [e.principal for e in store.history("n", "accepted")] == ["alice"]

@@ -341,6 +341,25 @@ def test_the_architecture_table_names_every_import_of_every_room() -> None:
     assert set(re.findall(r"`([a-z_]+)\.py`", sentence.group(1))) == SERVING
 
 
+def test_the_architecture_doc_gives_build_server_every_parameter_it_has() -> None:
+    """A new transport is told to call server.build_server(...): the call the doc shows names
+    each of the function's parameters, in order (it once left out principal_of, the one that
+    says who is calling)."""
+    tree = ast.parse((PACKAGE / "server.py").read_text(encoding="utf-8"))
+    (function,) = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef) and node.name == "build_server"
+    ]
+    parameters = [a.arg for a in function.args.args]
+    assert parameters[0] == "app" and len(parameters) > 1
+    text = " ".join(ARCHITECTURE.read_text(encoding="utf-8").split())
+    calls = re.findall(r"build_server\(([^)]*)\)", text)
+    assert calls, "the doc shows no build_server call"
+    for call in calls:
+        assert [a.strip() for a in call.split(",")] == parameters, call
+
+
 MAX_LINES = 750  # "about 700": a hard stop a little above
 # store.py stays one file so that other projects can copy it alone.
 LONG_ON_PURPOSE = {"store"}

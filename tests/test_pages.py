@@ -15,7 +15,7 @@ from typing import TypeVar
 import pytest
 
 from agenthold.messages import MessageBus
-from agenthold.store import MAX_PAGE_BYTES, InvalidInputError, StateStore
+from agenthold.store import MAX_PAGE_BYTES, InvalidInputError, KeyTooLargeError, StateStore
 
 T = TypeVar("T")
 
@@ -79,6 +79,39 @@ def test_list_and_export_pages_of_large_values_read_only_what_they_return(
     assert listed == exported == keys
     whole, peak = peak_of(lambda: store.export("ns"))  # unpaged, as asked: all of it
     assert whole.record_count == COUNT and peak > COUNT * BIG
+
+
+@pytest.mark.backends
+def test_an_export_page_refuses_a_key_over_its_budget_without_reading_it(
+    store: StateStore,
+) -> None:
+    """A key written six times at 1 MB (7 MB of value and history, over a page's 4 MiB) cannot
+    be exported whole within the budget: the page that would start with it raises
+    KeyTooLargeError from the sizes alone, its values never read (the peak stays under one
+    value). A page before it stops short of it; after=key exports on past it; its history
+    reads in pages."""
+    store.set("ns", "a", 1, updated_by="w")
+    for i in range(6):
+        store.set("ns", "huge", big(i), updated_by="w")
+    store.set("ns", "z", 2, updated_by="w")
+    part = store.export("ns", max_bytes=MAX_PAGE_BYTES)
+    assert [r.record.key for r in part.records] == ["a"] and part.next_after == "a"
+
+    def refused() -> KeyTooLargeError:
+        with pytest.raises(KeyTooLargeError) as caught:
+            store.export("ns", after="a", max_bytes=MAX_PAGE_BYTES)
+        return caught.value
+
+    error, peak = peak_of(refused)
+    assert peak < BIG, f"{peak / 2**20:.1f} MiB read to refuse it"
+    assert (error.namespace, error.key, error.max_bytes) == ("ns", "huge", MAX_PAGE_BYTES)
+    assert error.size == 7 * (BIG + 2)  # six history entries and the live value, as JSON
+    assert "history_page" in (error.hint or "") and "after" in (error.hint or "")
+    rest = store.export("ns", after="huge", max_bytes=MAX_PAGE_BYTES)
+    assert [r.record.key for r in rest.records] == ["z"] and rest.next_after is None
+    entries, before = store.history_page("ns", "huge", max_bytes=MAX_PAGE_BYTES)
+    assert len(entries) == FITS and before is not None
+    assert store.export("ns").record_count == 3  # unpaged, as asked: all of it
 
 
 @pytest.mark.backends

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
-from support import free_port, sdk_client, uvicorn_serving
+from support import REPO, free_port, sdk_client, uvicorn_serving
 from test_auth import MODERN_META
 
 from agenthold.claims import Coordinator, ForeignAgentError
@@ -150,6 +150,34 @@ def test_token_list_and_revoke(tmp_path: Path) -> None:
     assert revoke(path, "alice") == 1
     empty = agenthold("token", "list", "--auth-file", str(path), cwd=tmp_path)
     assert empty.stdout == "no principals\n"
+
+
+def test_the_readmes_team_setup_writes_each_token_file_for_its_owner_alone(
+    tmp_path: Path,
+) -> None:
+    """The README's `token add` lines, run by bash as printed (the token file moved into
+    tmp_path) from a shell whose umask is the usual 022: the .token files, which hold the
+    tokens in plain text, are created 0600 like the token file, and hold the tokens whose
+    digests the file lists."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### A shared server for a team", 1)[1]
+    block = section.split("```bash\n", 1)[1].split("```", 1)[0]
+    lines = [line for line in block.splitlines() if "token add" in line]
+    assert len(lines) == 2
+    script = "\n".join(
+        ["umask 022", f'agenthold() {{ "{sys.executable}" -m agenthold "$@"; }}']
+        + [line.replace("/srv/tokens.json", str(tmp_path / "tokens.json")) for line in lines]
+    )
+    done = subprocess.run(
+        ["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    digests = {t["sha256"] for e in load_file(tmp_path / "tokens.json") for t in e.tokens}
+    for name in ("alice.token", "ci.token", "tokens.json"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name
+    for name in ("alice.token", "ci.token"):
+        token = (tmp_path / name).read_text().strip().encode()
+        assert digest(token).hex() in digests, name
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ from agenthold import claims as claims_module
 from agenthold.claims import Coordinator
 from agenthold.server import PROCESS, PROGRESS_EVERY, Agenthold
 from agenthold.store import StateStore
-from agenthold.toolkit import MAX_WAIT_SECONDS
+from agenthold.toolkit import MAX_WAIT_SECONDS, result
 from agenthold.uris import Resolver, Workspace
 
 pytestmark = pytest.mark.anyio
@@ -854,25 +854,49 @@ async def test_list_and_export_come_in_pages_read_on_with_next_cursor(advanced: 
         assert bad["status"] == "error" and "limit" in bad["message"]
 
 
-async def test_a_reply_over_the_limit_is_refused_with_a_hint_and_nothing_is_lost(
-    tmp_path: Path,
+@pytest.mark.backends
+async def test_an_export_page_of_a_key_over_4_mib_is_refused_with_a_hint_that_helps(
+    advanced: Served,
 ) -> None:
-    """An export page holds its first key whole: one key with twenty values of nearly 1 MiB
-    in its history would be a 40 MiB reply (the text and the structured copy), refused with
-    reply_too_large; the server serves on, and that history reads in pages."""
-    async with serving(tmp_path, tools="advanced") as advanced:
-        big = "x" * 900_000
-        for i in range(20):
-            await advanced.call(
-                "agenthold_set", namespace="n", key="k", value=f"{i}{big}", updated_by="a",
-                force=True,
-            )  # fmt: skip
-        refused = await advanced.call("agenthold_export", namespace="n")
+    """A page holds a key whole, with its history: a key written five times at 900 kB is 5.4
+    MB, over an export page's 4 MiB, so the page that would start with it is refused before
+    anything is read (key_too_large, not a reply built and then found too large). Asking for
+    fewer keys cannot help, so the hint names what can: agenthold_history with its cursor for
+    the key, and the cursor that exports the keys after it. The server serves on."""
+    big = "x" * 900_000
+    writes = [("a", 1), *(("k", f"{i}{big}") for i in range(5)), ("z", 2)]
+    for key, value in writes:
+        await advanced.call(
+            "agenthold_set", namespace="n", key=key, value=value, updated_by="w", force=True
+        )
+    first = await advanced.call("agenthold_export", namespace="n")
+    assert [r["key"] for r in first["records"]] == ["a"] and first["next_cursor"] == "a"
+    refused = await advanced.call("agenthold_export", namespace="n", cursor="a")
+    assert (refused["status"], refused["error"]) == ("error", "key_too_large")
+    assert "'k'" in refused["message"] and "nothing was read" in refused["message"]
+    hint = refused["hint"]
+    assert "agenthold_history" in hint and "next_cursor" in hint and "limit" not in hint
+    assert 'cursor set to "k"' in hint
+    rest = await advanced.call("agenthold_export", namespace="n", cursor="k")
+    assert [r["key"] for r in rest["records"]] == ["z"] and rest["next_cursor"] is None
+    page = await advanced.call("agenthold_history", namespace="n", key="k", limit=5)
+    assert [h["version"] for h in page["history"]] == [5, 4, 3, 2]  # 4 MiB: four fit
+    assert page["next_cursor"] == "2"
+
+
+def test_a_reply_over_16_mib_of_utf_8_is_refused_with_a_hint_though_its_characters_fit() -> None:
+    """The limit is of bytes, as the reply travels, not of characters: 9 Mi characters of 'é'
+    are 18 MiB, refused although 9 Mi characters are under 16 Mi; 7 Mi of them (14 MiB) go out.
+    Four-byte characters count four. Pages keep every tool's reply far below the limit, so it
+    is met here, at the one place every reply passes through (result)."""
+    for text in ("x" * (17 * 2**20), "é" * (9 * 2**20), "\U0001f600" * (4 * 2**20 + 1)):
+        refused = reply_of(result({"status": "ok", "text": text}))
         assert (refused["status"], refused["error"]) == ("error", "reply_too_large")
-        assert "limit" in refused["hint"] and "16 MiB" in refused["message"]
-        page = await advanced.call("agenthold_history", namespace="n", key="k", limit=5)
-        assert [h["version"] for h in page["history"]] == [20, 19, 18, 17]  # 4 MiB: four fit
-        assert page["next_cursor"] == "17"
+        assert "16 MiB" in refused["message"] and "limit" in refused["hint"]
+    assert "18.0 MiB" in reply_of(result({"status": "ok", "text": "é" * (9 * 2**20)}))["message"]
+    for text in ("x" * (15 * 2**20), "é" * (7 * 2**20), "\U0001f600" * (4 * 2**20 - 16)):
+        sent = reply_of(result({"status": "ok", "text": text}))
+        assert sent["status"] == "ok" and sent["text"] == text
 
 
 @pytest.mark.backends

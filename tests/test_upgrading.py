@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from support import REPO
 
+from agenthold.cli import TOOL_SET_NAMES, _tool_sets
 from agenthold.store import (
     ConflictError,
     DeleteResult,
@@ -95,6 +96,35 @@ def test_server_json_names_the_packages_version_and_the_readmes_mcp_name() -> No
     for argument in package["packageArguments"]:
         assert argument["name"] in ("--workspace", "--tools")
     assert [v["name"] for v in package["environmentVariables"]] == ["AGENTHOLD_DB"]
+
+
+# What a named argument of the 2025-12-11 server.json schema may hold (its NamedArgument: Input,
+# InputWithVariables and its own fields); the registry refuses a file with other keys.
+NAMED_ARGUMENT_KEYS = {
+    "type", "name", "description", "isRequired", "isRepeated", "format", "value", "isSecret",
+    "default", "placeholder", "choices", "variables",
+}  # fmt: skip
+
+
+def test_server_jsons_tools_argument_offers_what_the_cli_accepts() -> None:
+    """--tools takes any of cli.TOOL_SET_NAMES, or a comma list of them: the registry's
+    "choices" would make a client offer one name alone (it once offered standard and advanced
+    only), so there are none; the description names every set, and the default and the
+    placeholder are values the CLI itself accepts. The server's description names the bus."""
+    server = json.loads((REPO / "server.json").read_text(encoding="utf-8"))
+    assert "message bus" in server["description"]
+    (package,) = server["packages"]
+    for argument in package["packageArguments"]:
+        assert set(argument) <= NAMED_ARGUMENT_KEYS, argument["name"]
+        assert argument["type"] == "named"
+    (tools,) = [a for a in package["packageArguments"] if a["name"] == "--tools"]
+    assert "choices" not in tools
+    for name in TOOL_SET_NAMES:
+        assert name in tools["description"], name
+    assert "comma list" in tools["description"]
+    assert _tool_sets(tools["default"]) == tools["default"] == "standard"
+    assert _tool_sets(tools["placeholder"]) == tools["placeholder"]
+    assert "," in tools["placeholder"]
 
 
 def test_project_urls_and_the_changelog_exist() -> None:
