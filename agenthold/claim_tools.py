@@ -15,9 +15,10 @@ from collections.abc import Iterable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from agenthold.claim_match import Pattern
-from agenthold.claim_queue import claim_waited
+from agenthold.claim_queue import QueueLook, Unheard, claim_waited
 from agenthold.claim_types import (
     MAX_AGENT_NAME,
     MAX_MODEL,
@@ -356,25 +357,35 @@ class ClaimHandlers:
     async def _wait_to_claim(self, call: ToolCall, resource: Resource | Pattern) -> Reply:
         """A wait in the resource's queue: each look is one write (coordinator.queue_look) that
         serves the queue; a wait that ends unanswered (timeout, cancel, closed connection)
-        leaves it."""
+        leaves it, and gives back a claim it was handed but could not tell its caller of."""
         a, coordinator = call.args, self.coordinator
         agent_id, mode, timeout = a["agent_id"], a["mode"] or "exclusive", a["timeout_seconds"]
         check_mode(mode)
-        start, seq = time.monotonic(), None
+        start = time.monotonic()
+        seq: int | None = None
+        seen: ClaimResult | None = None  # a claim a write read for this wait
+
+        # These run in the write thread and note what they read there: a call cancelled while
+        # its write runs gets no value from the await, but the write has happened.
+        def look_once(left: float) -> QueueLook:
+            nonlocal seq, seen
+            step = coordinator.queue_look(resource, agent_id, mode, seq, left, principal=call.by)
+            seq, seen = step.seq, step.result
+            return step
+
+        def leave_once(place: int) -> ClaimResult | None:
+            nonlocal seen
+            got = coordinator.leave_queue(place)
+            seen = got or seen
+            return got
 
         async def look() -> tuple[Reply | None, Iterable[tuple[str, ...]], float | None]:
-            nonlocal seq
-            left = max(0.0, timeout - (time.monotonic() - start))
-            step = await self.app.write(
-                lambda: coordinator.queue_look(
-                    resource, agent_id, mode, seq, left, principal=call.by
-                )
-            )
-            if seq is None:  # the first look passed the owner check: only now is the agent
-                # this connection's (noted earlier, a refused intruder's session would end
-                # the owner's lease when it closed)
+            first = seq is None
+            step = await self.app.write(look_once, max(0.0, timeout - (time.monotonic() - start)))
+            if first:  # the first look passed the owner check: only now is the agent this
+                # connection's (noted earlier, a refused intruder's session would end the
+                # owner's lease when it closed)
                 self.app.note_agent(call.connection, agent_id)
-            seq = step.seq
             if step.result is not None:
                 return reply(claim_waited(step.result, time.monotonic() - start)), (), None
             if not step.in_line:
@@ -383,7 +394,7 @@ class ClaimHandlers:
 
         async def give_up() -> Reply:
             if seq is not None:
-                got = await self.app.write(coordinator.leave_queue, seq)
+                got = await self.app.write(leave_once, seq)
                 if got is not None:  # handed over just before the deadline
                     return reply(claim_waited(got, time.monotonic() - start))
             probe = await self.app.read(coordinator.probe, resource)
@@ -392,12 +403,17 @@ class ClaimHandlers:
         progress = call.progress(timeout, f"{resource.uri} to be handed over")
         out: Reply = {}
         try:
-            out = await self.app.wait_for(look, give_up, timeout, progress)
+            answer = await self.app.wait_for(look, give_up, timeout, progress)
+            # The SDK drops the answer of a call its client cancelled: a cancel that arrived
+            # while the last write ran is raised here, where the claim can still go back.
+            await anyio.lowlevel.checkpoint()
+            out = answer
             return out
         finally:
-            if seq is not None and out.get("version") is None:  # not handed over: leave
+            if seq is not None and out.get("version") is None:  # no claim told: leave
+                unheard = Unheard(resource, agent_id, mode, call.by, seen)
                 with anyio.CancelScope(shield=True):  # also when cancelled, or disconnected
-                    await self.app.write(coordinator.leave_queue, seq)
+                    await self.app.write(coordinator.leave_queue, seq, unheard)
 
 
 def one_or_many(tool: str, args: dict[str, Any], *, strings: bool) -> list[Any]:
