@@ -79,9 +79,11 @@ BUSY_HINT = (
     "Another agent holds this resource. Work on a different resource, or call agenthold_wait "
     "to be told when it is released, then claim it again."
 )
+# Not "a longer timeout": a host that shows no progress may cut a call after a minute, so the
+# README advises waits of 45 s or less, called again.
 TIMEOUT_HINT = (
-    "The resource was not released within the timeout. Work on something else, or call "
-    "agenthold_wait again with a longer timeout."
+    "The resource was still held when the timeout ran out. Work on something else, or call "
+    "agenthold_wait again to keep waiting (short waits, repeated, are safer than one long one)."
 )
 BUSY_SET_HINT = (
     "Nothing was claimed: the resources marked busy are held. Claim a set that leaves them out, "
