@@ -100,7 +100,7 @@ LAPSED_HINT = (
 RESOURCE_ONE = Param(
     "resource",
     "string",
-    "a path in the workspace (src/main.py), file://<workspace>/<path> or custom://<name>",
+    "a workspace path (src/main.py), file://<workspace>/<path> or custom://<name>",
 )
 RESOURCE = Param(RESOURCE_ONE.name, "string", RESOURCE_ONE.description, required=False)
 RESOURCES = Param("resources", "array", "instead of resource: a list of them", required=False)
@@ -474,9 +474,9 @@ def standard_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_register",
             "Register as an agent",
-            "Register once, before your first claim, and pass the agent_id it returns to every "
-            "later call. It keeps working across reconnects; register again only if a call "
-            "says it is unknown.",
+            "Register once, before your first claim; pass the agent_id it returns to every "
+            "later call. It survives reconnects: register again only if a call says it is "
+            "unknown.",
             (
                 Param(
                     "name",
@@ -509,13 +509,12 @@ def standard_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_claim",
             "Claim a file or resource",
-            "Claim a resource BEFORE you modify, create, delete or move it; reading needs no "
-            "claim. 'claimed': it is yours until you release it (if previous_outcome is "
-            "present, follow the hint); 'already_claimed': you hold it; 'busy': another agent "
-            "holds it or a directory or glob covering it: leave it alone, work on something "
-            "else or call agenthold_wait, then claim again. A path ending in / claims a "
-            "directory; * ? [abc] and ** (any depth) make a glob. resources claims a list: "
-            "all or none. To rename, claim the old and the new path.",
+            "Claim a resource BEFORE you modify, create, delete or move it (reading needs "
+            "none). 'claimed': yours until you release it (follow the hint if previous_outcome "
+            "is present); 'already_claimed': you hold it; 'busy': another agent holds it or a "
+            "directory or glob over it: work on something else or call agenthold_wait, then "
+            "claim again. A path ending in / claims a directory; * ? [abc] and ** (any depth) "
+            "make a glob; resources claims a list, all or none.",
             (RESOURCE, RESOURCES, AGENT_ID, MODE),
             read_only=False,
             destructive=False,
@@ -527,14 +526,14 @@ def standard_tools(app: App) -> list[ToolSpec]:
             "Release a claim, saying what you did",
             "Release what you claimed as soon as you are done, saying what you did: 'modified', "
             "'created', 'deleted', 'moved' (give moved_to) or 'released' (no change); the next "
-            "holder is told. To rename old to new: release old as moved (moved_to new) and new "
-            "as created. resources releases a list of {resource, outcome, moved_to}.",
+            "holder is told. To rename, claim both paths, then release the old as moved "
+            "(moved_to the new) and the new as created.",
             (
                 RESOURCE,
                 Param(
                     "resources",
                     "array",
-                    "instead of resource: a list of objects {resource, outcome, moved_to}",
+                    "instead of resource: a list of {resource, outcome, moved_to}",
                     required=False,
                 ),
                 AGENT_ID,
@@ -556,9 +555,9 @@ def standard_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_status",
             "Check a resource",
-            "See who holds a resource (or a directory or glob covering it) without claiming "
-            "it: 'claimed' (held_by, held_as) or 'available' (with previous_outcome when there "
-            "is something to know). resources checks a list at once.",
+            "See who holds a resource, or a directory or glob over it, without claiming it: "
+            "'claimed' (held_by, held_as) or 'available' (with previous_outcome if there is "
+            "news). resources checks a list at once.",
             (RESOURCE, RESOURCES),
             read_only=True,
             destructive=False,
@@ -568,10 +567,10 @@ def standard_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_wait",
             "Wait for a resource to be released",
-            "Wait until a claimed resource is released: 'available' (with previous_outcome: "
-            "read it again if it was modified, use moved_to if it moved) or 'timeout'; this "
-            "does not claim it. With claim true you queue and, in turn, get it 'claimed'. "
-            "Your turn is blocked while you wait: wait only when you have nothing else to do.",
+            "Wait until a claimed resource is released: 'available' (follow the hint if "
+            "previous_outcome is present) or 'timeout'; this does not claim it. claim true "
+            "(with agent_id) queues you to be handed it: 'claimed'. You are blocked while you "
+            "wait: wait only when you have nothing else to do.",
             (
                 RESOURCE_ONE,
                 WAIT_TIMEOUT,
@@ -590,22 +589,22 @@ def standard_tools(app: App) -> list[ToolSpec]:
 def instructions(coordinator: Coordinator) -> str:
     """What a standard-mode server tells every client: the protocol and the workspaces."""
     lines = [
-        "agenthold keeps agents that work on the same files from overwriting each other.",
-        "1. Call agenthold_register once, at the start, and keep the agent_id it returns.",
+        "agenthold keeps agents working on the same files from overwriting each other.",
+        "1. Call agenthold_register once and keep the agent_id it returns.",
         "2. Before you modify, create, delete or move a file, call agenthold_claim (a "
-        "directory as src/api/, a glob as src/**/*.py, several at once with resources). 'busy' "
-        "means another agent is working on it: leave it alone, work on something else or call "
-        "agenthold_wait, then claim it again.",
-        "3. As soon as you are done, call agenthold_release with what you did: modified, "
-        "created, deleted, moved (with moved_to) or released (no change).",
-        "4. To rename: claim the old and the new path, rename, then release the old as moved "
-        "(moved_to the new path) and the new as created.",
+        "directory as src/api/, a glob as src/**/*.py, several with resources). 'busy': "
+        "another agent is on it; work on something else or call agenthold_wait, then claim "
+        "again.",
+        "3. When done, call agenthold_release with what you did: modified, created, deleted, "
+        "moved (with moved_to) or released (no change).",
+        "4. To rename: claim both paths, rename, release the old as moved (moved_to the new) "
+        "and the new as created.",
         "Reading needs no claim. Paths are relative to a workspace:",
     ]
     for ws in coordinator.resolver.workspaces:
         lines.append(f"- {ws.name}: {ws.root}")
     lines.append(
-        "Name files in another workspace as file://<workspace>/<path>, and shared things that "
-        "are not files as custom://<name>."
+        "Files in another workspace: file://<workspace>/<path>; what is not a file: "
+        "custom://<name>."
     )
     return "\n".join(lines)

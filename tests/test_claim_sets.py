@@ -538,12 +538,28 @@ async def test_bad_sets_and_globs_over_mcp_are_errors_with_hints(
     assert reply["hint"]
 
 
-async def test_the_standard_tool_list_and_instructions_fit_in_7_kb(coord: Coordinator) -> None:
-    async with in_process_client(coord, tools="standard") as (_, c):
-        tools = (await c.list_tools()).tools
-        instructions = c.instructions
+ROOT_LENGTH = 100  # characters: a deep checkout, e.g. /home/<user>/src/<org>/<repo> and more
+
+
+async def test_the_standard_tool_list_and_instructions_fit_in_7_kb(tmp_path: Path) -> None:
+    """The standard tool list plus the instructions is at most 7 KB of JSON, laid out as
+    json.dumps does by default (a space after each , and :, so a little more than the compact
+    JSON a client receives). The instructions name every workspace and its root, so the size
+    depends on them: this assumes one workspace named "default" whose root is ROOT_LENGTH
+    characters long; each further workspace adds a line of its name and root."""
+    base = f"{tmp_path}/"
+    assert len(base) < ROOT_LENGTH
+    root = Path(base + "r" * (ROOT_LENGTH - len(base)))
+    root.mkdir()
+    assert len(str(root)) == ROOT_LENGTH
+    with StateStore(tmp_path / "size.db") as store:
+        coord = Coordinator(store, resolver=Resolver([Workspace("default", str(root))]))
+        async with in_process_client(coord, tools="standard") as (_, c):
+            tools = (await c.list_tools()).tools
+            instructions = c.instructions
+    assert instructions is not None and f"- default: {root}\n" in instructions
     listed = json.dumps(
         [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]
     )
-    text = json.dumps(instructions or "")
+    text = json.dumps(instructions)
     assert len(listed.encode()) + len(text.encode()) <= 7 * 1024, (len(listed), len(text))
