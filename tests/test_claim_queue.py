@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
-from support import REPO, child_env, in_process_client, reply_of, targets_overlap
+from support import REPO, OverlapOracle, child_env, in_process_client, reply_of
 
 from agenthold.claim_schema import CLAIMS_LOCK
 from agenthold.claims import Coordinator
@@ -561,25 +561,26 @@ def check_modes(coord: Coordinator) -> int:
     """Replay the claim events in commit order: never two agents hold conflicting claims
     exclusively, nor one exclusively while another reads. Returns the grants replayed."""
     rows = coord.db.fetchall(
-        "SELECT agent_id, event, resource, mode FROM claim_events "
+        "SELECT agent_id, event, uri, mode FROM claim_events "
         "WHERE event IN ('claimed', 'released') ORDER BY id"
     )
-    shapes = {t.key: t for t in map(coord.target, UNIVERSE)}
-    held: dict[tuple[str, str], str] = {}  # (key, agent): mode
+    overlap = OverlapOracle(UNIVERSE)
+    held: dict[tuple[str, str], str] = {}  # (name, agent): mode
     grants = 0
-    for agent, event, key, mode in rows:
+    for agent, event, uri, mode in rows:
+        name = uri.removeprefix("file://default/")
         if event == "released":
-            assert held.pop((key, agent), None) == (mode or "exclusive"), (key, agent)
+            assert held.pop((name, agent), None) == (mode or "exclusive"), (name, agent)
             continue
         grants += 1
         mode = mode or "exclusive"
         for (other, holder), other_mode in held.items():
             if holder == agent or "exclusive" not in (mode, other_mode):
                 continue
-            assert not targets_overlap(shapes[key], shapes[other]), (
-                f"{key} granted {mode} to {agent} while {holder} held {other} {other_mode}"
+            assert not overlap(name, other), (
+                f"{name} granted {mode} to {agent} while {holder} held {other} {other_mode}"
             )
-        held[(key, agent)] = mode
+        held[(name, agent)] = mode
     return grants
 
 

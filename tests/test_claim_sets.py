@@ -22,11 +22,11 @@ import pytest
 from mcp import Client, StdioServerParameters
 from support import (
     REPO,
+    OverlapOracle,
     agenthold_args,
     child_env,
     in_process_client,
     reply_of,
-    targets_overlap,
 )
 
 from agenthold.claim_match import Pattern, ancestors, overlaps, parse_pattern
@@ -392,19 +392,42 @@ def check_history(coord: Coordinator) -> int:
         "SELECT agent_id, event, resource, uri FROM claim_events "
         "WHERE event IN ('claimed', 'released') ORDER BY id"
     )
-    shapes = {t.key: t for t in map(coord.target, UNIVERSE)}
-    held: dict[str, str] = {}
+    overlap = OverlapOracle(UNIVERSE)
+    held: dict[str, tuple[str, str]] = {}  # key: (agent, name)
     for agent, event, key, uri in rows:
         if event == "released":
-            assert held.pop(key, None) == agent, (key, agent)
+            assert held.pop(key, ("", ""))[0] == agent, (key, agent)
             continue
-        for other_key, holder in held.items():
+        name = uri.removeprefix("file://default/")
+        for other, (holder, other_name) in held.items():
             if holder != agent:
-                assert not targets_overlap(shapes[key], shapes[other_key]), (
-                    f"{uri} granted to {agent} while {holder} held {other_key}"
+                assert not overlap(name, other_name), (
+                    f"{uri} granted to {agent} while {holder} held {other}"
                 )
-        held[key] = agent
+        held[key] = (agent, name)
     return len(rows)
+
+
+def test_the_checkers_oracle_agrees_with_the_coordinator_on_the_universe(
+    coord: Coordinator,
+) -> None:
+    """The history checker's oracle (support.OverlapOracle) and the Coordinator decide each
+    pair of the workers' names alike: one agent holds one, another claims the other. Neither
+    is taken from the other, so a checker with an oracle that saw no overlap at all, or one
+    the Coordinator missed, fails here."""
+    overlap = OverlapOracle(UNIVERSE)
+    a, b = agents(coord, "a", "b")
+    found = 0
+    for x in UNIVERSE:
+        coord.claim(x, a)
+        for y in UNIVERSE:
+            got = coord.claim(y, b)
+            assert (got.status == "busy") == overlap(x, y), (x, y, got.status)
+            if got.status == "claimed":
+                coord.release(y, b)
+            found += got.status == "busy"
+        coord.release(x, a)
+    assert found > len(UNIVERSE)  # more than each name with itself
 
 
 @pytest.mark.backends
