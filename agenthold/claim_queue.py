@@ -391,6 +391,55 @@ def leave(conn: Any, seq: int) -> ClaimResult | None:
     return got
 
 
+@dataclass(frozen=True, slots=True)
+class Unheard:
+    """A wait with claim whose caller will never read its answer (cancelled, interrupted, its
+    connection closed), as the caller knows it: what it waited for, for whom, in what mode, and
+    the claim a look already read for it (``got``), whose answer was lost on the way."""
+
+    target: Target
+    agent_id: str
+    mode: str
+    principal: str | None = None
+    got: ClaimResult | None = None
+
+
+def give_back(
+    conn: Any, changed: list[Topic], unheard: Unheard, got: ClaimResult | None, at: str
+) -> None:
+    """Release the claim the queue handed to an unheard wait (``got``, read from its row just
+    now, or ``unheard.got``): an agent that was never told of a claim must not hold it until its
+    lease ends. It cannot have acted on it, so the release says "released", and the resource
+    keeps what the holder before it left (the grant's ``previous``), which is what the next
+    holder needs to hear; the version still grows. A claim the agent held before it waited
+    ("already_claimed") stays, and so does one no longer held as granted (lapsed, released)."""
+    got = got or unheard.got
+    if got is None or got.status != "claimed":
+        return
+    target, agent_id, shared = unheard.target, unheard.agent_id, unheard.mode == "shared"
+    row = conn.execute(
+        "SELECT holder, version FROM claims WHERE resource = ?", (target.key,)
+    ).fetchone()
+    if row is None:
+        return
+    if shared:  # other readers move the version on: the agent's own hold is what counts
+        held = own_share(lambda sql, args: conn.execute(sql, args).fetchall(), target.key,
+                         agent_id)  # fmt: skip
+    else:
+        held = row[0] == agent_id and row[1] == got.version
+    if not held:
+        return
+    batch = Batch()
+    if shared:
+        batch.unshare.append((target.key, agent_id))
+    version, p = row[1] + 1, got.previous or Previous("", None, None)
+    batch.frees.append((version, p.outcome or None, p.holder, p.at, p.moved_to, target.key))
+    batch.events.append((at, agent_id, "released", target.key, target.uri, "released", None,
+                         version, unheard.principal, "shared" if shared else None))  # fmt: skip
+    batch.keys.append(target.key)
+    batch.run(conn, changed)
+
+
 def previous_of(info: ClaimInfo | None) -> Previous | None:
     """What the last holder of a resource did, a plain release included (a hand-off says it)."""
     if info is None or info.last_outcome is None:

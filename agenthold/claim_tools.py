@@ -15,9 +15,10 @@ from collections.abc import Iterable
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 
 from agenthold.claim_match import Pattern
-from agenthold.claim_queue import claim_waited
+from agenthold.claim_queue import QueueLook, Unheard, claim_waited
 from agenthold.claim_types import (
     MAX_AGENT_NAME,
     MAX_MODEL,
@@ -78,9 +79,11 @@ BUSY_HINT = (
     "Another agent holds this resource. Work on a different resource, or call agenthold_wait "
     "to be told when it is released, then claim it again."
 )
+# Not "a longer timeout": a host that shows no progress may cut a call after a minute, so the
+# README advises waits of 45 s or less, called again.
 TIMEOUT_HINT = (
-    "The resource was not released within the timeout. Work on something else, or call "
-    "agenthold_wait again with a longer timeout."
+    "The resource was still held when the timeout ran out. Work on something else, or call "
+    "agenthold_wait again to keep waiting (short waits, repeated, are safer than one long one)."
 )
 BUSY_SET_HINT = (
     "Nothing was claimed: the resources marked busy are held. Claim a set that leaves them out, "
@@ -97,7 +100,7 @@ LAPSED_HINT = (
 RESOURCE_ONE = Param(
     "resource",
     "string",
-    "a path in the workspace (src/main.py), file://<workspace>/<path> or custom://<name>",
+    "a workspace path (src/main.py), file://<workspace>/<path> or custom://<name>",
 )
 RESOURCE = Param(RESOURCE_ONE.name, "string", RESOURCE_ONE.description, required=False)
 RESOURCES = Param("resources", "array", "instead of resource: a list of them", required=False)
@@ -356,25 +359,35 @@ class ClaimHandlers:
     async def _wait_to_claim(self, call: ToolCall, resource: Resource | Pattern) -> Reply:
         """A wait in the resource's queue: each look is one write (coordinator.queue_look) that
         serves the queue; a wait that ends unanswered (timeout, cancel, closed connection)
-        leaves it."""
+        leaves it, and gives back a claim it was handed but could not tell its caller of."""
         a, coordinator = call.args, self.coordinator
         agent_id, mode, timeout = a["agent_id"], a["mode"] or "exclusive", a["timeout_seconds"]
         check_mode(mode)
-        start, seq = time.monotonic(), None
+        start = time.monotonic()
+        seq: int | None = None
+        seen: ClaimResult | None = None  # a claim a write read for this wait
+
+        # These run in the write thread and note what they read there: a call cancelled while
+        # its write runs gets no value from the await, but the write has happened.
+        def look_once(left: float) -> QueueLook:
+            nonlocal seq, seen
+            step = coordinator.queue_look(resource, agent_id, mode, seq, left, principal=call.by)
+            seq, seen = step.seq, step.result
+            return step
+
+        def leave_once(place: int) -> ClaimResult | None:
+            nonlocal seen
+            got = coordinator.leave_queue(place)
+            seen = got or seen
+            return got
 
         async def look() -> tuple[Reply | None, Iterable[tuple[str, ...]], float | None]:
-            nonlocal seq
-            left = max(0.0, timeout - (time.monotonic() - start))
-            step = await self.app.write(
-                lambda: coordinator.queue_look(
-                    resource, agent_id, mode, seq, left, principal=call.by
-                )
-            )
-            if seq is None:  # the first look passed the owner check: only now is the agent
-                # this connection's (noted earlier, a refused intruder's session would end
-                # the owner's lease when it closed)
+            first = seq is None
+            step = await self.app.write(look_once, max(0.0, timeout - (time.monotonic() - start)))
+            if first:  # the first look passed the owner check: only now is the agent this
+                # connection's (noted earlier, a refused intruder's session would end the
+                # owner's lease when it closed)
                 self.app.note_agent(call.connection, agent_id)
-            seq = step.seq
             if step.result is not None:
                 return reply(claim_waited(step.result, time.monotonic() - start)), (), None
             if not step.in_line:
@@ -383,7 +396,7 @@ class ClaimHandlers:
 
         async def give_up() -> Reply:
             if seq is not None:
-                got = await self.app.write(coordinator.leave_queue, seq)
+                got = await self.app.write(leave_once, seq)
                 if got is not None:  # handed over just before the deadline
                     return reply(claim_waited(got, time.monotonic() - start))
             probe = await self.app.read(coordinator.probe, resource)
@@ -392,12 +405,17 @@ class ClaimHandlers:
         progress = call.progress(timeout, f"{resource.uri} to be handed over")
         out: Reply = {}
         try:
-            out = await self.app.wait_for(look, give_up, timeout, progress)
+            answer = await self.app.wait_for(look, give_up, timeout, progress)
+            # The SDK drops the answer of a call its client cancelled: a cancel that arrived
+            # while the last write ran is raised here, where the claim can still go back.
+            await anyio.lowlevel.checkpoint()
+            out = answer
             return out
         finally:
-            if seq is not None and out.get("version") is None:  # not handed over: leave
+            if seq is not None and out.get("version") is None:  # no claim told: leave
+                unheard = Unheard(resource, agent_id, mode, call.by, seen)
                 with anyio.CancelScope(shield=True):  # also when cancelled, or disconnected
-                    await self.app.write(coordinator.leave_queue, seq)
+                    await self.app.write(coordinator.leave_queue, seq, unheard)
 
 
 def one_or_many(tool: str, args: dict[str, Any], *, strings: bool) -> list[Any]:
@@ -456,9 +474,9 @@ def standard_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_register",
             "Register as an agent",
-            "Register once, before your first claim, and pass the agent_id it returns to every "
-            "later call. It keeps working across reconnects; register again only if a call "
-            "says it is unknown.",
+            "Register once, before your first claim; pass the agent_id it returns to every "
+            "later call. It survives reconnects: register again only if a call says it is "
+            "unknown.",
             (
                 Param(
                     "name",
@@ -491,13 +509,12 @@ def standard_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_claim",
             "Claim a file or resource",
-            "Claim a resource BEFORE you modify, create, delete or move it; reading needs no "
-            "claim. 'claimed': it is yours until you release it (if previous_outcome is "
-            "present, follow the hint); 'already_claimed': you hold it; 'busy': another agent "
-            "holds it or a directory or glob covering it: leave it alone, work on something "
-            "else or call agenthold_wait, then claim again. A path ending in / claims a "
-            "directory; * ? [abc] and ** (any depth) make a glob. resources claims a list: "
-            "all or none. To rename, claim the old and the new path.",
+            "Claim a resource BEFORE you modify, create, delete or move it (reading needs "
+            "none). 'claimed': yours until you release it (follow the hint if previous_outcome "
+            "is present); 'already_claimed': you hold it; 'busy': another agent holds it or a "
+            "directory or glob over it: work on something else or call agenthold_wait, then "
+            "claim again. A path ending in / claims a directory; * ? [abc] and ** (any depth) "
+            "make a glob; resources claims a list, all or none.",
             (RESOURCE, RESOURCES, AGENT_ID, MODE),
             read_only=False,
             destructive=False,
@@ -509,14 +526,14 @@ def standard_tools(app: App) -> list[ToolSpec]:
             "Release a claim, saying what you did",
             "Release what you claimed as soon as you are done, saying what you did: 'modified', "
             "'created', 'deleted', 'moved' (give moved_to) or 'released' (no change); the next "
-            "holder is told. To rename old to new: release old as moved (moved_to new) and new "
-            "as created. resources releases a list of {resource, outcome, moved_to}.",
+            "holder is told. To rename, claim both paths, then release the old as moved "
+            "(moved_to the new) and the new as created.",
             (
                 RESOURCE,
                 Param(
                     "resources",
                     "array",
-                    "instead of resource: a list of objects {resource, outcome, moved_to}",
+                    "instead of resource: a list of {resource, outcome, moved_to}",
                     required=False,
                 ),
                 AGENT_ID,
@@ -538,9 +555,9 @@ def standard_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_status",
             "Check a resource",
-            "See who holds a resource (or a directory or glob covering it) without claiming "
-            "it: 'claimed' (held_by, held_as) or 'available' (with previous_outcome when there "
-            "is something to know). resources checks a list at once.",
+            "See who holds a resource, or a directory or glob over it, without claiming it: "
+            "'claimed' (held_by, held_as) or 'available' (with previous_outcome if there is "
+            "news). resources checks a list at once.",
             (RESOURCE, RESOURCES),
             read_only=True,
             destructive=False,
@@ -550,10 +567,10 @@ def standard_tools(app: App) -> list[ToolSpec]:
         ToolSpec(
             "agenthold_wait",
             "Wait for a resource to be released",
-            "Wait until a claimed resource is released: 'available' (with previous_outcome: "
-            "read it again if it was modified, use moved_to if it moved) or 'timeout'; this "
-            "does not claim it. With claim true you queue and, in turn, get it 'claimed'. "
-            "Your turn is blocked while you wait: wait only when you have nothing else to do.",
+            "Wait until a claimed resource is released: 'available' (follow the hint if "
+            "previous_outcome is present) or 'timeout'; this does not claim it. claim true "
+            "(with agent_id) queues you to be handed it: 'claimed'. You are blocked while you "
+            "wait: wait only when you have nothing else to do.",
             (
                 RESOURCE_ONE,
                 WAIT_TIMEOUT,
@@ -572,22 +589,22 @@ def standard_tools(app: App) -> list[ToolSpec]:
 def instructions(coordinator: Coordinator) -> str:
     """What a standard-mode server tells every client: the protocol and the workspaces."""
     lines = [
-        "agenthold keeps agents that work on the same files from overwriting each other.",
-        "1. Call agenthold_register once, at the start, and keep the agent_id it returns.",
+        "agenthold keeps agents working on the same files from overwriting each other.",
+        "1. Call agenthold_register once and keep the agent_id it returns.",
         "2. Before you modify, create, delete or move a file, call agenthold_claim (a "
-        "directory as src/api/, a glob as src/**/*.py, several at once with resources). 'busy' "
-        "means another agent is working on it: leave it alone, work on something else or call "
-        "agenthold_wait, then claim it again.",
-        "3. As soon as you are done, call agenthold_release with what you did: modified, "
-        "created, deleted, moved (with moved_to) or released (no change).",
-        "4. To rename: claim the old and the new path, rename, then release the old as moved "
-        "(moved_to the new path) and the new as created.",
+        "directory as src/api/, a glob as src/**/*.py, several with resources). 'busy': "
+        "another agent is on it; work on something else or call agenthold_wait, then claim "
+        "again.",
+        "3. When done, call agenthold_release with what you did: modified, created, deleted, "
+        "moved (with moved_to) or released (no change).",
+        "4. To rename: claim both paths, rename, release the old as moved (moved_to the new) "
+        "and the new as created.",
         "Reading needs no claim. Paths are relative to a workspace:",
     ]
     for ws in coordinator.resolver.workspaces:
         lines.append(f"- {ws.name}: {ws.root}")
     lines.append(
-        "Name files in another workspace as file://<workspace>/<path>, and shared things that "
-        "are not files as custom://<name>."
+        "Files in another workspace: file://<workspace>/<path>; what is not a file: "
+        "custom://<name>."
     )
     return "\n".join(lines)

@@ -45,12 +45,14 @@ from agenthold.claim_queue import (
     Activity,
     Batch,
     QueueLook,
+    Unheard,
     activity,
     activity_of,
     check_wait_to_claim,
     claim_waited,
     drop_shares,
     enqueue,
+    give_back,
     handed,
     leave,
     queued_in_way,
@@ -505,23 +507,24 @@ class Coordinator:
     ) -> WaitResult:
         check_wait_to_claim(agent_id, mode)
         assert agent_id is not None
-        start, seq = time.monotonic(), None
+        start, seq, seen = time.monotonic(), None, None
 
         def look() -> tuple[QueueLook | None, frozenset[Topic], float | None]:
-            nonlocal seq
+            nonlocal seq, seen
             left = max(0.0, seconds - (time.monotonic() - start))
             step = self.queue_look(res, agent_id, mode, seq, left, principal=principal)
-            seq = step.seq
+            seq, seen = step.seq, step.result
             if step.result is not None or not step.in_line:
                 return step, step.topics, None
             return None, step.topics, step.wake_at
 
-        step: QueueLook | None = None
         try:
             step = wait_until(self.db, look, seconds, {resource_topic(res.key)})
-        finally:
-            got = None if seq is None or step is not None else self.leave_queue(seq)
-        got = got if step is None else step.result
+        except BaseException:  # the caller hears of no claim: one handed meanwhile goes back
+            if seq is not None:
+                self.leave_queue(seq, Unheard(res, agent_id, mode, principal, seen))
+            raise
+        got = step.result if step is not None else None if seq is None else self.leave_queue(seq)
         if got is not None:
             return claim_waited(got, time.monotonic() - start)
         return waited(res, self.probe(res), time.monotonic() - start)
@@ -574,12 +577,17 @@ class Coordinator:
                 ends.append(now + self.claim_ttl / 2)
             return QueueLook(seq, None, True, frozenset(topics), min(ends, default=None))
 
-    def leave_queue(self, seq: int) -> ClaimResult | None:
-        """Take a wait with claim out of the queue (it timed out, or was cancelled); the claim
-        it was handed meanwhile, if any, which its agent then holds."""
+    def leave_queue(self, seq: int, unheard: Unheard | None = None) -> ClaimResult | None:
+        """Take a wait with claim out of the queue (it timed out); the claim it was handed
+        meanwhile, if any, which its agent then holds. With ``unheard``, nobody will read the
+        wait's answer (it was cancelled): a claim it was handed is given back, and the waits
+        behind it are served, in the same transaction."""
         with self.db.write() as (conn, changed):
             now = self.db.serialize(conn, CLAIMS_LOCK)
             got = leave(conn, seq)
+            if unheard is not None:
+                give_back(conn, changed, unheard, got, utc_iso(now))
+                got = None
             if got is None:
                 serve(conn, changed, now)  # the waits behind it may go now
             return got

@@ -24,6 +24,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,6 @@ from mcp.types import CallToolResult
 from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp
 
-from agenthold.claim_match import Pattern, overlaps
 from agenthold.claim_tools import reply
 from agenthold.claims import Coordinator
 from agenthold.cli import listen
@@ -602,13 +602,107 @@ def stop_warm_servers(directory: Path, timeout: float = 15.0) -> list[int]:
     return left
 
 
-def targets_overlap(x: Any, y: Any) -> bool:
-    """Whether two claim targets (a resource, a directory or a glob) cover a file in common:
-    the checkers' own oracle, beside the SQL the coordinator decides it with."""
-    if isinstance(x, Pattern) and isinstance(y, Pattern):
-        return overlaps(x, y)
-    if isinstance(x, Pattern):
-        return x.covers(y.key)
-    if isinstance(y, Pattern):
-        return y.covers(x.key)
-    return bool(x.key == y.key)
+# --------------------------------------------------------------------------------------------
+# An overlap oracle for the history checkers, written without agenthold's matching
+# --------------------------------------------------------------------------------------------
+
+
+def glob_matches(pattern: str, path: str) -> bool:
+    """Whether the file ``path`` (relative, segments split by /) is covered by a claim of
+    ``pattern`` as the docs define it: a name ending in / is a directory (every file beneath
+    it); in a segment, * is any run of characters, ? one character, [abc], [a-z] and [!abc]
+    one character of a class (a ] first in the class is itself); ** as a whole segment is any
+    number of segments, none included; anything else is itself. Written here rather than
+    taken from agenthold.claim_match, so that a checker using it can catch a bug there."""
+    parts = path.split("/")
+    if pattern.endswith("/"):
+        above = pattern[:-1].split("/")
+        return any(_match_segments(above, parts[:i]) for i in range(1, len(parts)))
+    return _match_segments(pattern.split("/"), parts)
+
+
+def _match_segments(pattern: list[str], parts: list[str]) -> bool:
+    if not pattern:
+        return not parts
+    if pattern[0] == "**":
+        return any(_match_segments(pattern[1:], parts[i:]) for i in range(len(parts) + 1))
+    return (
+        bool(parts)
+        and _match_segment(pattern[0], parts[0])
+        and _match_segments(pattern[1:], parts[1:])
+    )
+
+
+def _match_segment(pattern: str, name: str) -> bool:
+    if not pattern:
+        return not name
+    first = pattern[0]
+    if first == "*":
+        return any(_match_segment(pattern[1:], name[i:]) for i in range(len(name) + 1))
+    if not name:
+        return False
+    if first == "[":
+        negated = pattern[1:2] == "!"
+        start = 2 if negated else 1
+        end = pattern.find("]", start + 1)  # a ] right after [ or [! is a member
+        if end != -1:
+            inside = _in_class(name[0], pattern[start:end]) != negated
+            return inside and _match_segment(pattern[end + 1 :], name[1:])
+    if first == "?" or first == name[0]:
+        return _match_segment(pattern[1:], name[1:])
+    return False
+
+
+def _in_class(char: str, members: str) -> bool:
+    i = 0
+    while i < len(members):
+        if i + 2 < len(members) and members[i + 1] == "-":  # a range, a-z
+            if members[i] <= char <= members[i + 2]:
+                return True
+            i += 3
+        else:
+            if members[i] == char:
+                return True
+            i += 1
+    return False
+
+
+def _instance(segment: str) -> str:
+    """A name that the glob segment ``segment`` matches and its literal segments do not
+    contain: * as "new", ? as "n", a class as a member of it (or "~" if negated)."""
+    out, i = "", 0
+    while i < len(segment):
+        c = segment[i]
+        end = segment.find("]", i + 2) if c == "[" else -1
+        if end != -1:
+            out += "~" if segment[i + 1] == "!" else segment[i + 1]
+            i = end + 1
+            continue
+        out += {"*": "new", "?": "n"}.get(c, c)
+        i += 1
+    return out
+
+
+class OverlapOracle:
+    """Whether two claim targets, given as the names the random workers claim them by
+    (relative paths, directories ending in /, globs, custom:// names), cover a file in common.
+    Decided by brute force: every path of up to one segment more than the deepest name,
+    built from the names' own segments, an instance of each glob segment and "new", is
+    matched against each name (glob_matches); two names overlap when some path matches
+    both. Custom names are literal: they overlap only themselves. This finds every overlap
+    among such small universes, whose witnesses never need more segments than that."""
+
+    def __init__(self, names: list[str]) -> None:
+        files = [n for n in names if "://" not in n]
+        depth = max(len(n.split("/")) for n in files) + 1  # a directory's file counts
+        segments = {part for n in files for part in n.rstrip("/").split("/") if part != "**"}
+        alphabet = sorted(segments | {_instance(part) for part in segments} | {"new"})
+        paths = ["/".join(p) for k in range(1, depth + 1) for p in product(alphabet, repeat=k)]
+        self.names = set(names)
+        self.covered = {n: frozenset(p for p in paths if glob_matches(n, p)) for n in files}
+
+    def __call__(self, x: str, y: str) -> bool:
+        assert x in self.names and y in self.names, (x, y)
+        if "://" in x or "://" in y:
+            return x == y
+        return bool(self.covered[x] & self.covered[y])

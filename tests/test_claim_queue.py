@@ -8,6 +8,7 @@ by waits in the queue); a history checker replays the claim events they left.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -16,15 +17,16 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
-from support import REPO, child_env, in_process_client, reply_of, targets_overlap
+from support import REPO, OverlapOracle, child_env, in_process_client, reply_of
 
+from agenthold.claim_schema import CLAIMS_LOCK
 from agenthold.claims import Coordinator
 from agenthold.store import InvalidInputError, StateStore
 from agenthold.uris import Resolver, Workspace
@@ -438,6 +440,116 @@ def test_a_glob_claim_is_busy_behind_a_queued_directory_writer(coord: Coordinato
     assert waits.results["w"].status == "claimed"
 
 
+class Interrupted(Exception):
+    """What a thread-level cancellation raises inside a waiting thread, here."""
+
+
+def interrupt(thread: threading.Thread) -> None:
+    """Raise Interrupted in ``thread`` at its next Python instruction (the C API a debugger or
+    a thread-cancelling library uses)."""
+    assert thread.ident is not None
+    raised = ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(thread.ident), ctypes.py_object(Interrupted)
+    )
+    assert raised == 1
+
+
+def asleep(thread: threading.Thread) -> bool:
+    """Whether ``thread`` sleeps between two looks of store.wait_until, blocked in C, where an
+    exception set for it waits until it wakes."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None or frame.f_code.co_name != "wait":
+        return False
+    while frame is not None and frame.f_code.co_name != "wait_until":
+        frame = frame.f_back
+    return frame is not None
+
+
+def handed_events(coord: Coordinator) -> list[tuple[str, str, str | None]]:
+    return coord.db.fetchall(  # type: ignore[no-any-return]
+        "SELECT agent_id, event, outcome FROM claim_events "
+        "WHERE event IN ('claimed', 'released') ORDER BY id"
+    )
+
+
+def raising_wait(
+    coord: Coordinator, agent: str, mode: str = "exclusive"
+) -> tuple[threading.Thread, list[BaseException]]:
+    """A wait with claim for src/a.py in a thread of its own, in line once this returns; the
+    list gets what it raises."""
+    raised: list[BaseException] = []
+    before = queued(coord)
+
+    def run() -> None:
+        try:
+            coord.wait("src/a.py", 30, agent_id=agent, claim=True, mode=mode)
+        except Interrupted as exc:
+            raised.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    until(lambda: queued(coord) > before)
+    return thread, raised
+
+
+def interrupt_asleep(thread: threading.Thread) -> None:
+    """Once ``thread`` sleeps between two looks, set Interrupted for it: it is raised as the
+    thread wakes, before it reads what the write that woke it left."""
+    time.sleep(0.2)  # let it settle, should anything have woken it
+    until(lambda: asleep(thread))
+    interrupt(thread)
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("mode", ["exclusive", "shared"])
+def test_a_wait_interrupted_as_it_is_handed_the_claim_gives_it_back(
+    coord: Coordinator, mode: str
+) -> None:
+    """A thread-level cancellation lands in a waiting thread as a release hands it the claim:
+    the wait raises, so its caller never hears of the claim. The claim goes back in the same
+    transaction, and the next wait in line gets it, told what the holder before did."""
+    h, w1, w2 = agents(coord, "h", "w1", "w2")
+    coord.claim("src/a.py", h)
+    thread, raised = raising_wait(coord, w1, mode)
+    waits = Waits(coord)
+    waits.start("w2", "src/a.py", w2, timeout=5)
+    interrupt_asleep(thread)
+    coord.release("src/a.py", h, "modified")
+    thread.join(10)
+    waits.join()
+    assert len(raised) == 1
+    got = waits.results["w2"]
+    assert got.status == "claimed" and got.previous is not None
+    assert (got.previous.outcome, got.previous.holder) == ("modified", h)
+    assert handed_events(coord) == [
+        (h, "claimed", None), (h, "released", "modified"),
+        (w1, "claimed", None), (w1, "released", "released"),  # handed, then given back
+        (w2, "claimed", None),
+    ]  # fmt: skip
+    assert coord.status("src/a.py").holder.agent_id == w2  # type: ignore[union-attr]
+    assert queued(coord) == 0
+
+
+@pytest.mark.backends
+def test_an_interrupted_wait_leaves_a_claim_its_agent_was_told_of(coord: Coordinator) -> None:
+    """An agent waits twice for one resource: the first wait is handed the claim and answers;
+    the second, handed it as already claimed in the same pass, is interrupted. The claim the
+    first wait told the agent of stays the agent's."""
+    h, w = agents(coord, "h", "w")
+    coord.claim("src/a.py", h)
+    waits = Waits(coord)
+    waits.start("told", "src/a.py", w)
+    thread, raised = raising_wait(coord, w)
+    interrupt_asleep(thread)
+    coord.release("src/a.py", h)
+    thread.join(10)
+    waits.join()
+    assert len(raised) == 1 and waits.results["told"].status == "claimed"
+    assert handed_events(coord)[2:] == [(w, "claimed", None)]
+    assert coord.status("src/a.py").holder.agent_id == w  # type: ignore[union-attr]
+    assert queued(coord) == 0
+
+
 # --------------------------------------------------------------------------------------------
 # Many processes, shared and exclusive, claims and queued waits: a history checker
 # --------------------------------------------------------------------------------------------
@@ -449,25 +561,26 @@ def check_modes(coord: Coordinator) -> int:
     """Replay the claim events in commit order: never two agents hold conflicting claims
     exclusively, nor one exclusively while another reads. Returns the grants replayed."""
     rows = coord.db.fetchall(
-        "SELECT agent_id, event, resource, mode FROM claim_events "
+        "SELECT agent_id, event, uri, mode FROM claim_events "
         "WHERE event IN ('claimed', 'released') ORDER BY id"
     )
-    shapes = {t.key: t for t in map(coord.target, UNIVERSE)}
-    held: dict[tuple[str, str], str] = {}  # (key, agent): mode
+    overlap = OverlapOracle(UNIVERSE)
+    held: dict[tuple[str, str], str] = {}  # (name, agent): mode
     grants = 0
-    for agent, event, key, mode in rows:
+    for agent, event, uri, mode in rows:
+        name = uri.removeprefix("file://default/")
         if event == "released":
-            assert held.pop((key, agent), None) == (mode or "exclusive"), (key, agent)
+            assert held.pop((name, agent), None) == (mode or "exclusive"), (name, agent)
             continue
         grants += 1
         mode = mode or "exclusive"
         for (other, holder), other_mode in held.items():
             if holder == agent or "exclusive" not in (mode, other_mode):
                 continue
-            assert not targets_overlap(shapes[key], shapes[other]), (
-                f"{key} granted {mode} to {agent} while {holder} held {other} {other_mode}"
+            assert not overlap(name, other), (
+                f"{name} granted {mode} to {agent} while {holder} held {other} {other_mode}"
             )
-        held[(key, agent)] = mode
+        held[(name, agent)] = mode
     return grants
 
 
@@ -624,6 +737,89 @@ async def test_a_cancelled_wait_over_mcp_leaves_the_queue(client: Any, coord: Co
         await call(client, "agenthold_release", resource="src/a.py", agent_id=h)
     assert replies[0]["status"] == "claimed"
     assert replies[0]["previous_outcome"] == "released" and "hint" not in replies[0]
+
+
+@contextmanager
+def claims_locked(coord: Coordinator) -> Iterator[None]:
+    """A write transaction in another thread that holds the claims lock until the block ends:
+    every claim write waits for it meanwhile."""
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with coord.db.write() as (conn, _):
+            coord.db.serialize(conn, CLAIMS_LOCK)
+            held.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert held.wait(10)
+        yield
+    finally:
+        done.set()
+        thread.join(30)
+
+
+def looking(agent_id: str) -> bool:
+    """Whether a thread of this process runs a queue look (Coordinator.queue_look) for
+    ``agent_id``."""
+    for top in sys._current_frames().values():
+        frame: Any = top
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == "queue_look" and frame.f_locals.get("agent_id") == agent_id:
+                return True
+            frame = frame.f_back
+    return False
+
+
+@pytest.mark.backends
+async def test_a_wait_cancelled_over_mcp_as_it_is_handed_the_claim_gives_it_back(
+    client: Any, coord: Coordinator
+) -> None:
+    """A release hands a queued wait the claim, and its client cancels the call while the
+    write that reads the hand-off runs (held back by a transaction that holds the claims lock).
+    The SDK never answers a cancelled call, so the claim goes back and the next wait in line
+    gets it, told what the holder before did."""
+    h, w1, w2 = agents(coord, "h", "w1", "w2")
+    coord.claim("src/a.py", h)
+    replies: list[dict[str, Any]] = []
+    cancel = anyio.CancelScope()
+
+    async def cancelled() -> None:
+        with cancel:
+            await client.call_tool(
+                "agenthold_wait",
+                {"resource": "src/a.py", "agent_id": w1, "claim": True, "timeout_seconds": 30},
+            )
+
+    async def wait() -> None:
+        replies.append(await call(client, "agenthold_wait", resource="src/a.py", agent_id=w2,
+                                  claim=True, timeout_seconds=5))  # fmt: skip
+
+    async with anyio.create_task_group() as tg:
+        for n, task in enumerate((cancelled, wait), 1):
+            tg.start_soon(task)
+            with anyio.fail_after(10):
+                while queued(coord) < n:
+                    await anyio.sleep(0.01)
+        await anyio.sleep(0.1)  # w1 looks again when w2 joins the line behind it
+        coord.release("src/a.py", h, "modified")  # no await until the lock is held
+        with claims_locked(coord):
+            with anyio.fail_after(10):  # woken by the release, w1's look waits for the lock
+                while not looking(w1):
+                    await anyio.sleep(0.01)
+            cancel.cancel()
+            await anyio.sleep(0.3)  # the cancel reaches the server while the look waits
+    (got,) = replies
+    assert got["status"] == "claimed"
+    assert (got["previous_outcome"], got["previous_holder"]) == ("modified", h)
+    assert handed_events(coord)[2:] == [
+        (w1, "claimed", None), (w1, "released", "released"), (w2, "claimed", None),
+    ]  # fmt: skip
+    status = await call(client, "agenthold_status", resource="src/a.py")
+    assert status["held_by"] == w2 and queued(coord) == 0
 
 
 @pytest.mark.parametrize(

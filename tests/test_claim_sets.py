@@ -17,11 +17,20 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
-from support import REPO, child_env, in_process_client, reply_of, targets_overlap
+from mcp import Client, StdioServerParameters
+from support import (
+    REPO,
+    OverlapOracle,
+    agenthold_args,
+    child_env,
+    in_process_client,
+    reply_of,
+)
 
 from agenthold.claim_match import Pattern, ancestors, overlaps, parse_pattern
-from agenthold.claim_tools import BUSY_HINT, BUSY_SET_HINT
+from agenthold.claim_tools import BUSY_HINT, BUSY_SET_HINT, LAPSED_HINT
 from agenthold.claims import Coordinator
 from agenthold.store import InvalidInputError, StateStore
 from agenthold.uris import Resolver, Workspace
@@ -409,19 +418,42 @@ def check_history(coord: Coordinator) -> int:
         "SELECT agent_id, event, resource, uri FROM claim_events "
         "WHERE event IN ('claimed', 'released') ORDER BY id"
     )
-    shapes = {t.key: t for t in map(coord.target, UNIVERSE)}
-    held: dict[str, str] = {}
+    overlap = OverlapOracle(UNIVERSE)
+    held: dict[str, tuple[str, str]] = {}  # key: (agent, name)
     for agent, event, key, uri in rows:
         if event == "released":
-            assert held.pop(key, None) == agent, (key, agent)
+            assert held.pop(key, ("", ""))[0] == agent, (key, agent)
             continue
-        for other_key, holder in held.items():
+        name = uri.removeprefix("file://default/")
+        for other, (holder, other_name) in held.items():
             if holder != agent:
-                assert not targets_overlap(shapes[key], shapes[other_key]), (
-                    f"{uri} granted to {agent} while {holder} held {other_key}"
+                assert not overlap(name, other_name), (
+                    f"{uri} granted to {agent} while {holder} held {other}"
                 )
-        held[key] = agent
+        held[key] = (agent, name)
     return len(rows)
+
+
+def test_the_checkers_oracle_agrees_with_the_coordinator_on_the_universe(
+    coord: Coordinator,
+) -> None:
+    """The history checker's oracle (support.OverlapOracle) and the Coordinator decide each
+    pair of the workers' names alike: one agent holds one, another claims the other. Neither
+    is taken from the other, so a checker with an oracle that saw no overlap at all, or one
+    the Coordinator missed, fails here."""
+    overlap = OverlapOracle(UNIVERSE)
+    a, b = agents(coord, "a", "b")
+    found = 0
+    for x in UNIVERSE:
+        coord.claim(x, a)
+        for y in UNIVERSE:
+            got = coord.claim(y, b)
+            assert (got.status == "busy") == overlap(x, y), (x, y, got.status)
+            if got.status == "claimed":
+                coord.release(y, b)
+            found += got.status == "busy"
+        coord.release(x, a)
+    assert found > len(UNIVERSE)  # more than each name with itself
 
 
 @pytest.mark.backends
@@ -536,6 +568,95 @@ async def test_sets_and_patterns_over_mcp(client: Any) -> None:
     ]
 
 
+@pytest.mark.backends
+async def test_globs_conflict_with_globs_and_held_files_over_mcp(client: Any) -> None:
+    a = (await call(client, "agenthold_register", name="a"))["agent_id"]
+    b = (await call(client, "agenthold_register", name="b"))["agent_id"]
+    glob = await call(client, "agenthold_claim", resource="src/**/*.py", agent_id=a)
+    assert glob == {"status": "claimed", "resource": "file://default/src/**/*.py", "version": 1}
+    inner = await call(client, "agenthold_claim", resource="src/api/*.py", agent_id=b)
+    assert {k: v for k, v in inner.items() if k != "claimed_at"} == {
+        "status": "busy", "resource": "file://default/src/api/*.py", "held_by": a,
+        "agent_name": "a", "held_as": "file://default/src/**/*.py", "hint": BUSY_HINT,
+    }  # fmt: skip
+    wide = await call(client, "agenthold_claim", resource="**", agent_id=b)
+    assert (wide["status"], wide["held_by"], wide["held_as"]) == (
+        "busy", a, "file://default/src/**/*.py",
+    )  # fmt: skip
+    other = await call(client, "agenthold_claim", resource="src/**/*.md", agent_id=b)
+    assert other["status"] == "claimed"  # no file is both *.py and *.md
+    await call(client, "agenthold_release", resource="src/**/*.py", agent_id=a)
+    # the other way: a glob is busy behind the files another agent holds
+    for name in ("src/api/x.py", "src/y.py"):
+        await call(client, "agenthold_claim", resource=name, agent_id=b)
+    behind = await call(client, "agenthold_claim", resource="src/api/*.py", agent_id=a)
+    assert (behind["status"], behind["held_by"], behind["held_as"]) == (
+        "busy", b, "file://default/src/api/x.py",
+    )  # fmt: skip
+    again = await call(client, "agenthold_claim", resource="src/**/*.py", agent_id=a)
+    assert again["status"] == "busy" and again["hint"] == BUSY_HINT
+    assert again["conflicts"] == [
+        {"resource": "file://default/src/api/x.py", "held_by": b},
+        {"resource": "file://default/src/y.py", "held_by": b},
+    ]
+    looked = await call(client, "agenthold_status", resource="src/api/x.py")
+    assert (looked["status"], looked["held_by"]) == ("claimed", b)
+
+
+@pytest.mark.backends
+async def test_a_glob_stops_blocking_when_its_holders_claim_ttl_ends_over_mcp(
+    opened: Callable[..., Coordinator],
+) -> None:
+    """With a claim TTL, a glob whose holder makes no call within it lapses: a wait for a file
+    it covered answers 'available', the file is granted, and the holder is told its glob
+    expired."""
+    async with in_process_client(opened(claim_ttl=0.4), tools="standard") as (_, c):
+        a = (await call(c, "agenthold_register", name="a"))["agent_id"]
+        b = (await call(c, "agenthold_register", name="b"))["agent_id"]
+        await call(c, "agenthold_claim", resource="src/**/*.py", agent_id=a)
+        busy = await call(c, "agenthold_claim", resource="src/a.py", agent_id=b)
+        assert (busy["status"], busy["held_as"]) == ("busy", "file://default/src/**/*.py")
+        freed = await call(c, "agenthold_wait", resource="src/a.py", timeout_seconds=10)
+        assert freed["status"] == "available" and freed["elapsed_seconds"] < 5
+        taken = await call(c, "agenthold_claim", resource="src/a.py", agent_id=b)
+        assert taken["status"] == "claimed"
+        late = await call(c, "agenthold_release", resource="src/**/*.py", agent_id=a)
+        assert late["status"] == "already_free" and "ended (expired)" in late["hint"]
+        assert late["hint"].startswith(LAPSED_HINT.split("{")[0])
+
+
+@pytest.mark.backends
+async def test_a_directory_stops_blocking_when_its_holders_client_leaves_over_mcp(
+    client: Any, db: str, root: Path
+) -> None:
+    """An agent claims a directory through a stdio server started with --disconnect-grace 0,
+    and its client goes away: the server ends the agent's lease, so a file beneath it is
+    granted to another agent, through another server, and the holder is told it was
+    abandoned."""
+    a = (await call(client, "agenthold_register", name="a"))["agent_id"]
+    b = (await call(client, "agenthold_register", name="b"))["agent_id"]
+    leaving = StdioServerParameters(
+        command=sys.executable,
+        args=agenthold_args(db, root, "--disconnect-grace", "0"),
+        cwd=str(root),
+        env=child_env(),
+    )
+    async with Client(leaving, read_timeout_seconds=60) as gone:  # type: ignore[arg-type]
+        held = await call(gone, "agenthold_claim", resource="src/api/", agent_id=a)
+        assert held["status"] == "claimed"
+        busy = await call(client, "agenthold_claim", resource="src/api/x.py", agent_id=b)
+        assert (busy["status"], busy["held_as"]) == ("busy", "file://default/src/api/")
+    with anyio.fail_after(10):  # the server ends the lease as its input ends
+        while (await call(client, "agenthold_status", resource="src/api/x.py"))["status"] != (
+            "available"
+        ):
+            await anyio.sleep(0.05)
+    taken = await call(client, "agenthold_claim", resource="src/api/x.py", agent_id=b)
+    assert taken["status"] == "claimed"
+    late = await call(client, "agenthold_release", resource="src/api/", agent_id=a)
+    assert late["status"] == "already_free" and "ended (abandoned)" in late["hint"]
+
+
 @pytest.mark.parametrize(
     ("tool", "arguments", "said"),
     [
@@ -564,12 +685,28 @@ async def test_bad_sets_and_globs_over_mcp_are_errors_with_hints(
     assert reply["hint"]
 
 
-async def test_the_standard_tool_list_and_instructions_fit_in_7_kb(coord: Coordinator) -> None:
-    async with in_process_client(coord, tools="standard") as (_, c):
-        tools = (await c.list_tools()).tools
-        instructions = c.instructions
+ROOT_LENGTH = 100  # characters: a deep checkout, e.g. /home/<user>/src/<org>/<repo> and more
+
+
+async def test_the_standard_tool_list_and_instructions_fit_in_7_kb(tmp_path: Path) -> None:
+    """The standard tool list plus the instructions is at most 7 KB of JSON, laid out as
+    json.dumps does by default (a space after each , and :, so a little more than the compact
+    JSON a client receives). The instructions name every workspace and its root, so the size
+    depends on them: this assumes one workspace named "default" whose root is ROOT_LENGTH
+    characters long; each further workspace adds a line of its name and root."""
+    base = f"{tmp_path}/"
+    assert len(base) < ROOT_LENGTH
+    root = Path(base + "r" * (ROOT_LENGTH - len(base)))
+    root.mkdir()
+    assert len(str(root)) == ROOT_LENGTH
+    with StateStore(tmp_path / "size.db") as store:
+        coord = Coordinator(store, resolver=Resolver([Workspace("default", str(root))]))
+        async with in_process_client(coord, tools="standard") as (_, c):
+            tools = (await c.list_tools()).tools
+            instructions = c.instructions
+    assert instructions is not None and f"- default: {root}\n" in instructions
     listed = json.dumps(
         [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in tools]
     )
-    text = json.dumps(instructions or "")
+    text = json.dumps(instructions)
     assert len(listed.encode()) + len(text.encode()) <= 7 * 1024, (len(listed), len(text))
