@@ -269,27 +269,16 @@ class _Feed(_ChangeFeed):
                     conn.close()
 
     def _heard(self, payload: str) -> None:
-        if payload == "*":
-            self.wake_all()
-            return
-        try:
-            topics = [tuple(t) for t in json.loads(payload)]
+        try:  # "*" (everyone looks again) is not JSON, nor is a payload another program sent
+            self.notify([tuple(t) for t in json.loads(payload)])
         except (ValueError, TypeError):
             self.wake_all()
-            return
-        self.notify(topics)
 
     def wake_all(self) -> None:
-        """Wake every subscriber to look again."""
+        """Wake every subscriber to look again (notify catches a callback's error)."""
         with self._lock:
-            woken = set(self._everything)
-            for subs in self._by_topic.values():
-                woken.update(subs)
-        for sub in woken:
-            try:
-                sub.callback()
-            except Exception:  # a subscriber's bug must not stop the listener
-                log.exception("change callback failed")
+            topics = list(self._by_topic)
+        self.notify(topics)
 
     def _stop(self) -> None:
         self._poller = None  # the thread closes its connection as it ends
