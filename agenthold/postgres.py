@@ -20,9 +20,9 @@ imports nothing of agenthold but ``store``. Decisions behind it:
 - Change feed: commits NOTIFY channel ``agenthold`` with their topics (JSON, or ``*`` "look
   again, everyone" when it would pass the 8,000-byte limit) in the same round trip as COMMIT.
   Each process keeps one listening connection per database, outside the pool, while anyone
-  waits. The tables are the truth and a notification only a hint: a listener that lost its
-  connection reconnects and wakes every waiter to look again, and every BACKSTOP seconds all
-  waiters look again anyway.
+  waits; its thread opens it, so a subscriber never waits for a connect. The tables are the
+  truth and a notification only a hint: whenever LISTEN is on again (the first time, or after
+  a lost connection) every waiter looks again, and every BACKSTOP seconds anyway.
 - Event tables (``state_history``, ``claim_events``) carry the writing transaction's id (xid8).
   Identity ids do not commit in order, so readers of new events (``log --follow``) take the rows
   of transactions older than their snapshot's xmin, window by window: every such transaction has
@@ -218,9 +218,9 @@ class _Feed(_ChangeFeed):
         self.users = 0  # open PostgresDatabases of this process on the database
 
     def _start_poller(self) -> None:
-        """Connect and LISTEN before the first subscriber's first look (called with the lock
-        held), so no commit after that look goes unheard; then start the listener thread."""
-        self._listen = self._connect_listener()
+        """Start the listener thread (called with the lock held). It connects on its own: a
+        slow or unreachable server must not hold up the subscriber, which in a server is the
+        event loop. Until its LISTEN is on, the listener is deaf; see ``_run``."""
         self._poller = threading.Thread(target=self._run, name="agenthold-pg-listener", daemon=True)
         self._poller.start()
 
@@ -235,11 +235,15 @@ class _Feed(_ChangeFeed):
             return None
 
     def _run(self) -> None:
+        """Listen while anyone is subscribed, and FEED_LINGER seconds after. The listener is
+        deaf before its first LISTEN and after losing its connection: each time LISTEN is on
+        again it wakes every subscriber to look again, so a commit made while it was deaf is
+        seen by that look and every later one is heard. BACKSTOP covers the rest."""
         me = threading.current_thread()
-        conn = self._listen
+        conn: psycopg.Connection[Any] | None = None
         last_sweep = time.monotonic()
         idle_since: float | None = None
-        failures = 0
+        retry = 0.0  # seconds before the next connect: none the first time, then backing off
         try:
             while True:
                 with self._lock:
@@ -254,27 +258,24 @@ class _Feed(_ChangeFeed):
                     else:
                         idle_since = None
                 if conn is None:
-                    time.sleep(min(2.0, 0.05 * 2**failures))
+                    time.sleep(retry)
                     conn = self._connect_listener()
+                    retry = 0.05 if conn is not None else min(2.0, max(0.05, retry * 2))
                     with self._lock:
-                        self._listen = conn
-                    if conn is None:
-                        failures = min(failures + 1, 6)
-                    else:
-                        failures = 0
-                        self.wake_all()  # anything may have committed while we were deaf
-                    continue
-                try:
-                    for note in conn.notifies(timeout=LISTEN_TICK):
-                        self._heard(note.payload)
-                except psycopg.Error as exc:
-                    log.warning("change feed lost its connection (%s); reconnecting",
-                                _first_line(exc, self._url))  # fmt: skip
-                    with suppress(psycopg.Error):
-                        conn.close()
-                    conn = None
-                    self.wake_all()
-                    continue
+                        if self._poller is me:
+                            self._listen = conn
+                    if conn is not None:
+                        self.wake_all()
+                else:
+                    try:
+                        for note in conn.notifies(timeout=LISTEN_TICK):
+                            self._heard(note.payload)
+                    except psycopg.Error as exc:
+                        log.warning("change feed lost its connection (%s); reconnecting",
+                                    _first_line(exc, self._url))  # fmt: skip
+                        with suppress(psycopg.Error):
+                            conn.close()
+                        conn = None
                 if time.monotonic() - last_sweep >= BACKSTOP:
                     last_sweep = time.monotonic()
                     self.wake_all()

@@ -8,13 +8,16 @@ The contract tests of test_store.py, test_claims.py and test_server.py run on Po
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import queue
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -359,6 +362,88 @@ def test_a_dropped_listener_reconnects_and_waiters_still_wake(pg: StateStore, pg
         assert woken.wait(20)
         proc.wait(30)
     assert pg.get("ns", "d").value == "there"
+
+
+class HeldProxy:
+    """A Unix socket of its own that passes connections through to the cluster's, except
+    that a connection made while ``held`` is accepted and left unanswered (as an overloaded or
+    distant server leaves it) until ``release``."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.directory = tempfile.mkdtemp(prefix="ahp-")  # short: socket paths are limited
+        name = next(Path(cluster.socket_dir).glob(".s.PGSQL.*")).name
+        self.target = os.path.join(cluster.socket_dir, name)
+        self.listener = socket.socket(socket.AF_UNIX)
+        self.listener.bind(os.path.join(self.directory, name))
+        self.listener.listen()
+        self.open = threading.Event()
+        self.open.set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, url: str, cluster: Cluster) -> str:
+        return url.replace(quote(cluster.socket_dir, safe=""), quote(self.directory, safe=""))
+
+    def hold(self) -> None:
+        self.open.clear()
+
+    def release(self) -> None:
+        self.open.set()
+
+    def close(self) -> None:
+        self.listener.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        self.open.wait()
+        server = socket.socket(socket.AF_UNIX)
+        server.connect(self.target)
+        back = threading.Thread(target=self._pipe, args=(server, client), daemon=True)
+        back.start()
+        self._pipe(client, server)
+        back.join()
+        client.close()
+        server.close()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+def test_subscribing_never_waits_for_the_listener_to_connect(
+    pg_cluster: Cluster, pg_url: str
+) -> None:
+    """The first subscriber starts the listener, whose connect may take seconds (here a proxy
+    leaves it unanswered): subscribing returns at once, since in a server it runs on the event
+    loop. A commit of another process made before the listener's LISTEN is on still wakes the
+    subscriber as soon as it is on (long before the BACKSTOP look)."""
+    proxy = HeldProxy(pg_cluster)
+    try:
+        with StateStore(proxy.url(pg_url, pg_cluster)) as store, StateStore(pg_url) as other:
+            woken = threading.Event()
+            proxy.hold()
+            started = time.monotonic()
+            with store.db.subscribe([key_topic("ns", "held")], woken.set):
+                assert time.monotonic() - started < 0.2, "subscribing waited for the connect"
+                other.set("ns", "held", 1, updated_by="other")  # no one listens yet
+                time.sleep(0.5)
+                assert not woken.is_set()
+                proxy.release()
+                assert woken.wait(1.0), "the listener woke no one once it listened"
+            assert store.get("ns", "held").value == 1
+    finally:
+        proxy.close()
 
 
 def test_a_commit_of_many_topics_notifies_within_the_payload_limit(
