@@ -218,8 +218,6 @@ EVENT_NAMES = (
 )
 LOG_ACTOR_WIDTH = (16, 24)  # the ACTOR column is fixed at start: this wide at least, at most
 
-_APPENDS = "id, thread_id, seq, sender_id, sender_name, content, created_at, principal"
-
 
 def by_whom(actor: str, principal: str | None) -> str:
     """An actor as the tables show it: with the principal that made the call, if one did."""
@@ -264,19 +262,6 @@ class Inspector:
 
             self._bus: MessageBus = MessageBus(self.store)
             return self._bus
-
-    @property
-    def has_bus(self) -> bool:
-        """Whether the database holds message-bus tables."""
-        return self.bus.has_tables
-
-    def read_appends(self, conn: Any, after: Any, limit: int | None) -> tuple[list[Any], Any]:
-        """Messages appended (after position ``after``), none without a message bus."""
-        from agenthold.store import read_events
-
-        if not self.has_bus:
-            return [], after
-        return read_events(self.store.db, conn, "msg_messages", _APPENDS, after=after, limit=limit)
 
     # -- output ----------------------------------------------------------------------------------
 
@@ -553,7 +538,7 @@ class Inspector:
         lease carries the earlier time the lease ended; it is shown at that time."""
         state, state_at = self.store.read_log(conn, namespace, limit=limit)
         claims, claims_at = self.coordinator.read_log(conn, limit=limit)
-        appends, appends_at = self.read_appends(conn, None, limit)
+        appends, appends_at = self.bus.read_log(conn, limit=limit)
         if namespace is not None:
             claims, appends = [], []
         names = self.coordinator.agent_names(conn)
@@ -715,7 +700,7 @@ class Inspector:
             with self.store.db.snapshot() as conn:
                 state, cursors[0] = self.store.read_log(conn, namespace, after=cursors[0])
                 claims, cursors[1] = self.coordinator.read_log(conn, after=cursors[1])
-                appends, cursors[2] = self.read_appends(conn, cursors[2], None)
+                appends, cursors[2] = self.bus.read_log(conn, after=cursors[2])
             if namespace is not None:
                 claims, appends = [], []
             if claims and any(row[2] not in names for row in claims):

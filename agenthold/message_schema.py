@@ -163,4 +163,6 @@ CURSOR = (
     "SELECT t.last_seq, p.read_seq FROM msg_threads AS t LEFT JOIN msg_participants AS p "
     "ON p.thread_id = t.thread_id AND p.agent_id = ? WHERE t.thread_id = ?"
 )
+# the columns of an appended message in the event log (MessageBus.read_log)
+LOG_COLUMNS = "id, thread_id, seq, sender_id, sender_name, content, created_at, principal"
 FROM_OTHERS = "SELECT count(*) FROM msg_messages WHERE thread_id = ? AND seq > ? AND sender_id <> ?"

@@ -46,6 +46,7 @@ from agenthold.message_schema import (
     FROM_OTHERS,
     INSERT,
     IS_MEMBER,
+    LOG_COLUMNS,
     MEMBERS,
     MESSAGE_CHANGES,
     MESSAGES_SCHEMA,
@@ -98,6 +99,7 @@ from agenthold.store import (
     check_seconds,
     check_text,
     page_end,
+    read_events,
     utc_iso,
     wait_until,
 )
@@ -494,6 +496,16 @@ class MessageBus:
 
         found: MessagePage | None = wait_until(self.db, look, seconds, topics)
         return found if found is not None else MessagePage((), False, after_seq)
+
+    def read_log(
+        self, conn: Any, *, after: Any = None, limit: int | None = None
+    ) -> tuple[list[Any], Any]:
+        """Appended messages ``(id, thread_id, seq, sender_id, sender_name, content, created_at,
+        principal)`` in the snapshot ``conn``, oldest first: the last ``limit`` (``after``
+        None), or those committed after ``after``; and the position to follow from."""
+        if not self._ready:
+            return [], after
+        return read_events(self.db, conn, "msg_messages", LOG_COLUMNS, after=after, limit=limit)
 
     def mark_read(
         self, thread_id: ThreadRef, agent: AgentRef, seq: int, *, principal: str | None = None

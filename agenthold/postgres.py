@@ -20,16 +20,17 @@ imports nothing of agenthold but ``store``. Decisions behind it:
 - Change feed: commits NOTIFY channel ``agenthold`` with their topics (JSON, or ``*`` "look
   again, everyone" when it would pass the 8,000-byte limit) in the same round trip as COMMIT.
   Each process keeps one listening connection per database, outside the pool, while anyone
-  waits. The tables are the truth and a notification only a hint: a listener that lost its
-  connection reconnects and wakes every waiter to look again, and every BACKSTOP seconds all
-  waiters look again anyway.
+  waits; its thread opens it, so a subscriber never waits for a connect. The tables are the
+  truth and a notification only a hint: whenever LISTEN is on again (the first time, or after
+  a lost connection) every waiter looks again, and every BACKSTOP seconds anyway.
 - Event tables (``state_history``, ``claim_events``) carry the writing transaction's id (xid8).
   Identity ids do not commit in order, so readers of new events (``log --follow``) take the rows
   of transactions older than their snapshot's xmin, window by window: every such transaction has
   ended, so no row can still appear below the window, and none is read twice.
 - fork(): a child process that goes on using a store inherited from its parent gets new
   sessions of its own on first use; the parent's are kept in the child, never used or closed.
-- A password given in the URL is never shown: ``path`` (what errors and logs print) drops it.
+- A password given in the URL is never shown: ``path`` (what errors and logs print) and every
+  driver error shown or logged have it masked.
   libpq's environment variables (PGHOST, PGUSER, PGPASSWORD...) and ~/.pgpass work as usual.
 """
 
@@ -47,7 +48,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote
 
 import psycopg
 from psycopg import errors
@@ -87,17 +88,29 @@ UNREACHABLE_HINT = (
 )
 
 
-def redact(url: str) -> str:
-    """``url`` without its password (if it has one), for messages and logs."""
-    try:
-        parts = urlsplit(url)
-        if parts.password is None:
-            return url
-        host = parts.netloc.rpartition("@")[2]
-        user = parts.username or ""
-        return urlunsplit(parts._replace(netloc=f"{user}@{host}" if user else host))
-    except ValueError:
-        return "postgresql://…"
+@functools.lru_cache(maxsize=64)
+def _passwords(url: str) -> tuple[str, ...]:
+    """Every text of ``url`` that may be a password, as written and percent-decoded, longest
+    first: the userinfo's, read up to each '@' (libpq ends it at the first, urllib at the
+    last), and each ``password=`` parameter's (libpq decodes keys; a capitalised key is refused,
+    but its value was meant as a password). Read by hand: libpq's errors can quote a URL that
+    urllib cannot parse."""
+    head = url.partition("://")[2].partition("/")[0]
+    found = [head[:i].partition(":")[2] for i, c in enumerate(head) if c == "@"]
+    for key, _, value in (p.partition("=") for p in url.partition("?")[2].split("&")):
+        if unquote(key).strip().lower() == "password":
+            found.append(value)
+    found += [unquote(p) for p in found]
+    return tuple(sorted({p for p in found if p}, key=len, reverse=True))
+
+
+def redact(url: str, text: str | None = None) -> str:
+    """``text`` (by default ``url`` itself) with every password of ``url`` masked, for
+    messages and logs."""
+    text = url if text is None else text
+    for secret in _passwords(url):
+        text = text.replace(secret, "***")
+    return text
 
 
 @functools.lru_cache(maxsize=4096)
@@ -182,14 +195,16 @@ def _connect_options(url: str) -> dict[str, Any]:
     for credentials each time, which is not safe across a server's threads and forks (a known
     cause of crashes); off unless the URL or PGGSSENCMODE chooses. Kerberos login still works."""
     options: dict[str, Any] = {"autocommit": True, "connect_timeout": 5}
-    if "gssencmode=" not in urlsplit(url).query and not os.environ.get("PGGSSENCMODE"):
+    if "gssencmode=" not in url.partition("?")[2] and not os.environ.get("PGGSSENCMODE"):
         options["gssencmode"] = "disable"
     return options
 
 
-def _first_line(exc: BaseException) -> str:
+def _first_line(exc: BaseException, url: str) -> str:
+    """``exc`` on one line, without a password of ``url`` (libpq quotes a part of a URL it
+    cannot parse; a server quotes names, which a password may equal)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return "; ".join(lines) or type(exc).__name__
+    return redact(url, "; ".join(lines) or type(exc).__name__)
 
 
 class _Feed(_ChangeFeed):
@@ -203,9 +218,9 @@ class _Feed(_ChangeFeed):
         self.users = 0  # open PostgresDatabases of this process on the database
 
     def _start_poller(self) -> None:
-        """Connect and LISTEN before the first subscriber's first look (called with the lock
-        held), so no commit after that look goes unheard; then start the listener thread."""
-        self._listen = self._connect_listener()
+        """Start the listener thread (called with the lock held). It connects on its own: a
+        slow or unreachable server must not hold up the subscriber, which in a server is the
+        event loop. Until its LISTEN is on, the listener is deaf; see ``_run``."""
         self._poller = threading.Thread(target=self._run, name="agenthold-pg-listener", daemon=True)
         self._poller.start()
 
@@ -216,15 +231,19 @@ class _Feed(_ChangeFeed):
             return conn
         except psycopg.Error as exc:
             log.warning("change feed cannot listen (%s); waiters look again every %gs",
-                        _first_line(exc), BACKSTOP)  # fmt: skip
+                        _first_line(exc, self._url), BACKSTOP)  # fmt: skip
             return None
 
     def _run(self) -> None:
+        """Listen while anyone is subscribed, and FEED_LINGER seconds after. The listener is
+        deaf before its first LISTEN and after losing its connection: each time LISTEN is on
+        again it wakes every subscriber to look again, so a commit made while it was deaf is
+        seen by that look and every later one is heard. BACKSTOP covers the rest."""
         me = threading.current_thread()
-        conn = self._listen
+        conn: psycopg.Connection[Any] | None = None
         last_sweep = time.monotonic()
         idle_since: float | None = None
-        failures = 0
+        retry = 0.0  # seconds before the next connect: none the first time, then backing off
         try:
             while True:
                 with self._lock:
@@ -239,27 +258,24 @@ class _Feed(_ChangeFeed):
                     else:
                         idle_since = None
                 if conn is None:
-                    time.sleep(min(2.0, 0.05 * 2**failures))
+                    time.sleep(retry)
                     conn = self._connect_listener()
+                    retry = 0.05 if conn is not None else min(2.0, max(0.05, retry * 2))
                     with self._lock:
-                        self._listen = conn
-                    if conn is None:
-                        failures = min(failures + 1, 6)
-                    else:
-                        failures = 0
-                        self.wake_all()  # anything may have committed while we were deaf
-                    continue
-                try:
-                    for note in conn.notifies(timeout=LISTEN_TICK):
-                        self._heard(note.payload)
-                except psycopg.Error as exc:
-                    log.warning("change feed lost its connection (%s); reconnecting",
-                                _first_line(exc))  # fmt: skip
-                    with suppress(psycopg.Error):
-                        conn.close()
-                    conn = None
-                    self.wake_all()
-                    continue
+                        if self._poller is me:
+                            self._listen = conn
+                    if conn is not None:
+                        self.wake_all()
+                else:
+                    try:
+                        for note in conn.notifies(timeout=LISTEN_TICK):
+                            self._heard(note.payload)
+                    except psycopg.Error as exc:
+                        log.warning("change feed lost its connection (%s); reconnecting",
+                                    _first_line(exc, self._url))  # fmt: skip
+                        with suppress(psycopg.Error):
+                            conn.close()
+                        conn = None
                 if time.monotonic() - last_sweep >= BACKSTOP:
                     last_sweep = time.monotonic()
                     self.wake_all()
@@ -269,27 +285,16 @@ class _Feed(_ChangeFeed):
                     conn.close()
 
     def _heard(self, payload: str) -> None:
-        if payload == "*":
-            self.wake_all()
-            return
-        try:
-            topics = [tuple(t) for t in json.loads(payload)]
+        try:  # "*" (everyone looks again) is not JSON, nor is a payload another program sent
+            self.notify([tuple(t) for t in json.loads(payload)])
         except (ValueError, TypeError):
             self.wake_all()
-            return
-        self.notify(topics)
 
     def wake_all(self) -> None:
-        """Wake every subscriber to look again."""
+        """Wake every subscriber to look again (notify catches a callback's error)."""
         with self._lock:
-            woken = set(self._everything)
-            for subs in self._by_topic.values():
-                woken.update(subs)
-        for sub in woken:
-            try:
-                sub.callback()
-            except Exception:  # a subscriber's bug must not stop the listener
-                log.exception("change callback failed")
+            topics = list(self._by_topic)
+        self.notify(topics)
 
     def _stop(self) -> None:
         self._poller = None  # the thread closes its connection as it ends
@@ -395,7 +400,7 @@ class PostgresDatabase:
             conn = psycopg.connect(self.url, **_connect_options(self.url))
         except psycopg.Error as exc:
             raise UnavailableError(
-                f"cannot connect to PostgreSQL at {self.path}: {self._scrub(exc)}"
+                f"cannot connect to PostgreSQL at {self.path}: {_first_line(exc, self.url)}"
             ) from None
         conn.close()
 
@@ -410,9 +415,9 @@ class PostgresDatabase:
             def connect(cls, conninfo: str = "", **kwargs: Any) -> Pooled:
                 try:
                     conn = super().connect(conninfo, **kwargs)
-                except psycopg.Error as exc:
-                    db._unreachable = db._scrub(exc)
-                    raise
+                except psycopg.Error as exc:  # the pool logs it: without the password
+                    db._unreachable = _first_line(exc, db.url)
+                    raise psycopg.OperationalError(db._unreachable) from None
                 db._unreachable = None
                 return conn
 
@@ -479,13 +484,6 @@ class PostgresDatabase:
 
     # -- connections ---------------------------------------------------------------------------
 
-    def _scrub(self, exc: BaseException) -> str:
-        text = _first_line(exc)
-        password = None
-        with suppress(ValueError):
-            password = urlsplit(self.url).password
-        return text.replace(password, "***") if password else text
-
     def _error(self, exc: BaseException) -> AgentholdError:
         """The error a caller can act on, with a hint, for a driver or pool error."""
         error: AgentholdError
@@ -508,12 +506,12 @@ class PostgresDatabase:
             error = UnavailableError("the database is read-only here; nothing was written")
             error.hint = "Connect to the primary server, or as a role that may write."
         elif isinstance(exc, errors.InsufficientPrivilege):
-            error = UnavailableError(f"the database refused the call: {self._scrub(exc)}")
+            error = UnavailableError(f"the database refused the call: {_first_line(exc, self.url)}")
             error.hint = "Grant the role agenthold connects as the rights on its tables."
         elif isinstance(exc, (psycopg.OperationalError, PoolTimeout, psycopg.InterfaceError)):
-            error = self._down(self._scrub(exc))
+            error = self._down(_first_line(exc, self.url))
         else:
-            error = UnavailableError(f"the database failed: {self._scrub(exc)}")
+            error = UnavailableError(f"the database failed: {_first_line(exc, self.url)}")
             error.hint = "Retry in a moment; if it keeps failing, check the PostgreSQL server."
         return error
 

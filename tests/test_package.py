@@ -205,6 +205,33 @@ def test_only_the_serving_modules_import_mcp_and_the_library_knows_no_transport(
     assert postgres_imports <= {"agenthold.store", "psycopg", "psycopg_pool"}
 
 
+def test_the_inspector_holds_no_sql_and_names_no_table() -> None:
+    """The inspector reads through StateStore, Coordinator and MessageBus, which own their
+    tables and speak each backend's SQL; a statement or table name of its own would tie it to
+    one schema (and possibly one backend)."""
+    from agenthold.claim_schema import CLAIMS_SCHEMA
+    from agenthold.message_schema import MESSAGES_SCHEMA
+
+    tables = set()
+    for component in (agenthold.store.STORE_SCHEMA, CLAIMS_SCHEMA, MESSAGES_SCHEMA):
+        for script in component.migrations["sqlite"]:
+            tables.update(re.findall(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", script))
+    assert {"state", "claim_events", "msg_messages"} <= tables
+    # names that are also words ("state", "claims", "agents") are the inspector's subcommands
+    tables = {t for t in tables if "_" in t}
+    tree = ast.parse(_source("inspect"))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.update(re.findall(r"\b(?:SELECT|INSERT|UPDATE|DELETE|WHERE)\b", node.value))
+            found.update(set(re.findall(r"\w+", node.value)) & tables)
+        elif isinstance(node, ast.Attribute) and node.attr in {"execute", "fetchone", "fetchall"}:
+            found.add(node.attr)
+        elif isinstance(node, ast.alias) and node.name == "read_events":
+            found.add(node.name)
+    assert not found, f"inspect.py has SQL of its own: {sorted(found)}"
+
+
 # The library: what Python callers use without MCP. Its messages and hints name its own
 # methods; the tool sets word them for agents (ToolSet.error_hints).
 # Every module but those that serve or word replies for agents (a new module is library unless

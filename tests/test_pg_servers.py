@@ -473,15 +473,22 @@ def test_the_password_comes_from_a_pgpass_file(
     assert done.returncode == 0, done.stderr
 
 
+@pytest.mark.parametrize("form", ["userinfo", "parameter"])
 async def test_a_password_in_the_url_is_in_no_output_of_a_server_or_the_inspector(
-    password_role: tuple[str, str], pg_cluster: Cluster, tmp_path: Path
+    form: str, password_role: tuple[str, str], pg_cluster: Cluster, tmp_path: Path
 ) -> None:
-    """With the password in the URL: a server's log (debug level, from start to stop, a call
-    and a claim between) and the inspector's output, tables and JSON, never show it."""
+    """With the password in the URL (``user:password@`` or ``?password=``): a server's log
+    (debug level, from start to stop, a call and a claim between), its ``unavailable`` answer
+    while the role may not connect, and the inspector's output, tables and JSON, never show
+    it."""
     user, password = password_role
     host = quote(pg_cluster.socket_dir, safe="")
     schema = own_schema(pg_cluster, user)
-    url = f"postgresql://{user}:{password}@/postgres?host={host}&options=-csearch_path%3D{schema}"
+    url = f"postgresql://{user}@/postgres?host={host}&options=-csearch_path%3D{schema}"
+    if form == "userinfo":
+        url = url.replace(f"{user}@", f"{user}:{password}@")
+    else:
+        url += f"&password={password}"
     with servers(url, tmp_path, 1, "--log-level", "debug") as (server,):
         async with connect(server.url) as client:
             agent = (await call(client, "agenthold_register", name="alice"))["agent_id"]
@@ -489,6 +496,18 @@ async def test_a_password_in_the_url_is_in_no_output_of_a_server_or_the_inspecto
             assert claimed["status"] == "claimed"
             status = await call(client, "agenthold_status", resource="custom://x")
             assert password not in repr(status)
+            with psycopg.connect(pg_cluster.url(), autocommit=True) as admin:
+                admin.execute(f"ALTER ROLE {user} CONNECTION LIMIT 0")
+                try:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = %s",
+                        (user,),
+                    )
+                    down = await call(client, "agenthold_status", resource="custom://x")
+                finally:
+                    admin.execute(f"ALTER ROLE {user} CONNECTION LIMIT -1")
+            assert down["status"] == "unavailable" and "unreachable" in repr(down), down
+            assert password not in repr(down)
         server.proc.terminate()
         server.proc.wait(30)
         server.kill()

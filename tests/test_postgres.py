@@ -8,12 +8,16 @@ The contract tests of test_store.py, test_claims.py and test_server.py run on Po
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import queue
 import shutil
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -360,6 +364,88 @@ def test_a_dropped_listener_reconnects_and_waiters_still_wake(pg: StateStore, pg
     assert pg.get("ns", "d").value == "there"
 
 
+class HeldProxy:
+    """A Unix socket of its own that passes connections through to the cluster's, except
+    that a connection made while ``held`` is accepted and left unanswered (as an overloaded or
+    distant server leaves it) until ``release``."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.directory = tempfile.mkdtemp(prefix="ahp-")  # short: socket paths are limited
+        name = next(Path(cluster.socket_dir).glob(".s.PGSQL.*")).name
+        self.target = os.path.join(cluster.socket_dir, name)
+        self.listener = socket.socket(socket.AF_UNIX)
+        self.listener.bind(os.path.join(self.directory, name))
+        self.listener.listen()
+        self.open = threading.Event()
+        self.open.set()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def url(self, url: str, cluster: Cluster) -> str:
+        return url.replace(quote(cluster.socket_dir, safe=""), quote(self.directory, safe=""))
+
+    def hold(self) -> None:
+        self.open.clear()
+
+    def release(self) -> None:
+        self.open.set()
+
+    def close(self) -> None:
+        self.listener.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        self.open.wait()
+        server = socket.socket(socket.AF_UNIX)
+        server.connect(self.target)
+        back = threading.Thread(target=self._pipe, args=(server, client), daemon=True)
+        back.start()
+        self._pipe(client, server)
+        back.join()
+        client.close()
+        server.close()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+
+def test_subscribing_never_waits_for_the_listener_to_connect(
+    pg_cluster: Cluster, pg_url: str
+) -> None:
+    """The first subscriber starts the listener, whose connect may take seconds (here a proxy
+    leaves it unanswered): subscribing returns at once, since in a server it runs on the event
+    loop. A commit of another process made before the listener's LISTEN is on still wakes the
+    subscriber as soon as it is on (long before the BACKSTOP look)."""
+    proxy = HeldProxy(pg_cluster)
+    try:
+        with StateStore(proxy.url(pg_url, pg_cluster)) as store, StateStore(pg_url) as other:
+            woken = threading.Event()
+            proxy.hold()
+            started = time.monotonic()
+            with store.db.subscribe([key_topic("ns", "held")], woken.set):
+                assert time.monotonic() - started < 0.2, "subscribing waited for the connect"
+                other.set("ns", "held", 1, updated_by="other")  # no one listens yet
+                time.sleep(0.5)
+                assert not woken.is_set()
+                proxy.release()
+                assert woken.wait(1.0), "the listener woke no one once it listened"
+            assert store.get("ns", "held").value == 1
+    finally:
+        proxy.close()
+
+
 def test_a_commit_of_many_topics_notifies_within_the_payload_limit(
     pg: StateStore, pg_url: str
 ) -> None:
@@ -437,25 +523,73 @@ def test_a_server_that_is_down_at_start_is_one_clear_error(tmp_path: Path) -> No
     assert "\n" not in str(caught.value)
 
 
-def test_a_password_in_the_url_is_never_shown(pg_cluster: Cluster, tmp_path: Path) -> None:
-    url = (
-        pg_cluster.url()
-        .replace("postgres@", "postgres:s3cret-pw@")
-        .replace("/postgres?", "/no_such_db?")
-    )
-    assert "s3cret-pw" not in redact(url)
-    with pytest.raises(UnavailableError) as caught:
-        StateStore(url)
-    assert "s3cret-pw" not in str(caught.value) and "no_such_db" in str(caught.value)
-    done = subprocess.run(
-        [sys.executable, "-m", "agenthold", "claims", "--db", url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 1
-    assert "s3cret-pw" not in done.stderr + done.stdout
-    assert len(done.stderr.strip().splitlines()) == 1
+def test_a_password_in_the_url_is_never_shown(pg_cluster: Cluster) -> None:
+    """In the userinfo or as a ``password=`` parameter (in capitals, percent-encoded, or not
+    decodable): not in the URL shown, the error at opening, or a command's one line."""
+    host = quote(pg_cluster.socket_dir, safe="")
+    forms = [
+        f"postgresql://postgres:s3cret-pw@/no_such_db?host={host}",
+        f"postgresql://postgres@/no_such_db?host={host}&password=s3cret-pw",
+        f"postgresql://postgres@/no_such_db?PASSWORD=s3cret-pw&host={host}",  # libpq refuses it
+        f"postgresql://postgres@/no_such_db?host={host}&pass%77ord=s3cret-pw",
+        # libpq quotes a value it cannot decode, and the whole of a URL it cannot parse
+        f"postgresql://postgres@/no_such_db?host={host}&password=s3cret-pw%zz",
+        "postgresql://postgres:s3cret-pw@[::1/no_such_db",
+    ]
+    for url in forms:
+        assert "s3cret-pw" not in redact(url) and "no_such_db" in redact(url)
+        with pytest.raises(UnavailableError) as caught:
+            StateStore(url)
+        assert "s3cret-pw" not in str(caught.value) and "no_such_db" in str(caught.value)
+    for url in forms[:2]:
+        done = subprocess.run(
+            [sys.executable, "-m", "agenthold", "claims", "--db", url],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 1
+        assert "s3cret-pw" not in done.stderr + done.stdout and "no_such_db" in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_password_in_the_url_is_in_no_error_or_log_line_while_serving(
+    pg_cluster: Cluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The database's name is the password here, so that the server's errors quote it, as
+    libpq's could quote a password: once the database is gone, the ``unavailable`` error and
+    the log lines of the pool and of the listener (which loses its connection and cannot
+    listen again) show neither."""
+    secret = f"s3cret_{os.getpid()}_{int(time.monotonic() * 1e6)}"
+    url = f"{pg_cluster.url().replace('/postgres?', f'/{secret}?')}&password={secret}"
+    caplog.set_level(logging.DEBUG)
+    with raw(pg_cluster.url()) as admin:
+        admin.execute(f"CREATE DATABASE {secret}")
+        with StateStore(url, busy_timeout=0.5) as store:
+            assert secret not in store.path
+            with store.db.subscribe([key_topic("ns", "k")], lambda: None):
+                assert wait_for(lambda: admin.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE datname = %s AND query LIKE 'LISTEN%%'",
+                    (secret,),
+                ).fetchone()), "the listener never listened"  # fmt: skip
+                admin.execute(f"DROP DATABASE {secret} WITH (FORCE)")
+                with pytest.raises(UnavailableError, match="unreachable") as caught:
+                    store.get("ns", "k")
+                assert secret not in str(caught.value) and '"***" does not exist' in str(
+                    caught.value
+                )
+                assert wait_for(lambda: "cannot listen" in caplog.text)
+    assert "lost its connection" in caplog.text and '"***" does not exist' in caplog.text
+    assert secret not in caplog.text
+
+
+def wait_for(condition: Any, seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
 
 
 def test_libpq_environment_variables_name_the_server(
