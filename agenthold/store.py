@@ -85,7 +85,7 @@ log = logging.getLogger("agenthold.store")
 # Limits
 # --------------------------------------------------------------------------------------------
 
-MAX_NAMESPACE_LENGTH = 256
+MAX_NAMESPACE_LENGTH = 512  # 0.10's limit: a namespace it wrote stays reachable
 MAX_KEY_LENGTH = 1024
 MAX_WRITER_LENGTH = 256
 MAX_DEPTH = 256  # nesting of lists and objects inside one value

@@ -1094,7 +1094,7 @@ async def test_export_returns_live_records_with_their_whole_history(advanced: Se
 
 @pytest.mark.backends
 @pytest.mark.parametrize(
-    ("namespace", "named"), [("", "namespace must not be empty"), ("n" * 300, "the limit is 256")]
+    ("namespace", "named"), [("", "namespace must not be empty"), ("n" * 513, "the limit is 512")]
 )
 async def test_a_bad_namespace_is_an_error(advanced: Served, namespace: str, named: str) -> None:
     reply = await advanced.call("agenthold_list", namespace=namespace)

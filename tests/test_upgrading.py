@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import REPO
+from support import REPO, write_0_10_database
 
 from agenthold.store import (
+    MAX_KEY_LENGTH,
+    MAX_NAMESPACE_LENGTH,
     ConflictError,
     DeleteResult,
     Export,
@@ -64,6 +66,26 @@ def test_the_tables_0_11_spellings_behave_as_documented(tmp_path: Path) -> None:
     assert issubclass(InvalidInputError, ValueError)
     assert not hasattr(store, "export_namespace")
     store.close()
+
+
+def test_a_0_10_namespace_of_its_longest_length_stays_usable(tmp_path: Path) -> None:
+    """0.10 took namespaces and keys of up to 512 characters; 0.11 keeps that for namespaces
+    (and takes keys up to 1,024), so every call reaches what a 0.10 database holds."""
+    ns, key = "n" * 512, "k" * 512
+    write_0_10_database(tmp_path / "old.db", [(ns, key)])
+    with StateStore(tmp_path / "old.db") as store:
+        assert [n.namespace for n in store.list_namespaces()] == [ns]
+        assert store.get(ns, key).value == 1
+        assert store.set(ns, key, 2, updated_by="w", expected_version=1).version == 2
+        assert [h.version for h in store.history(ns, key)] == [2, 1]
+        assert store.export(ns).record_count == 1
+        assert store.delete(ns, key, deleted_by="w").deleted_version == 2
+        store.set(ns, "k2", 1, updated_by="w")
+        assert store.clear_namespace(ns, deleted_by="w") == ["k2"]
+        with pytest.raises(InvalidInputError, match="the limit is 512"):
+            store.set(ns + "n", "k", 1, updated_by="w")
+    assert (MAX_NAMESPACE_LENGTH, MAX_KEY_LENGTH) == (512, 1024)
+    assert "namespaces up to 512 characters (as in 0.10)" in UPGRADING
 
 
 # --- the MCP registry --------------------------------------------------------------------------
