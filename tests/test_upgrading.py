@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import REPO, write_0_10_database
+from support import REPO, in_process_client, reply_of, run_agenthold, write_0_10_database
 
 from agenthold.store import (
     MAX_KEY_LENGTH,
@@ -86,6 +86,65 @@ def test_a_0_10_namespace_of_its_longest_length_stays_usable(tmp_path: Path) -> 
             store.set(ns + "n", "k", 1, updated_by="w")
     assert (MAX_NAMESPACE_LENGTH, MAX_KEY_LENGTH) == (512, 1024)
     assert "namespaces up to 512 characters (as in 0.10)" in UPGRADING
+
+
+ODD_0_10_NAMES = [
+    (" ", "k"),
+    ("line\nbreak", "k"),
+    ("ok", "a\nb"),
+    ("ok", "\u202etxt"),
+    ("ok", "fine"),
+]
+
+
+def test_0_10_names_that_0_11_refuses_are_reported_at_import_and_cleared(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """0.10 checked names only for emptiness, NUL and length: a blank namespace or a key with a
+    newline is imported as it is, named in one warning, listed, and removed by
+    clear_namespace; every other call, and any new write, still refuses such a name."""
+    write_0_10_database(tmp_path / "state.db", ODD_0_10_NAMES)
+    with caplog.at_level("WARNING", logger="agenthold.store"), StateStore(tmp_path / "state.db"):
+        pass
+    (warning,) = [r.getMessage() for r in caplog.records if "0.10" in r.getMessage()]
+    assert "namespaces ' ', 'line\\nbreak'; keys 'a\\nb' in 'ok', '\\u202etxt' in 'ok'." in warning
+    assert "clear_namespace" in warning and "docs/upgrading.md" in warning
+    with StateStore(tmp_path / "state.db") as store:
+        assert [n.namespace for n in store.list_namespaces()] == [" ", "line\nbreak", "ok"]
+        odd_keys = ["a\nb", "fine", "\u202etxt"]
+        assert [r.key for r in store.list_keys("ok")] == odd_keys
+        assert [i.record.key for i in store.export("ok").records] == odd_keys
+        shown = run_agenthold(tmp_path, "namespaces", "--json")  # the inspector
+        assert [n["namespace"] for n in json.loads(shown.stdout)] == [" ", "line\nbreak", "ok"]
+        with pytest.raises(InvalidInputError, match="control character"):
+            store.get("line\nbreak", "k")
+        with pytest.raises(InvalidInputError, match="control character"):
+            store.delete("ok", "a\nb", deleted_by="w")
+        assert store.clear_namespace(" ", deleted_by="w") == ["k"]
+        assert store.clear_namespace("ok", deleted_by="w") == odd_keys
+        # a refused name that holds nothing is refused here too, and new writes always are
+        for gone in (" ", "never\twritten"):
+            with pytest.raises(InvalidInputError):
+                store.clear_namespace(gone, deleted_by="w")
+        with pytest.raises(InvalidInputError, match="control character"):
+            store.set("line\nbreak", "k2", 1, updated_by="w")
+        assert [n.namespace for n in store.list_namespaces()] == ["line\nbreak"]
+
+
+@pytest.mark.anyio
+async def test_agenthold_clear_namespace_removes_a_0_10_namespace_0_11_refuses(
+    tmp_path: Path,
+) -> None:
+    from agenthold.claims import Coordinator
+
+    write_0_10_database(tmp_path / "old.db", ODD_0_10_NAMES)
+    with StateStore(tmp_path / "old.db") as store:
+        async with in_process_client(Coordinator(store), tools="advanced") as (_, client):
+            args = {"namespace": "line\nbreak", "deleted_by": "w"}
+            done = reply_of(await client.call_tool("agenthold_clear_namespace", args))
+            assert (done["status"], done["deleted_keys"]) == ("ok", ["k"])
+            again = reply_of(await client.call_tool("agenthold_clear_namespace", args))
+            assert again["error"] == "invalid_input" and "control character" in again["message"]
 
 
 # --- the MCP registry --------------------------------------------------------------------------
