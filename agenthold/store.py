@@ -147,9 +147,11 @@ class ConflictError(AgentholdError):
 
     def __init__(self, expected_version: int, current: Record | None, namespace: str, key: str):
         actual = current.version if current else 0
+        # who wrote it, as 0.10's message said: often all a log reader needs to see the race
         super().__init__(
             f"version conflict on {namespace!r}/{key!r}: expected version {expected_version}, "
-            f"the live version is {actual}" + ("" if current else " (no live record)")
+            f"the live version is {actual}"
+            + (f" (written by {current.updated_by!r})" if current else " (no live record)")
         )
         self.current = current
         self.detail: ConflictDetail = {

@@ -250,7 +250,7 @@ def test_conflict_detail_carries_the_live_version_value_writer_and_time(store: S
         "actual_updated_at": live.updated_at,
     }
     assert info.value.current == live
-    assert "expected version 7, the live version is 1" in str(info.value)
+    assert "expected version 7, the live version is 1 (written by 'alice')" in str(info.value)
 
 
 @pytest.mark.backends
@@ -268,7 +268,7 @@ def test_conflict_without_a_live_record_reports_version_zero(store: StateStore) 
         assert detail["actual_updated_by"] is None
         assert detail["actual_updated_at"] is None
         assert info.value.current is None
-        assert "no live record" in str(info.value)
+        assert "no live record" in str(info.value) and "written by" not in str(info.value)
 
 
 @pytest.mark.backends
