@@ -115,7 +115,9 @@ def reply_of(result: CallToolResult) -> dict[str, Any]:
     assert isinstance(parsed, dict) and isinstance(parsed.get("status"), str), parsed
     assert bool(result.is_error) == (parsed["status"] == "error"), parsed
     if parsed["status"] == "error":
-        assert set(parsed) == ERROR_KEYS, parsed
+        # a not_holder error names the holder in a field of its own, as busy does
+        allowed = ERROR_KEYS | ({"held_by"} if parsed.get("error") == "not_holder" else set())
+        assert set(parsed) == allowed, parsed
         assert parsed["message"] and parsed["hint"]
     return parsed
 

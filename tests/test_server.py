@@ -673,6 +673,7 @@ async def test_only_the_holder_can_release_a_claim(standard: Served) -> None:
     reply = await standard.call("agenthold_release", resource="x.md", agent_id=b)
     assert reply["error"] == "not_holder"
     assert a in reply["message"] and "agenthold_status" in reply["hint"]
+    assert reply["held_by"] == a  # a field, as 0.10 replied it: no client parses the message
     still = await standard.call("agenthold_status", resource="x.md")
     assert still["held_by"] == a
 
