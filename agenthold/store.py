@@ -2726,8 +2726,8 @@ def _report_refused_names(names: list[tuple[str, str]]) -> None:
     log.warning(
         "the agenthold 0.10 database holds names this version refuses (blank, or with a "
         "control or invisible character): %s. They were imported and are listed, but no call "
-        "can name them; clear_namespace (agenthold_clear_namespace) of their namespace removes "
-        "them (docs/upgrading.md)",
+        "can name them but clear_namespace, which removes them with the rest of their namespace "
+        "(docs/upgrading.md)",
         "; ".join(found),
     )
 
