@@ -292,6 +292,9 @@ def test_a_0_10_coordinator_call_works_with_a_registered_agent(tmp_path: Path) -
     registry = WorkspaceRegistry([Workspace(name="default", root=str(tmp_path))])
     coordinator = Coordinator(StateStore(tmp_path / "c.db"), registry, 60)  # 0.10's positionals
     assert coordinator.claim_ttl == 60
+    assert coordinator.registry is registry is coordinator.resolver  # 0.10's read-only property
+    with pytest.raises(AttributeError):
+        coordinator.registry = registry  # type: ignore[misc]
     with pytest.raises(UnknownAgentError):
         coordinator.claim("src/a.py", "agent-a")  # 0.10's library took any string
     agent_id = coordinator.register("builder").agent_id
