@@ -57,6 +57,7 @@ def test_the_tables_0_11_spellings_behave_as_documented(tmp_path: Path) -> None:
     assert [(i.record.key, len(i.history)) for i in exported.records] == [("k", 1)]
     deleted = store.delete("ns", "k", deleted_by="writer")
     assert isinstance(deleted, DeleteResult) and deleted.deleted_version == 1
+    assert deleted.version == 2 == store.history("ns", "k")[0].version  # the tombstone's own
     with pytest.raises(NotFoundError):
         store.delete("ns", "k", deleted_by="writer")
     assert store.set("ns", "k", 3, updated_by="writer").version == 3  # versions never repeat
@@ -86,6 +87,29 @@ def test_a_0_10_namespace_of_its_longest_length_stays_usable(tmp_path: Path) -> 
             store.set(ns + "n", "k", 1, updated_by="w")
     assert (MAX_NAMESPACE_LENGTH, MAX_KEY_LENGTH) == (512, 1024)
     assert "namespaces up to 512 characters (as in 0.10)" in UPGRADING
+
+
+def test_a_0_10_file_opens_read_only_once_imported_and_a_damaged_value_is_one_keys(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    from agenthold.store import DamagedRecordError, IncompatibleDatabaseError
+
+    write_0_10_database(tmp_path / "old.db", [("ns", "a"), ("ns", "b")])
+    with pytest.raises(IncompatibleDatabaseError, match=r"0\.10"):
+        StateStore(tmp_path / "old.db", read_only=True)
+    StateStore(tmp_path / "old.db").close()  # the import
+    with sqlite3.connect(tmp_path / "old.db") as raw:  # a value another tool damaged
+        raw.execute("UPDATE state SET value = '{not json' WHERE key = 'a'")
+    raw.close()
+    with StateStore(tmp_path / "old.db", read_only=True) as store:
+        with pytest.raises(DamagedRecordError) as damaged_one:
+            store.list_keys("ns")
+        assert isinstance(damaged_one.value, ValueError)
+        damaged: list[DamagedRecordError] = []
+        assert [r.key for r in store.list_keys("ns", damaged=damaged)] == ["b"]
+        assert [d.key for d in damaged] == ["a"]
 
 
 ODD_0_10_NAMES = [
@@ -285,7 +309,7 @@ def test_a_conflict_detail_has_the_keys_its_typed_dict_names(tmp_path: Path) -> 
 
 
 def test_a_0_10_coordinator_call_works_with_a_registered_agent(tmp_path: Path) -> None:
-    from agenthold.claim_types import UnknownAgentError
+    from agenthold.claim_types import NotHolderError, UnknownAgentError
     from agenthold.coordinator import Coordinator
     from agenthold.resources import Workspace, WorkspaceRegistry, parse_resource_input
 
@@ -301,6 +325,18 @@ def test_a_0_10_coordinator_call_works_with_a_registered_agent(tmp_path: Path) -
     assert coordinator.agent(agent_id).name == "builder"  # is_registered
     granted = coordinator.claim("src/a.py", agent_id)
     assert (granted.status, granted.resource) == ("claimed", "file://default/src/a.py")
+    other = coordinator.register("r" * 128, "m" * 128).agent_id  # the longest name and model
+    with pytest.raises(InvalidInputError, match="limit is 128"):
+        coordinator.register("r" * 129)
+    assert len(agent_id) == len("agent-") + 16
+    busy = coordinator.claim("src/a.py", other)
+    assert busy.holder is not None and busy.holder.agent_id == agent_id  # 0.10's held_by
+    with pytest.raises(NotHolderError) as not_holder:  # 0.10 returned an error dict
+        coordinator.release("src/a.py", other)
+    assert not_holder.value.held_by == agent_id
+    coordinator.release("src/a.py", agent_id)
+    assert coordinator.status("src/a.py").previous is None  # a plain release is not reported
+    coordinator.claim("src/a.py", agent_id)
     assert coordinator.status("src/a.py").status == "claimed"  # interpret_state
     rid = parse_resource_input("src/a.py", coordinator.resolver)  # canonicalize
     assert rid.to_uri() == coordinator.resolver.resolve("src/a.py").uri == granted.resource
