@@ -181,9 +181,11 @@ def release_one(
                       plan.moved_to, at, principal)  # fmt: skip
         return ReleaseResult("released", info.uri, version, plan.outcome, plan.moved_to)
     if info.state == "claimed":
+        assert info.holder is not None
         raise NotHolderError(
             f"{info.uri} is held by {info.holder} ({info.holder_name}), not by "
-            f"{agent_id}; only the holder can release it"
+            f"{agent_id}; only the holder can release it",
+            held_by=info.holder,
         )
     ended = None
     if info.last_holder == agent_id and info.last_outcome in LAPSE_OUTCOMES:

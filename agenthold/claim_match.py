@@ -144,6 +144,8 @@ def parse_pattern(resolver: Resolver, text: str) -> Pattern:
     # workspace, and with several workspaces and none named default every pattern was refused.
     name = _fold(resolver, PROBE)
     scope, uri_scope = probe.key[: -len(name)], probe.uri[: -len(name)]
+    if is_dir and not tail and probe.path == name:
+        raise _whole_workspace(text, probe.workspace, uri_scope)
     rest = tuple(_fold(resolver, s) for s in tail)
     shown = "/".join(rest)
     if is_dir:
@@ -151,6 +153,22 @@ def parse_pattern(resolver: Resolver, text: str) -> Pattern:
         rest += ("*", DEEP)
     kind: Literal["dir", "glob"] = "dir" if is_dir and not tail else "glob"
     return Pattern(uri_scope + shown, scope + shown, kind, scope, rest, probe.workspace)
+
+
+def _whole_workspace(text: str, workspace: str | None, uri_scope: str) -> InvalidInputError:
+    """The error for a directory claim of a workspace's root ("./", "file://w/"). "." and the
+    root without its slash name no file and were refused already (as 0.10 refused "./"); with
+    the slash they would lock every file of the workspace, which a stray "./" should not do.
+    "**" says "everything" on purpose and claims the same files."""
+    error = InvalidInputError(
+        f"{text!r} is the root of workspace {workspace!r}: claiming it would hold every file "
+        f"in the workspace; to mean that, claim {uri_scope + DEEP!r}"
+    )
+    error.hint = (
+        f"Claim the files or directories you will change (src/api/). To hold the whole "
+        f"workspace on purpose, say so with the glob {uri_scope + DEEP}."
+    )
+    return error
 
 
 def _fold(resolver: Resolver, text: str) -> str:

@@ -75,9 +75,14 @@ class ForeignAgentError(AgentholdError):
 
 
 class NotHolderError(InvalidInputError):
-    """An agent tried to release a claim that another agent holds."""
+    """An agent tried to release a claim that another agent holds: ``held_by``, whose
+    agent_id it is."""
 
     hint = "Only the holder can release a claim; Coordinator.status tells who holds it."
+
+    def __init__(self, message: str, *, held_by: str) -> None:
+        super().__init__(message)
+        self.held_by = held_by
 
 
 @dataclass(frozen=True, slots=True)

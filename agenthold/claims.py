@@ -187,6 +187,11 @@ class Coordinator:
         if self._tables:  # a source the change feed cannot read would stop it for every table
             self.db.add_change_source(CLAIM_CHANGES)
 
+    @property
+    def registry(self) -> Resolver:
+        """``resolver`` under 0.10's name (its WorkspaceRegistry is a Resolver); read-only."""
+        return self.resolver
+
     # -- agents --------------------------------------------------------------------------------
 
     def register(

@@ -287,7 +287,10 @@ def build_parser() -> argparse.ArgumentParser:
     http = parser.add_argument_group("HTTP (with --transport http)")
     http.add_argument("--host", help="address to bind (default: 127.0.0.1)")
     http.add_argument("--port", help=f"port to bind (default: {DEFAULT_PORT})")
-    http.add_argument("--path", help="endpoint path of the MCP transport (default: /mcp)")
+    http.add_argument(
+        "--path",
+        help="endpoint path of the MCP transport (default: /mcp; 'mcp' is taken as '/mcp')",
+    )
     http.add_argument(
         "--json-response",
         action="store_true",
@@ -390,11 +393,12 @@ def serve_options(
                 f"--port: {args.port!r} must be between 0 and 65535 (0: any free port)"
             )
     if args.path is not None:
-        opts.path = args.path
+        # 'mcp' means /mcp, as 0.10 took it: a leading slash forgotten is not worth a refusal
+        opts.path = args.path if args.path.startswith("/") or not args.path else "/" + args.path
         bad = any(c in opts.path for c in " ?#\\") or "//" in opts.path
         if not opts.path.startswith("/") or bad:
             raise UsageError(
-                f"--path: {args.path!r} must be an absolute URL path such as /mcp "
+                f"--path: {args.path!r} must be a URL path such as /mcp "
                 "(no spaces, '?', '#' or '//')"
             )
         if len(opts.path) > 1 and opts.path.endswith("/"):

@@ -35,7 +35,7 @@ import mcp.types as types
 from mcp.server import Server, ServerRequestContext
 
 from agenthold import pending
-from agenthold.claims import Coordinator, ForeignAgentError
+from agenthold.claims import Coordinator, ForeignAgentError, NotHolderError
 from agenthold.messages import MessageBus
 from agenthold.principals import ForbiddenError, Principal, require_namespace, require_tool_set
 from agenthold.store import (
@@ -230,7 +230,9 @@ class Agenthold:
         except InvalidInputError as exc:
             hint = hint_for(name, exc) or "Check the argument named in the message and call again."
             kind = type(exc).__name__.removesuffix("Error")
-            return error_result(_snake(kind), str(exc), hint)
+            # who holds it, as a field: 0.10 replied held_by, and an agent should not parse text
+            facts = {"held_by": exc.held_by} if isinstance(exc, NotHolderError) else {}
+            return error_result(_snake(kind), str(exc), hint, **facts)
         except DamagedRecordError as exc:
             hint = hint_for(name, exc) or exc.hint or ""
             return error_result("damaged_record", str(exc), hint)

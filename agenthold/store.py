@@ -85,7 +85,7 @@ log = logging.getLogger("agenthold.store")
 # Limits
 # --------------------------------------------------------------------------------------------
 
-MAX_NAMESPACE_LENGTH = 256
+MAX_NAMESPACE_LENGTH = 512  # 0.10's limit: a namespace it wrote stays reachable
 MAX_KEY_LENGTH = 1024
 MAX_WRITER_LENGTH = 256
 MAX_DEPTH = 256  # nesting of lists and objects inside one value
@@ -147,9 +147,11 @@ class ConflictError(AgentholdError):
 
     def __init__(self, expected_version: int, current: Record | None, namespace: str, key: str):
         actual = current.version if current else 0
+        # who wrote it, as 0.10's message said: often all a log reader needs to see the race
         super().__init__(
             f"version conflict on {namespace!r}/{key!r}: expected version {expected_version}, "
-            f"the live version is {actual}" + ("" if current else " (no live record)")
+            f"the live version is {actual}"
+            + (f" (written by {current.updated_by!r})" if current else " (no live record)")
         )
         self.current = current
         self.detail: ConflictDetail = {
@@ -2719,6 +2721,37 @@ def _import_legacy(conn: sqlite3.Connection) -> None:
     )
     conn.execute("DROP TABLE legacy_history")
     conn.execute("DROP TABLE state_records")
+    _report_refused_names([name for name, (*_, deleted) in last.items() if not deleted])
+
+
+def _report_refused_names(names: list[tuple[str, str]]) -> None:
+    """Warn of imported live names that this version refuses: 0.10 checked only for emptiness, NUL
+    and length, so it may have stored a blank name or one with a newline. They are imported as
+    they are (dropping them would lose data), listed and exported with the rest of their
+    namespace; but no call can name them, so say once, now, how to remove them."""
+    spaces = sorted({ns for ns, _ in names if _refused_name("n", ns, MAX_NAMESPACE_LENGTH)})
+    keys = [
+        f"{key!r} in {ns!r}"
+        for ns, key in sorted(names)
+        if ns not in spaces and _refused_name("k", key, MAX_KEY_LENGTH)
+    ]
+    if not spaces and not keys:
+        return
+
+    def some(items: list[str]) -> str:
+        shown = ", ".join(items[:5])
+        return shown + (f" and {len(items) - 5} more" if len(items) > 5 else "")
+
+    found = ([f"namespaces {some([repr(n) for n in spaces])}"] if spaces else []) + (
+        [f"keys {some(keys)}"] if keys else []
+    )
+    log.warning(
+        "the agenthold 0.10 database holds names this version refuses (blank, or with a "
+        "control or invisible character): %s. They were imported and are listed, but no call "
+        "can name them but clear_namespace, which removes them with the rest of their namespace "
+        "(docs/upgrading.md)",
+        "; ".join(found),
+    )
 
 
 def _strict_json(text: str | None) -> str:
@@ -3341,8 +3374,14 @@ class StateStore:
         self, namespace: str, *, deleted_by: str, principal: str | None = None
     ) -> list[str]:
         """Delete every live record of ``namespace`` in one transaction, a tombstone per key.
-        Returns the deleted keys, sorted. There is no version check."""
-        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        Returns the deleted keys, sorted. There is no version check.
+
+        A namespace name this version refuses (blank, or with a control or invisible character)
+        is taken here if it holds live keys: only an agenthold 0.10 database can have brought
+        one in, and this is how it is removed (docs/upgrading.md)."""
+        refused = _refused_name("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        if refused is not None and not _0_10_name(namespace):
+            raise refused
         check_text("deleted_by", deleted_by, MAX_WRITER_LENGTH)
         with self.db.write() as (conn, changed):
             # no write of the namespace runs now; the time is the database's clock, as leases'
@@ -3351,6 +3390,8 @@ class StateStore:
                 "SELECT key, version FROM state WHERE namespace = ? AND deleted = 0 ORDER BY key",
                 (namespace,),
             ).fetchall()
+            if refused is not None and not rows:
+                raise refused  # nothing stored under it: the name is refused as everywhere
             conn.executemany(
                 _INSERT_HISTORY_BY,
                 [
@@ -3361,6 +3402,27 @@ class StateStore:
             conn.executemany(_TOMBSTONE, [(v + 1, deleted_by, now, namespace, k) for k, v in rows])
             changed.extend(("k", namespace, k) for k, _ in rows)
         return [k for k, _ in rows]
+
+
+def _refused_name(what: str, value: object, max_length: int) -> InvalidInputError | None:
+    """The error check_text raises for ``value``, or None if it is a usable name."""
+    try:
+        check_text(what, value, max_length)
+    except InvalidInputError as exc:
+        return exc
+    return None
+
+
+def _0_10_name(value: object) -> bool:
+    """Whether agenthold 0.10 could have stored ``value`` as a name: 1 to 512 characters, no
+    NUL (all it checked), and text SQLite can hold."""
+    if not isinstance(value, str) or not 0 < len(value) <= 512 or "\x00" in value:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _namespace_lock(namespace: str) -> str:

@@ -334,8 +334,10 @@ def result(reply: Reply) -> types.CallToolResult:
     )
 
 
-def error_result(kind: str, message: str, hint: str) -> types.CallToolResult:
-    reply = {"status": "error", "error": kind, "message": message, "hint": hint}
+def error_result(kind: str, message: str, hint: str, **facts: Any) -> types.CallToolResult:
+    """An error reply; ``facts`` are fields a client acts on beyond the message (a not_holder
+    error's ``held_by``), so that it never has to parse the message for them."""
+    reply = {"status": "error", "error": kind, "message": message, "hint": hint, **facts}
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=_dumps(reply))],
         structured_content=reply,

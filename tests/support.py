@@ -115,7 +115,9 @@ def reply_of(result: CallToolResult) -> dict[str, Any]:
     assert isinstance(parsed, dict) and isinstance(parsed.get("status"), str), parsed
     assert bool(result.is_error) == (parsed["status"] == "error"), parsed
     if parsed["status"] == "error":
-        assert set(parsed) == ERROR_KEYS, parsed
+        # a not_holder error names the holder in a field of its own, as busy does
+        allowed = ERROR_KEYS | ({"held_by"} if parsed.get("error") == "not_holder" else set())
+        assert set(parsed) == allowed, parsed
         assert parsed["message"] and parsed["hint"]
     return parsed
 
@@ -328,6 +330,44 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+# --------------------------------------------------------------------------------------------
+# An agenthold 0.10 database
+# --------------------------------------------------------------------------------------------
+
+# The tables agenthold 0.10.0 created (its store.SCHEMA), which 0.11 imports on first open.
+LEGACY_SCHEMA = """
+CREATE TABLE state_records (
+    namespace TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, version INTEGER NOT NULL,
+    updated_by TEXT NOT NULL, updated_at TEXT NOT NULL, PRIMARY KEY (namespace, key));
+CREATE TABLE state_history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, namespace TEXT NOT NULL, key TEXT NOT NULL,
+    value TEXT NOT NULL, version INTEGER NOT NULL, updated_by TEXT NOT NULL,
+    updated_at TEXT NOT NULL, event_type TEXT NOT NULL DEFAULT 'write');
+CREATE INDEX idx_history_ns_key ON state_history (namespace, key);
+"""
+
+
+def write_0_10_database(path: Path, names: list[tuple[str, str]]) -> None:
+    """A database as 0.10 leaves it after one write of the value 1 to each (namespace, key):
+    names 0.10 accepted and 0.11 may not."""
+    import sqlite3
+
+    at = "2026-01-01T00:00:00.000000+00:00"
+    conn = sqlite3.connect(path)
+    conn.executescript(LEGACY_SCHEMA)
+    conn.executemany(
+        "INSERT INTO state_history (namespace, key, value, version, updated_by, updated_at) "
+        "VALUES (?, ?, '1', 1, 'old', ?)",
+        [(ns, key, at) for ns, key in names],
+    )
+    conn.executemany(
+        "INSERT INTO state_records VALUES (?, ?, '1', 1, 'old', ?)",
+        [(ns, key, at) for ns, key in names],
+    )
+    conn.commit()
+    conn.close()
 
 
 # --------------------------------------------------------------------------------------------

@@ -111,7 +111,7 @@ def test_pattern_syntax_covers_what_the_docs_say(root: Path) -> None:
     assert parse_pattern(r, "src/[&~|^]").covers(key("src/&")) and parse_pattern(
         r, "src/[&~|^]"
     ).covers(key("src/^"))
-    assert parse_pattern(r, "**").covers(key("a/b/c")) and parse_pattern(r, "./").covers(key("a"))
+    assert parse_pattern(r, "**").covers(key("a/b/c")) and parse_pattern(r, "**").covers(key("a"))
     # every spelling of one directory is one pattern
     assert parse_pattern(r, "file://default/src/api/") == directory
     assert parse_pattern(r, f"{root}/src/api/") == directory
@@ -222,6 +222,37 @@ def test_globs_conflict_with_overlapping_globs_only(coord: Coordinator) -> None:
     assert coord.claim("**", b).status == "busy"
     assert coord.claim("src/**/*.py", a).status == "already_claimed"
     assert coord.claim("src/x.md", a).status == "busy"  # b's glob covers it
+
+
+ROOT_SPELLINGS = ["./", ".\\", "file://default/", "{root}/", "{root}//"]
+
+
+@pytest.mark.parametrize("spelling", ROOT_SPELLINGS)
+def test_a_directory_claim_of_the_workspace_root_is_refused_and_names_the_glob(
+    coord: Coordinator, root: Path, spelling: str
+) -> None:
+    """A stray "./" would hold every file of the workspace (and "." and the root without its
+    slash are refused, as 0.10 refused "./"): the whole workspace is claimed as "**", said on
+    purpose, which the error names."""
+    a, b = agents(coord, "a", "b")
+    text = spelling.format(root=root)
+    for call in (lambda: coord.claim(text, a), lambda: coord.status(text)):
+        with pytest.raises(InvalidInputError, match="claim 'file://default/\\*\\*'") as caught:
+            call()
+        assert repr(text) in str(caught.value) and "file://default/**" in (caught.value.hint or "")
+    assert coord.claim("src/a.py", b).status == "claimed"  # nothing was held
+    assert coord.claim("**", a).status == "busy"  # the glob is the whole workspace
+    coord.release("src/a.py", b)
+    assert coord.claim("**", a).status == "claimed"
+    for other in ("deep/down/x.py", "src/", "src/*.py"):
+        busy = coord.claim(other, b)
+        assert busy.status == "busy" and busy.holder is not None, other
+        assert busy.holder.held_as == "file://default/**"
+    status = coord.status("deep/down/x.py")
+    assert status.holder is not None and status.holder.held_as == "file://default/**"
+    assert coord.wait("src/a.py", 0.05).status == "timeout"
+    coord.release("**", a)
+    assert coord.wait("src/a.py", 0.05).status == "available"
 
 
 @pytest.mark.backends
@@ -665,6 +696,7 @@ async def test_a_directory_stops_blocking_when_its_holders_client_leaves_over_mc
         ("agenthold_claim", {"resources": [1]}, "must be a string"),
         ("agenthold_claim", {"resource": "a", "resources": ["b"]}, "not both"),
         ("agenthold_claim", {"resource": "src/a**/b"}, "whole path segment"),
+        ("agenthold_claim", {"resource": "./"}, "to mean that, claim 'file://default/**'"),
         ("agenthold_status", {"resources": ["src/[x"]}, "no closing"),
         ("agenthold_release", {"resources": ["src/a.py"]}, "must be an object"),
         ("agenthold_release", {"resources": [{"resource": "a", "x": 1}]}, "does not take 'x'"),

@@ -464,6 +464,7 @@ def test_release_by_an_agent_that_does_not_hold_the_claim_names_the_holder(
     with pytest.raises(NotHolderError, match=f"held by {holder} \\(editor\\)") as caught:
         coord.release(RES, other, "deleted")
     assert isinstance(caught.value, InvalidInputError)
+    assert caught.value.held_by == holder
     # the library's hint names its method; over MCP the standard tools name agenthold_status
     assert "Coordinator.status" in caught.value.hint
     assert event_count(coord) == count

@@ -863,7 +863,7 @@ def test_a_host_that_does_not_resolve_fails_with_one_line(tmp_path: Path) -> Non
     assert "no-such-host.invalid" in lines[0]
 
 
-@pytest.mark.parametrize("path", ["mcp", "/a b", "/x?y", "//mcp"])
+@pytest.mark.parametrize("path", ["", "/a b", "x?y", "//mcp"])
 def test_a_bad_path_fails_with_one_line(tmp_path: Path, path: str) -> None:
     done = run_agenthold(tmp_path, "--transport", "http", "--path", path)
     lines = done.stderr.splitlines()
@@ -893,6 +893,10 @@ def test_a_bad_port_or_empty_host_is_refused_before_serving(
 
 def test_the_path_loses_a_trailing_slash_and_the_defaults_hold() -> None:
     assert options("--transport", "http", "--path", "/agents/mcp/")[0].path == "/agents/mcp"
+    # without its leading slash, as 0.10 took it (and the help says)
+    assert options("--transport", "http", "--path", "mcp")[0].path == "/mcp"
+    assert options("--transport", "http", "--path", "agents/mcp/")[0].path == "/agents/mcp"
+    assert "'mcp' is taken as '/mcp'" in " ".join(build_parser().format_help().split())
     assert options("--transport", "http", "--path", "/")[0].path == "/"
     defaults, _ = options("--transport", "http")
     assert (defaults.host, defaults.port, defaults.path) == ("127.0.0.1", 8417, "/mcp")

@@ -266,7 +266,8 @@ def test_the_tool_sets_word_the_librarys_errors_in_tool_names() -> None:
     assert "agenthold_" not in (unknown.hint or "")
     assert "agenthold_register" in (hint_for("agenthold_claim", unknown) or "")
     assert "agenthold_create_agent" in (hint_for("agenthold_append", unknown) or "")
-    assert "agenthold_status" in (hint_for("agenthold_release", NotHolderError("x")) or "")
+    not_holder = NotHolderError("x", held_by="agent-0123456789abcdef")
+    assert "agenthold_status" in (hint_for("agenthold_release", not_holder) or "")
     foreign = ForeignBusAgentError("w")  # a subclass of the claims' ForeignAgentError
     assert "agenthold_create_agent" in (hint_for("agenthold_poll", foreign) or "")
     assert "agenthold_register" in (hint_for("agenthold_claim", foreign) or "")

@@ -719,7 +719,7 @@ def bad_values(tmp: Path) -> list[tuple[list[str], str]]:
         (["--json"], "--json"),
         (["--transport", "http", "--port", "99999"], "--port: '99999'"),
         (["--transport", "http", "--port", "eighty"], "--port: 'eighty'"),
-        (["--transport", "http", "--path", "mcp"], "--path: 'mcp'"),
+        (["--transport", "http", "--path", "m?cp"], "--path: 'm?cp'"),
         (["--transport", "http", "--host", " "], "--host"),
         (["--transport", "http", "--auth-token", " "], "blank"),
     ]

@@ -32,7 +32,7 @@ import pytest
 from helpers.store_worker import increment_with_retry
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import LineProcess, run_threads
+from support import LEGACY_SCHEMA, LineProcess, run_threads
 
 from agenthold.store import (
     DEFAULT_MAX_VALUE_BYTES,
@@ -250,7 +250,7 @@ def test_conflict_detail_carries_the_live_version_value_writer_and_time(store: S
         "actual_updated_at": live.updated_at,
     }
     assert info.value.current == live
-    assert "expected version 7, the live version is 1" in str(info.value)
+    assert "expected version 7, the live version is 1 (written by 'alice')" in str(info.value)
 
 
 @pytest.mark.backends
@@ -268,7 +268,7 @@ def test_conflict_without_a_live_record_reports_version_zero(store: StateStore) 
         assert detail["actual_updated_by"] is None
         assert detail["actual_updated_at"] is None
         assert info.value.current is None
-        assert "no live record" in str(info.value)
+        assert "no live record" in str(info.value) and "written by" not in str(info.value)
 
 
 @pytest.mark.backends
@@ -1979,17 +1979,6 @@ def test_a_forked_child_writes_through_fresh_locks_and_connections(db_path: Path
 # --------------------------------------------------------------------------------------------
 # Upgrading an agenthold 0.10 database
 # --------------------------------------------------------------------------------------------
-
-LEGACY_SCHEMA = """
-CREATE TABLE state_records (
-    namespace TEXT NOT NULL, key TEXT NOT NULL, value TEXT NOT NULL, version INTEGER NOT NULL,
-    updated_by TEXT NOT NULL, updated_at TEXT NOT NULL, PRIMARY KEY (namespace, key));
-CREATE TABLE state_history (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, namespace TEXT NOT NULL, key TEXT NOT NULL,
-    value TEXT NOT NULL, version INTEGER NOT NULL, updated_by TEXT NOT NULL,
-    updated_at TEXT NOT NULL, event_type TEXT NOT NULL DEFAULT 'write');
-CREATE INDEX idx_history_ns_key ON state_history (namespace, key);
-"""
 
 
 def make_legacy_database(path: Path) -> None:

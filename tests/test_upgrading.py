@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import REPO
+from support import REPO, in_process_client, reply_of, run_agenthold, write_0_10_database
 
 from agenthold.cli import TOOL_SET_NAMES, _tool_sets
 from agenthold.store import (
+    MAX_KEY_LENGTH,
+    MAX_NAMESPACE_LENGTH,
     ConflictError,
     DeleteResult,
     Export,
@@ -56,6 +58,7 @@ def test_the_tables_0_11_spellings_behave_as_documented(tmp_path: Path) -> None:
     assert [(i.record.key, len(i.history)) for i in exported.records] == [("k", 1)]
     deleted = store.delete("ns", "k", deleted_by="writer")
     assert isinstance(deleted, DeleteResult) and deleted.deleted_version == 1
+    assert deleted.version == 2 == store.history("ns", "k")[0].version  # the tombstone's own
     with pytest.raises(NotFoundError):
         store.delete("ns", "k", deleted_by="writer")
     assert store.set("ns", "k", 3, updated_by="writer").version == 3  # versions never repeat
@@ -65,6 +68,108 @@ def test_the_tables_0_11_spellings_behave_as_documented(tmp_path: Path) -> None:
     assert issubclass(InvalidInputError, ValueError)
     assert not hasattr(store, "export_namespace")
     store.close()
+
+
+def test_a_0_10_namespace_of_its_longest_length_stays_usable(tmp_path: Path) -> None:
+    """0.10 took namespaces and keys of up to 512 characters; 0.11 keeps that for namespaces
+    (and takes keys up to 1,024), so every call reaches what a 0.10 database holds."""
+    ns, key = "n" * 512, "k" * 512
+    write_0_10_database(tmp_path / "old.db", [(ns, key)])
+    with StateStore(tmp_path / "old.db") as store:
+        assert [n.namespace for n in store.list_namespaces()] == [ns]
+        assert store.get(ns, key).value == 1
+        assert store.set(ns, key, 2, updated_by="w", expected_version=1).version == 2
+        assert [h.version for h in store.history(ns, key)] == [2, 1]
+        assert store.export(ns).record_count == 1
+        assert store.delete(ns, key, deleted_by="w").deleted_version == 2
+        store.set(ns, "k2", 1, updated_by="w")
+        assert store.clear_namespace(ns, deleted_by="w") == ["k2"]
+        with pytest.raises(InvalidInputError, match="the limit is 512"):
+            store.set(ns + "n", "k", 1, updated_by="w")
+    assert (MAX_NAMESPACE_LENGTH, MAX_KEY_LENGTH) == (512, 1024)
+    assert "namespaces up to 512 characters (as in 0.10)" in UPGRADING
+
+
+def test_a_0_10_file_opens_read_only_once_imported_and_a_damaged_value_is_one_keys(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    from agenthold.store import DamagedRecordError, IncompatibleDatabaseError
+
+    write_0_10_database(tmp_path / "old.db", [("ns", "a"), ("ns", "b")])
+    with pytest.raises(IncompatibleDatabaseError, match=r"0\.10"):
+        StateStore(tmp_path / "old.db", read_only=True)
+    StateStore(tmp_path / "old.db").close()  # the import
+    with sqlite3.connect(tmp_path / "old.db") as raw:  # a value another tool damaged
+        raw.execute("UPDATE state SET value = '{not json' WHERE key = 'a'")
+    raw.close()
+    with StateStore(tmp_path / "old.db", read_only=True) as store:
+        with pytest.raises(DamagedRecordError) as damaged_one:
+            store.list_keys("ns")
+        assert isinstance(damaged_one.value, ValueError)
+        damaged: list[DamagedRecordError] = []
+        assert [r.key for r in store.list_keys("ns", damaged=damaged)] == ["b"]
+        assert [d.key for d in damaged] == ["a"]
+
+
+ODD_0_10_NAMES = [
+    (" ", "k"),
+    ("line\nbreak", "k"),
+    ("ok", "a\nb"),
+    ("ok", "\u202etxt"),
+    ("ok", "fine"),
+]
+
+
+def test_0_10_names_that_0_11_refuses_are_reported_at_import_and_cleared(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """0.10 checked names only for emptiness, NUL and length: a blank namespace or a key with a
+    newline is imported as it is, named in one warning, listed, and removed by
+    clear_namespace; every other call, and any new write, still refuses such a name."""
+    write_0_10_database(tmp_path / "state.db", ODD_0_10_NAMES)
+    with caplog.at_level("WARNING", logger="agenthold.store"), StateStore(tmp_path / "state.db"):
+        pass
+    (warning,) = [r.getMessage() for r in caplog.records if "0.10" in r.getMessage()]
+    assert "namespaces ' ', 'line\\nbreak'; keys 'a\\nb' in 'ok', '\\u202etxt' in 'ok'." in warning
+    assert "clear_namespace" in warning and "docs/upgrading.md" in warning
+    with StateStore(tmp_path / "state.db") as store:
+        assert [n.namespace for n in store.list_namespaces()] == [" ", "line\nbreak", "ok"]
+        odd_keys = ["a\nb", "fine", "\u202etxt"]
+        assert [r.key for r in store.list_keys("ok")] == odd_keys
+        assert [i.record.key for i in store.export("ok").records] == odd_keys
+        shown = run_agenthold(tmp_path, "namespaces", "--json")  # the inspector
+        assert [n["namespace"] for n in json.loads(shown.stdout)] == [" ", "line\nbreak", "ok"]
+        with pytest.raises(InvalidInputError, match="control character"):
+            store.get("line\nbreak", "k")
+        with pytest.raises(InvalidInputError, match="control character"):
+            store.delete("ok", "a\nb", deleted_by="w")
+        assert store.clear_namespace(" ", deleted_by="w") == ["k"]
+        assert store.clear_namespace("ok", deleted_by="w") == odd_keys
+        # a refused name that holds nothing is refused here too, and new writes always are
+        for gone in (" ", "never\twritten"):
+            with pytest.raises(InvalidInputError):
+                store.clear_namespace(gone, deleted_by="w")
+        with pytest.raises(InvalidInputError, match="control character"):
+            store.set("line\nbreak", "k2", 1, updated_by="w")
+        assert [n.namespace for n in store.list_namespaces()] == ["line\nbreak"]
+
+
+@pytest.mark.anyio
+async def test_agenthold_clear_namespace_removes_a_0_10_namespace_0_11_refuses(
+    tmp_path: Path,
+) -> None:
+    from agenthold.claims import Coordinator
+
+    write_0_10_database(tmp_path / "old.db", ODD_0_10_NAMES)
+    with StateStore(tmp_path / "old.db") as store:
+        async with in_process_client(Coordinator(store), tools="advanced") as (_, client):
+            args = {"namespace": "line\nbreak", "deleted_by": "w"}
+            done = reply_of(await client.call_tool("agenthold_clear_namespace", args))
+            assert (done["status"], done["deleted_keys"]) == ("ok", ["k"])
+            again = reply_of(await client.call_tool("agenthold_clear_namespace", args))
+            assert again["error"] == "invalid_input" and "control character" in again["message"]
 
 
 # --- the MCP registry --------------------------------------------------------------------------
@@ -234,19 +339,34 @@ def test_a_conflict_detail_has_the_keys_its_typed_dict_names(tmp_path: Path) -> 
 
 
 def test_a_0_10_coordinator_call_works_with_a_registered_agent(tmp_path: Path) -> None:
-    from agenthold.claim_types import UnknownAgentError
+    from agenthold.claim_types import NotHolderError, UnknownAgentError
     from agenthold.coordinator import Coordinator
     from agenthold.resources import Workspace, WorkspaceRegistry, parse_resource_input
 
     registry = WorkspaceRegistry([Workspace(name="default", root=str(tmp_path))])
     coordinator = Coordinator(StateStore(tmp_path / "c.db"), registry, 60)  # 0.10's positionals
     assert coordinator.claim_ttl == 60
+    assert coordinator.registry is registry is coordinator.resolver  # 0.10's read-only property
+    with pytest.raises(AttributeError):
+        coordinator.registry = registry  # type: ignore[misc]
     with pytest.raises(UnknownAgentError):
         coordinator.claim("src/a.py", "agent-a")  # 0.10's library took any string
     agent_id = coordinator.register("builder").agent_id
     assert coordinator.agent(agent_id).name == "builder"  # is_registered
     granted = coordinator.claim("src/a.py", agent_id)
     assert (granted.status, granted.resource) == ("claimed", "file://default/src/a.py")
+    other = coordinator.register("r" * 128, "m" * 128).agent_id  # the longest name and model
+    with pytest.raises(InvalidInputError, match="limit is 128"):
+        coordinator.register("r" * 129)
+    assert len(agent_id) == len("agent-") + 16
+    busy = coordinator.claim("src/a.py", other)
+    assert busy.holder is not None and busy.holder.agent_id == agent_id  # 0.10's held_by
+    with pytest.raises(NotHolderError) as not_holder:  # 0.10 returned an error dict
+        coordinator.release("src/a.py", other)
+    assert not_holder.value.held_by == agent_id
+    coordinator.release("src/a.py", agent_id)
+    assert coordinator.status("src/a.py").previous is None  # a plain release is not reported
+    coordinator.claim("src/a.py", agent_id)
     assert coordinator.status("src/a.py").status == "claimed"  # interpret_state
     rid = parse_resource_input("src/a.py", coordinator.resolver)  # canonicalize
     assert rid.to_uri() == coordinator.resolver.resolve("src/a.py").uri == granted.resource
