@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import queue
+import random
 import shutil
 import socket
 import subprocess
@@ -36,6 +37,7 @@ from agenthold.claims import Coordinator
 from agenthold.pending import clock
 from agenthold.postgres import MAX_PAYLOAD, PostgresDatabase, lock_key, redact
 from agenthold.store import (
+    MAX_KEY_LENGTH,
     AgentholdError,
     BusyError,
     ConflictError,
@@ -521,6 +523,24 @@ def test_a_server_that_is_down_at_start_is_one_clear_error(tmp_path: Path) -> No
     with pytest.raises(UnavailableError, match="cannot connect to PostgreSQL") as caught:
         StateStore(url)
     assert "\n" not in str(caught.value)
+
+
+def test_a_name_too_large_for_an_index_entry_is_invalid_input_not_an_outage(
+    pg: StateStore,
+) -> None:
+    """A key within the length limits whose UTF-8 does not fit one index entry (PostgreSQL
+    keeps about 2,700 bytes, after compression: random CJK text does not compress) is refused
+    as the caller's to fix, not reported as a server that cannot be reached; nothing is
+    written, and the store goes on."""
+    chosen = random.Random(7)
+    key = "".join(chr(chosen.randint(0x4E00, 0x9FFF)) for _ in range(MAX_KEY_LENGTH))
+    with pytest.raises(InvalidInputError, match="too large for PostgreSQL") as caught:
+        pg.set("ns", key, 1, updated_by="t")
+    assert "unreachable" not in str(caught.value)
+    assert "Nothing was written" in (caught.value.hint or "")
+    assert not isinstance(caught.value, UnavailableError)
+    assert pg.list_namespaces() == []
+    assert pg.set("ns", key[:400], 1, updated_by="t").version == 1  # 1,200 bytes: it fits
 
 
 def test_a_password_in_the_url_is_never_shown(pg_cluster: Cluster) -> None:
