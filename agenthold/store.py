@@ -1980,7 +1980,10 @@ class SQLiteDatabase:
         return conn
 
     def _error(self, exc: sqlite3.Error) -> AgentholdError:
-        """The error a caller can act on for a SQLite error on this database."""
+        """The error a caller can act on for a SQLite error on this database (on a closed
+        store, that it is closed: a read that waited for close() meets a closed connection)."""
+        if self._closed:
+            return AgentholdError("the store is closed")
         return _translate(exc, self.busy_timeout, self.path)
 
     def _opening_error(self, exc: sqlite3.Error) -> AgentholdError:
@@ -1988,7 +1991,7 @@ class SQLiteDatabase:
         (SQLITE_NOTADB, SQLITE_CORRUPT) is incompatible; busy and I/O errors stay what they are."""
         if type(exc) is sqlite3.DatabaseError:
             return IncompatibleDatabaseError(f"cannot open database {self.path!r}: {exc}")
-        return self._error(exc)
+        return _translate(exc, self.busy_timeout, self.path)  # the store is closed by now
 
     def _prepare_schema(self) -> None:
         """Check that the file is ours (or empty) and set it up (page size, WAL); the tables
@@ -2253,7 +2256,7 @@ class SQLiteDatabase:
             raise AgentholdError("the store is closed")
         conn = self._local.conn = self._connect()
         cursor: sqlite3.Cursor = conn.cursor()
-        self._local.cursor = cursor
+        self._local.reader = (cursor, self._local.use)  # one lookup for a read (fetchone)
         return cursor
 
     def _reset_after_fork(self) -> None:
@@ -2275,17 +2278,21 @@ class SQLiteDatabase:
         try:
             if self._mem_lock is None:
                 try:
-                    cursor: sqlite3.Cursor = self._local.cursor
+                    cursor, use = self._local.reader
                 except AttributeError:
-                    cursor = self._thread_cursor()
-                with self._local.use:
-                    self._check_open()
-                    try:
-                        return cursor.execute(sql, params).fetchone()
-                    except sqlite3.OperationalError as exc:
-                        if not str(exc).startswith(_NOT_UTF8):
-                            raise
+                    self._thread_cursor()
+                    cursor, use = self._local.reader
+                # held while the statement runs, so close() never closes the connection under
+                # it; a connection close() has closed raises, which _error calls "closed"
+                use.acquire()  # not a with-statement: half the cost, on the hottest path
+                try:
+                    return cursor.execute(sql, params).fetchone()
+                except sqlite3.OperationalError as exc:
+                    if not str(exc).startswith(_NOT_UTF8):
+                        raise
                     return _fetch_one(cursor, sql, params)  # text that is not UTF-8
+                finally:
+                    use.release()
             with self._in_use() as conn:
                 return _fetch_one(conn.cursor(), sql, params)
         except sqlite3.Error as exc:
@@ -2296,17 +2303,20 @@ class SQLiteDatabase:
         try:
             if self._mem_lock is None:
                 try:
-                    cursor: sqlite3.Cursor = self._local.cursor
+                    cursor, use = self._local.reader
                 except AttributeError:
-                    cursor = self._thread_cursor()
-                with self._local.use:
-                    self._check_open()
-                    try:
-                        return cursor.execute(sql, params).fetchall()
-                    except sqlite3.OperationalError as exc:
-                        if not str(exc).startswith(_NOT_UTF8):
-                            raise
+                    self._thread_cursor()
+                    cursor, use = self._local.reader
+                use.acquire()  # as in fetchone
+                try:
+                    rows: list[Any] = cursor.execute(sql, params).fetchall()
+                    return rows
+                except sqlite3.OperationalError as exc:
+                    if not str(exc).startswith(_NOT_UTF8):
+                        raise
                     return _fetch_all(cursor.connection, sql, params)  # text that is not UTF-8
+                finally:
+                    use.release()
             with self._in_use() as conn:
                 return _fetch_all(conn, sql, params)
         except sqlite3.Error as exc:

@@ -32,7 +32,7 @@ import pytest
 from helpers.store_worker import increment_with_retry
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support import LEGACY_SCHEMA, LineProcess, run_threads
+from support import LEGACY_SCHEMA, LineProcess, child_env, run_threads
 
 from agenthold.store import (
     DEFAULT_MAX_VALUE_BYTES,
@@ -1294,6 +1294,53 @@ def _close_while_another_thread_is_inside(store: StateStore, block: str) -> None
         assert ended[0] <= closed  # close() waited for the block
     with pytest.raises(AgentholdError, match="closed"):
         store.get("ns", "k")
+
+
+READERS_WHILE_CLOSING = """
+import random, sys, threading, time
+from agenthold.store import AgentholdError, StateStore
+path, failures = sys.argv[1], []
+with StateStore(path) as store:
+    for i in range(20):
+        store.set("ns", f"k{i}", {"i": i, "pad": "x" * 200}, updated_by="t")
+for trial in range(100):
+    store = StateStore(path)
+    stop = threading.Event()
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                if random.random() < 0.5:
+                    store.get("ns", f"k{random.randrange(20)}")
+                else:
+                    store.list_keys("ns")
+            except AgentholdError as exc:
+                if "closed" not in str(exc):
+                    failures.append(str(exc))
+                return
+
+    readers = [threading.Thread(target=read) for _ in range(4)]
+    for reader in readers:
+        reader.start()
+    time.sleep(random.random() * 0.01)
+    store.close()
+    stop.set()
+    for reader in readers:
+        reader.join()
+print(failures or "ok")
+"""
+
+
+def test_closing_a_store_while_threads_read_it_crashes_nothing(db_path: Path) -> None:
+    """A hundred times, four threads read (get, list_keys) while another closes the store:
+    every read returns a record or says the store is closed. Closing a connection while
+    another thread ran a statement on it crashed the process (in the child here: a crash is
+    its exit status -11, not this test run's end)."""
+    done = subprocess.run(
+        [sys.executable, "-c", READERS_WHILE_CLOSING, str(db_path)],
+        capture_output=True, text=True, timeout=120, env=child_env(),
+    )  # fmt: skip
+    assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr[-2000:]
 
 
 @pytest.mark.backends
