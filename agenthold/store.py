@@ -1573,6 +1573,7 @@ class _FileState:
         self.raw_fd: int | None = None
         self.replaced = False  # another file's contents were found in this one
         self.id_on_disk = False  # the id was read from the file itself once
+        self.verified: tuple[int, ...] | None = None  # its stat when the id was last read there
 
 
 _files: dict[str, _FileState] = {}
@@ -2081,13 +2082,20 @@ class SQLiteDatabase:
         state.database_id = row[1].removesuffix(FRESH)
         state.id_page = (int(row[0]), int(size))
 
-    def _check_contents(self, conn: sqlite3.Connection) -> None:
+    def _check_contents(self, conn: sqlite3.Connection, seen: tuple[int, ...] | None) -> None:
         """Inside a write: raise UnavailableError if the file now holds another database's
         contents (copied over it in place, so its inode is the same): the page of its id, read
         from the file itself, names another id. SQLite cannot see this: its cache and its WAL
         still show the file it opened, and it would go on acknowledging writes into a WAL that
-        mixes the two."""
+        mixes the two.
+
+        ``seen`` is the file's stat from this write's _check_file_is_ours: a copy put over the
+        file changes its change time (and its size or modification time), so while they are
+        those of the last check that found our id, the page is not read again. In WAL mode
+        the file itself changes only at checkpoints: most writes skip the read."""
         state = self._file
+        if seen is not None and seen == state.verified:
+            return
         if not hasattr(os, "pread"):  # pragma: no cover - Windows has no pread
             return
         if state.id_page is None:
@@ -2100,6 +2108,7 @@ class SQLiteDatabase:
         content = os.pread(state.raw_fd, size, (page - 1) * size)
         if state.database_id is not None and state.database_id.encode() in content:
             state.id_on_disk = True
+            state.verified = seen
             return
         if ID_PREFIX.encode() not in content:
             # No id on that page: either it is not in the file yet (its checkpoint is still
@@ -2355,8 +2364,17 @@ class SQLiteDatabase:
             waited = time.monotonic() - started
         changed: list[Topic] = []
         try:
-            self._check_file_is_ours()
-            with self._in_use() as conn:
+            seen = self._check_file_is_ours()
+            # the connection's lock, taken by hand (no nested context manager: this runs for
+            # every write): close() waits for it; in memory the lock taken above is the same
+            use = None
+            if self._mem_lock is None:
+                conn = self._thread_conn()
+                use = self._local.use
+                use.acquire()
+            else:
+                conn = self._live_shared()
+            try:
                 try:
                     if waited > 0.001:  # the wait for the lock counts against busy_timeout
                         left = max(0, int((self.busy_timeout - waited) * 1000))
@@ -2371,7 +2389,7 @@ class SQLiteDatabase:
                     raise self._error(exc) from None
                 try:
                     if not self.memory:
-                        self._check_contents(conn)
+                        self._check_contents(conn, seen)
                     yield conn, changed
                     conn.execute("COMMIT")
                 except BaseException as exc:
@@ -2381,6 +2399,9 @@ class SQLiteDatabase:
                     if isinstance(exc, sqlite3.Error):
                         raise self._error(exc) from None
                     raise
+            finally:
+                if use is not None:
+                    use.release()
         finally:
             lock.release()
         if changed:
@@ -2529,16 +2550,26 @@ class SQLiteDatabase:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _check_file_is_ours(self) -> None:
+    def _check_file_is_ours(self) -> tuple[int, ...] | None:
         """Raise UnavailableError if the file opened was deleted or replaced since (writes
-        would go to a file no one can open again, and be lost when the process ends)."""
-        if self._identity is not None and _identity(self._real) != self._identity:
+        would go to a file no one can open again, and be lost when the process ends). Returns
+        what the file's stat says of it now (None in memory), for _check_contents."""
+        if self._identity is None:
+            return None
+        try:
+            st = os.stat(self._real)
+            seen: tuple[int, ...] | None = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                                            st.st_ctime_ns)  # fmt: skip
+        except OSError:
+            seen = None
+        if seen is None or seen[:2] != self._identity:
             error = UnavailableError(
                 f"the database file {self.path!r} was deleted or replaced while agenthold was "
                 "running; nothing was written"
             )
             error.hint = "Restart agenthold to open the file that is there now."
             raise error
+        return seen
 
     def _live_shared(self) -> sqlite3.Connection:
         if self._shared is None:
