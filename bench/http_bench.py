@@ -178,12 +178,20 @@ class Server:
         return rc, self.log.read_text()
 
 
-def start_server(tmp: Path, name: str, *flags: str) -> Server:
+def start_server(tmp: Path, name: str, *flags: str, checkout: Path | None = None) -> Server:
+    """A server started by this script's --serve; with ``checkout``, by that checkout's own
+    bench/http_bench.py, importing that checkout's agenthold (see http_versus.py)."""
     db, log = tmp / f"{name}.db", tmp / f"{name}.log"
     argv = ["--db", str(db), "--transport", "http", "--claim-ttl", "3600", *flags]
+    script, env, cwd = HERE, None, None
+    if checkout is not None:
+        script, cwd = checkout / "bench" / "http_bench.py", checkout
+        env = {**os.environ, "PYTHONPATH": str(checkout)}
     with log.open("w") as err:
         proc = subprocess.Popen(
-            [sys.executable, str(HERE), "--serve", *argv],
+            [sys.executable, str(script), "--serve", *argv],
+            cwd=cwd,
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=err,
@@ -193,7 +201,7 @@ def start_server(tmp: Path, name: str, *flags: str) -> Server:
     port = proc.stdout.readline().strip()
     if not port.isdigit():
         proc.kill()
-        raise RuntimeError(f"the server did not start: {log.read_text()}")
+        raise RuntimeError(f"the {name} server did not start: {log.read_text()}")
     return Server(proc, f"http://127.0.0.1:{port}/mcp", db, log)
 
 

@@ -32,7 +32,6 @@ import json
 import os
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,33 +43,20 @@ import anyio
 
 # http_bench sits beside this script, and _common beside it
 from _common import machine, machine_line, table
-from http_bench import HERE, Load, Server, call, connect, cpu_seconds, mixed_calls, timed
+from http_bench import (
+    HERE,
+    Load,
+    Server,
+    call,
+    connect,
+    cpu_seconds,
+    mixed_calls,
+    start_server,
+    timed,
+)
 
 MINE = HERE.parents[1]
 TARGET_RATIO = 1.05  # this checkout at most 5 % slower (issue 12)
-
-
-def start(checkout: Path, tmp: Path, name: str, *flags: str) -> Server:
-    """The server of ``checkout``, started by that checkout's own bench launcher."""
-    db, log = tmp / f"{name}.db", tmp / f"{name}.log"
-    argv = ["--db", str(db), "--transport", "http", "--claim-ttl", "3600", *flags]
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
-    with log.open("w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, str(checkout / "bench" / "http_bench.py"), "--serve", *argv],
-            cwd=checkout,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-        )
-    assert proc.stdout is not None
-    port = proc.stdout.readline().strip()
-    if not port.isdigit():
-        proc.kill()
-        raise RuntimeError(f"the {name} server did not start: {log.read_text()}")
-    return Server(proc, f"http://127.0.0.1:{port}/mcp", db, log)
 
 
 def ratios(mine: list[float], theirs: list[float]) -> dict[str, float]:
@@ -178,8 +164,8 @@ async def run(other: Path, rounds: int, warm_up: int, clients: int, seconds: flo
         tmp = Path(directory)
         for name, flags in (("sse", ()), ("json", ("--json-response",))):
             servers = {
-                "mine": start(MINE, tmp, f"mine-{name}", *flags),
-                "theirs": start(other, tmp, f"theirs-{name}", *flags),
+                "mine": start_server(tmp, f"mine-{name}", *flags, checkout=MINE),
+                "theirs": start_server(tmp, f"theirs-{name}", *flags, checkout=other),
             }
             try:
                 results["calls"][name] = await one_at_a_time(servers, rounds, warm_up)
