@@ -511,8 +511,12 @@ def exit_now(status: int) -> NoReturn:
         store.close_all()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):  # a reader that has gone: nothing to flush to
+        try:
             stream.flush()
+        except BrokenPipeError:  # a reader that has gone: nothing to flush to
+            pass
+        except (OSError, ValueError):  # output that could not be written (a full disk...)
+            status = status or 120  # as the interpreter's own exit says it
     os._exit(status)
 
 

@@ -1833,7 +1833,7 @@ class SQLiteDatabase:
             self._uri = f"file:agenthold-{uuid.uuid4().hex}?mode=memory&cache=private"
             self._file = _FileState(None)
             self._mem_lock = threading.RLock()
-            self._shared: sqlite3.Connection | None = self._connect()
+            self._shared: sqlite3.Connection | None = self._connect()[0]
         else:
             self._shared = None
             self._check_file()
@@ -1950,7 +1950,8 @@ class SQLiteDatabase:
             )
         raise error
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self) -> tuple[sqlite3.Connection, threading.RLock]:
+        """A new connection, registered with the lock of its use (in memory, the shared one)."""
         try:
             conn = sqlite3.connect(
                 self._uri,
@@ -1973,12 +1974,15 @@ class SQLiteDatabase:
         except sqlite3.Error as exc:
             conn.close()
             raise self._opening_error(exc) from None
-        use = self._local.use = self._mem_lock or threading.RLock()  # memory: one for all
+        use = self._mem_lock or threading.RLock()  # memory: one for all
         with self._connections_lock:
+            if self._closed:  # closed while it opened: it must not outlive close()
+                conn.close()
+                raise AgentholdError("the store is closed")
             for thread in [t for t in self._connections if not t.is_alive()]:
                 self._connections.pop(thread)[0].close()
             self._connections[threading.current_thread()] = (conn, use)
-        return conn
+        return conn, use
 
     def _error(self, exc: sqlite3.Error) -> AgentholdError:
         """The error a caller can act on for a SQLite error on this database (on a closed
@@ -2091,8 +2095,9 @@ class SQLiteDatabase:
 
         ``seen`` is the file's stat from this write's _check_file_is_ours: a copy put over the
         file changes its change time (and its size or modification time), so while they are
-        those of the last check that found our id, the page is not read again. In WAL mode
-        the file itself changes only at checkpoints: most writes skip the read."""
+        those of the last check that found our id, and that change time was over SETTLED_NS
+        old then, the page is not read again. In WAL mode the file itself changes only at
+        checkpoints: writes spaced out skip the read, a burst reads it after a checkpoint."""
         state = self._file
         if seen is not None and seen == state.verified:
             return
@@ -2108,7 +2113,10 @@ class SQLiteDatabase:
         content = os.pread(state.raw_fd, size, (page - 1) * size)
         if state.database_id is not None and state.database_id.encode() in content:
             state.id_on_disk = True
-            state.verified = seen
+            # only a stat whose change time is past: a copy put over the file in the same
+            # timestamp tick (up to a second on some file systems) could leave it unchanged
+            if seen is not None and time.time_ns() - seen[4] > SETTLED_NS:
+                state.verified = seen
             return
         if ID_PREFIX.encode() not in content:
             # No id on that page: either it is not in the file yet (its checkpoint is still
@@ -2253,20 +2261,29 @@ class SQLiteDatabase:
     # -- connections ---------------------------------------------------------------------------
 
     def _thread_conn(self) -> sqlite3.Connection:
-        try:
-            conn: sqlite3.Connection = self._local.conn
-            return conn
-        except AttributeError:
-            return self._thread_cursor().connection
+        return self._thread_pair()[0]
 
-    def _thread_cursor(self) -> sqlite3.Cursor:
-        """Open this thread's connection and the cursor its reads reuse (on first use)."""
+    def _thread_pair(self) -> tuple[sqlite3.Connection, threading.RLock]:
+        """This thread's connection and the lock of its use (opened on first use), read from
+        one thread-local object: close() may put a new one in its place at any moment."""
+        local = self._local
+        try:
+            return local.conn, local.use
+        except AttributeError:
+            cursor, use = self._thread_cursor()
+            return cursor.connection, use
+
+    def _thread_cursor(self) -> tuple[sqlite3.Cursor, threading.RLock]:
+        """Open this thread's connection and the cursor its reads reuse (on first use), with
+        the lock of its use."""
         if self._closed:
             raise AgentholdError("the store is closed")
-        conn = self._local.conn = self._connect()
+        local = self._local
+        conn, use = self._connect()
         cursor: sqlite3.Cursor = conn.cursor()
-        self._local.reader = (cursor, self._local.use)  # one lookup for a read (fetchone)
-        return cursor
+        local.conn, local.use = conn, use
+        local.reader = (cursor, use)  # one lookup for a read (fetchone)
+        return cursor, use
 
     def _reset_after_fork(self) -> None:
         _inherited.extend(conn for conn, _ in self._connections.values())
@@ -2289,8 +2306,7 @@ class SQLiteDatabase:
                 try:
                     cursor, use = self._local.reader
                 except AttributeError:
-                    self._thread_cursor()
-                    cursor, use = self._local.reader
+                    cursor, use = self._thread_cursor()
                 # held while the statement runs, so close() never closes the connection under
                 # it; a connection close() has closed raises, which _error calls "closed"
                 use.acquire()  # not a with-statement: half the cost, on the hottest path
@@ -2314,8 +2330,7 @@ class SQLiteDatabase:
                 try:
                     cursor, use = self._local.reader
                 except AttributeError:
-                    self._thread_cursor()
-                    cursor, use = self._local.reader
+                    cursor, use = self._thread_cursor()
                 use.acquire()  # as in fetchone
                 try:
                     rows: list[Any] = cursor.execute(sql, params).fetchall()
@@ -2369,8 +2384,7 @@ class SQLiteDatabase:
             # every write): close() waits for it; in memory the lock taken above is the same
             use = None
             if self._mem_lock is None:
-                conn = self._thread_conn()
-                use = self._local.use
+                conn, use = self._thread_pair()
                 use.acquire()
             else:
                 conn = self._live_shared()
@@ -2584,14 +2598,19 @@ class SQLiteDatabase:
             with self._mem_lock:
                 yield self._live_shared()
             return
-        conn = self._thread_conn()
-        with self._local.use:
+        conn, use = self._thread_pair()
+        with use:
             self._check_open()
             yield conn
 
     def _check_open(self) -> None:
         if self._closed:
             raise AgentholdError("the store is closed")
+
+
+#: How old a file's change time must be before a stat of it vouches for its contents: more
+#: than one timestamp tick of any file system (a second on the coarsest).
+SETTLED_NS = 2_000_000_000
 
 
 def _identity(path: str) -> tuple[int, int] | None:

@@ -182,6 +182,18 @@ def test_a_process_ended_by_exit_now_closes_what_it_left_open_and_flushes_its_ou
         assert store.get("ns", "k").value == 1
 
 
+def test_a_process_whose_output_cannot_be_written_does_not_exit_0() -> None:
+    """``exit_now`` flushes what the command printed; when that fails (a full disk: /dev/full),
+    the status says so (120, the interpreter's own for it), where it said 0."""
+    env = {k: v for k, v in child_env().items() if k != "PYTHONUNBUFFERED"}  # written at exit
+    with open(os.devnull, "rb") as nothing, open("/dev/full", "wb") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "agenthold", "--version"],
+            stdin=nothing, stdout=full, stderr=subprocess.PIPE, timeout=60, env=env,
+        )  # fmt: skip
+    assert done.returncode == 120, done.stderr
+
+
 def test_a_backup_moved_over_the_file_of_a_running_server_is_not_undone_by_its_wal(
     tmp_path: Path, started: tuple[Path, Path, Server]
 ) -> None:
