@@ -2318,8 +2318,8 @@ class SQLiteDatabase:
                     return _fetch_one(cursor, sql, params)  # text that is not UTF-8
                 finally:
                     use.release()
-            with self._in_use() as conn:
-                return _fetch_one(conn.cursor(), sql, params)
+            with self._mem_lock:  # the shared connection's lock (not _in_use: a hot path)
+                return _fetch_one(self._live_shared().cursor(), sql, params)
         except sqlite3.Error as exc:
             raise self._error(exc) from None
 
@@ -2341,8 +2341,8 @@ class SQLiteDatabase:
                     return _fetch_all(cursor.connection, sql, params)  # text that is not UTF-8
                 finally:
                     use.release()
-            with self._in_use() as conn:
-                return _fetch_all(conn, sql, params)
+            with self._mem_lock:  # as in fetchone
+                return _fetch_all(self._live_shared(), sql, params)
         except sqlite3.Error as exc:
             raise self._error(exc) from None
 
@@ -2600,12 +2600,9 @@ class SQLiteDatabase:
             return
         conn, use = self._thread_pair()
         with use:
-            self._check_open()
+            if self._closed:  # closed while this thread waited for the lock
+                raise AgentholdError("the store is closed")
             yield conn
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise AgentholdError("the store is closed")
 
 
 #: How old a file's change time must be before a stat of it vouches for its contents: more
