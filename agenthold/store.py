@@ -1757,8 +1757,12 @@ def open_database(
         try:  # by name: the backend imports this module, not the other way round
             backend = importlib.import_module("agenthold.postgres")
         except ImportError:
+            # Not 'pip install "agenthold[postgres]"': until 0.11 is published that installs
+            # the registry's 0.10, which has no such extra. psycopg itself is on the registry.
             raise InvalidInputError(
-                'a postgresql:// database needs psycopg: pip install "agenthold[postgres]"'
+                "a postgresql:// database needs psycopg 3, which is not installed: "
+                'pip install "psycopg[binary,pool]>=3.3,<4" into agenthold\'s environment '
+                '(from a checkout: pip install ".[postgres]")'
             ) from None
         database = backend.PostgresDatabase(
             target, read_only=read_only, durability=durability, busy_timeout=busy_timeout
