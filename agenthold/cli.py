@@ -268,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--no-warm",
         action="store_true",
-        help="do not use or leave behind a warm server for the next call (see the README); "
+        help="do not use or leave behind a warm server for the next call (see docs/warm.md); "
         "also AGENTHOLD_NO_WARM=1",
     )
     serve.add_argument(

@@ -510,7 +510,7 @@ class PostgresDatabase:
             error.hint = "Grant the role agenthold connects as the rights on its tables."
         elif isinstance(exc, errors.ProgramLimitExceeded):  # an OperationalError, not an outage
             error = InvalidInputError(f"too large for PostgreSQL: {_first_line(exc, self.url)}")
-            error.hint = "Nothing was written. Use shorter names (see the limits in the README)."
+            error.hint = "Nothing was written. Use shorter names (see the limits in docs/store.md)."
         elif isinstance(exc, (psycopg.OperationalError, PoolTimeout, psycopg.InterfaceError)):
             error = self._down(_first_line(exc, self.url))
         else:

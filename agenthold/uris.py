@@ -19,7 +19,7 @@ or nowhere, which is refused, so a link inside a workspace cannot reach ``/etc``
 exists also carries ``file_id`` (device and inode), which claims compare so that hard links to one
 file share a claim. A path that does not exist yet is named as written; if it later becomes a
 symlink, later calls resolve through the link, and a claim taken earlier stays on the name it was
-taken under (the README says what that means for its holder).
+taken under (docs/claims.md says what that means for its holder).
 """
 
 from __future__ import annotations

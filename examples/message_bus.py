@@ -53,7 +53,7 @@ def server(db: Path) -> StdioServerParameters:
     """How an MCP client starts agenthold's message tools (the same for every agent here).
 
     ``--no-warm``: an example should leave nothing running once it has ended. Without it, the
-    first server would fork a warm server (README, "The warm server"), which the workers'
+    first server would fork a warm server (docs/warm.md), which the workers'
     servers would then go through, and which would stay behind after the example: up to 20 s
     on the temporary database (it notices the file is gone), 10 minutes on a ``--db`` of yours.
     Each agent here keeps one session for the whole run, so a warm server saves little; it is

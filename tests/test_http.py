@@ -1036,7 +1036,7 @@ async def test_a_wait_with_a_progress_token_reports_progress_over_event_streams_
         assert "agenthold_wait again" in waited.structured_content["hint"]
         if json_response and mode == "auto":
             # A 2026-07-28 call answered with plain JSON has no stream for notifications, and no
-            # session stream either: the wait answers as always, without progress (README).
+            # session stream either: the wait answers as always, without progress (docs/claims.md).
             assert seen == []
             return
         assert len(seen) >= 3, seen

@@ -827,8 +827,8 @@ def test_the_benchmark_refuses_a_db_that_is_not_a_postgresql_url() -> None:
 
 
 def test_the_readme_example_of_the_bus_runs(tmp_path: Path) -> None:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## The message bus", 1)[1]
+    page = (REPO / "docs" / "bus.md").read_text(encoding="utf-8")
+    section = page.split("# The message bus", 1)[1]
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     code = code.replace("timeout=30", "timeout=0.1")  # nobody else appends: let it time out
     assert run_example(code, tmp_path) == "1 lead Please review src/app.py\n"

@@ -183,7 +183,7 @@ async def test_a_server_answers_unavailable_while_postgresql_is_down_and_recover
                     assert reply["status"] == "unavailable", (tool, reply)
                     assert "PostgreSQL" in reply["message"] and reply["hint"], reply
                     assert "\n" not in reply["message"]
-                    # the first call may wait for the pool (at most 5 s, see the README), the
+                    # the first call may wait for the pool (at most 5 s, see docs/postgres.md), the
                     # later ones DOWN_WAIT; never the 30 s of a hung connection
                     assert time.monotonic() - started < 8, "answered in seconds, not after a hang"
             finally:

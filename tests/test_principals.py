@@ -155,12 +155,12 @@ def test_token_list_and_revoke(tmp_path: Path) -> None:
 def test_the_readmes_team_setup_writes_each_token_file_for_its_owner_alone(
     tmp_path: Path,
 ) -> None:
-    """The README's `token add` lines, run by bash as printed (the token file moved into
+    """docs/http.md's `token add` lines, run by bash as printed (the token file moved into
     tmp_path) from a shell whose umask is the usual 022: the .token files, which hold the
     tokens in plain text, are created 0600 like the token file, and hold the tokens whose
     digests the file lists."""
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### A shared server for a team", 1)[1]
+    page = (REPO / "docs" / "http.md").read_text(encoding="utf-8")
+    section = page.split("\n## A shared server for a team", 1)[1]
     block = section.split("```bash\n", 1)[1].split("```", 1)[0]
     lines = [line for line in block.splitlines() if "token add" in line]
     assert len(lines) == 2

@@ -1503,7 +1503,7 @@ def test_progress_comes_every_8_s_so_a_late_loop_still_keeps_the_10_s_promise(
         assert _progress_every("60", app) == PROGRESS_EVERY  # the variable only shortens it
         assert _progress_every("0.5", app) == 0.5
     said = f"every {PROGRESS_EVERY:g} s (at least every 10 s)"
-    for doc in ("README.md", "docs/guarantees.md", "docs/architecture.md"):
+    for doc in ("docs/claims.md", "docs/guarantees.md", "docs/architecture.md"):
         text = " ".join((REPO / doc).read_text(encoding="utf-8").split())
         assert said in text, doc
         assert "progress every 10 s" not in text and "every 10 seconds until" not in text, doc

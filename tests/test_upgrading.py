@@ -2,7 +2,7 @@
 
 Each 0.11 spelling in docs/upgrading.md's table is run here against a real store; server.json
 (the MCP registry's description of the package) must name the package's own version and the
-README's mcp-name line; the README's retry loop runs as printed, first on a key that does not
+README's mcp-name line; docs/store.md's retry loop runs as printed, first on a key that does not
 exist yet, then against a rival writer.
 """
 
@@ -240,12 +240,12 @@ def test_project_urls_and_the_changelog_exist() -> None:
     assert "## " + package_version().split(".dev")[0] in changelog
 
 
-# --- the README's retry loop -------------------------------------------------------------------
+# --- the retry loop of docs/store.md --------------------------------------------------------------
 
 
 def retry_loop_source() -> str:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### The retry loop", 1)[1]
+    page = (REPO / "docs" / "store.md").read_text(encoding="utf-8")
+    section = page.split("\n### The retry loop", 1)[1]
     match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
     assert match is not None
     return match.group(1)

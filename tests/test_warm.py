@@ -441,7 +441,7 @@ def test_a_warm_server_without_a_client_notices_by_itself_that_it_is_stale_and_e
 
     from agenthold import warm
 
-    assert warm.check_seconds({}) == warm.CHECK_SECONDS == 20.0  # as the README says
+    assert warm.check_seconds({}) == warm.CHECK_SECONDS == 20.0  # as docs/warm.md says
     assert warm.check_seconds({front.CHECK: "nan"}) == warm.check_seconds({front.CHECK: "-1"}) == 20
     check = 0.5
     env = {front.WARM: "wait", front.CHECK: str(check)}
