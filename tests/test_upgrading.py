@@ -203,6 +203,24 @@ def test_server_json_names_the_packages_version_and_the_readmes_mcp_name() -> No
     assert [v["name"] for v in package["environmentVariables"]] == ["AGENTHOLD_DB"]
 
 
+def test_server_json_says_this_version_is_not_published_and_how_to_install_it() -> None:
+    """Until a release is on PyPI (which has only 0.10.0, broken with mcp 2.x), server.json
+    advertises no runner that would fetch the package from there, and its publisher note says
+    so and gives install lines the README documents for a checkout."""
+    server = json.loads((REPO / "server.json").read_text(encoding="utf-8"))
+    (package,) = server["packages"]
+    assert "runtimeHint" not in package and "runtimeArguments" not in package
+    note = server["_meta"]["io.modelcontextprotocol.registry/publisher-provided"]
+    assert note["published"] is False
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for line in ("pipx install /path/to/checkout", "uvx --from /path/to/checkout agenthold"):
+        assert line in note["install"] and f"`{line}`" in readme, line
+    assert "0.10.0" in note["install"]
+    # the package's own description names the bus, as server.json's does
+    described = re.search(r'^description = "([^"]+)"$', PYPROJECT, re.MULTILINE)
+    assert described is not None and "message bus" in described.group(1)
+
+
 # What a named argument of the 2025-12-11 server.json schema may hold (its NamedArgument: Input,
 # InputWithVariables and its own fields); the registry refuses a file with other keys.
 NAMED_ARGUMENT_KEYS = {
