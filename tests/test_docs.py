@@ -681,35 +681,33 @@ def test_the_readmes_curl_call_gets_the_documented_answer_from_a_real_server(
 
 
 @needs_curl
-@pytest.mark.parametrize(
-    ("left_out", "said"),
-    [
-        ("_meta", "io.modelcontextprotocol/protocolVersion"),
-        ("Mcp-Method", "mcp-method header"),
-        ("Mcp-Name", "mcp-name header"),
-        ("MCP-Protocol-Version", "Missing session ID"),
-    ],
-)
 def test_the_curl_call_without_each_part_gets_the_400_the_readme_describes(
-    tmp_path: Path, left_out: str, said: str
+    tmp_path: Path,
 ) -> None:
     text = readme()
     argv, curl, _ = curl_lines(text)
     described = " ".join(section(text, CURL).split())
-    assert f"`{left_out}`" in described  # the README says what leaving it out does
     assert "a `400` that names what is wrong" in described and '"Missing session ID"' in described
-    if left_out == "_meta":
-        cut = re.sub(r',\s*"_meta": \{.*?\}\}', "", curl, flags=re.DOTALL)
-    else:
-        cut = re.sub(rf"\s*-H '{left_out}: [^']*' \\\n", "\n", curl)
-    assert cut != curl
     root = tmp_path / "proj"
     root.mkdir()
     argv = [a.replace("/home/me/proj", str(root)) for a in argv]
+    cases = [  # what is left out, and what the 400 then says
+        ("_meta", "io.modelcontextprotocol/protocolVersion"),
+        ("Mcp-Method", "mcp-method header"),
+        ("Mcp-Name", "mcp-name header"),
+        ("MCP-Protocol-Version", "Missing session ID"),
+    ]
     with http_server(tmp_path, argv) as (url, _):
-        status, answer = run_curl(cut, url)
-    assert status == 400
-    assert said in answer["error"]["message"], answer
+        for left_out, said in cases:
+            assert f"`{left_out}`" in described  # the README says what leaving it out does
+            if left_out == "_meta":
+                cut = re.sub(r',\s*"_meta": \{.*?\}\}', "", curl, flags=re.DOTALL)
+            else:
+                cut = re.sub(rf"\s*-H '{left_out}: [^']*' \\\n", "\n", curl)
+            assert cut != curl, left_out
+            status, answer = run_curl(cut, url)
+            assert status == 400, (left_out, answer)
+            assert said in answer["error"]["message"], (left_out, answer)
 
 
 @needs_curl
