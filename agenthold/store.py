@@ -42,6 +42,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal, NamedTuple, Protocol, TypedDict
 
+from agenthold.sqlite_wal import WalLog, read_wal
+
 __all__ = [
     "DEFAULT_MAX_VALUE_BYTES",
     "MAX_DEPTH",
@@ -2016,32 +2018,80 @@ class SQLiteDatabase:
 
     def _check_wal(self, real: str) -> None:
         """Refuse a write-ahead log that cannot belong to the file, before any connection that
-        could apply it opens (see META_SQL). The id is read from the file alone (immutable: the
-        WAL is not read) and through the WAL (read-only: such a connection cannot checkpoint
-        the log into the file when it closes). The WAL is foreign if they name different
-        databases, or if it holds commits while the file is still as `agenthold backup` wrote
-        it (a writer's first act on such a file is to drop FRESH from its id)."""
-        try:
-            if os.path.getsize(real + "-wal") <= 32:  # a WAL header at most: no commits
+        could apply it opens (see META_SQL). Nothing here reads through the log with SQLite,
+        whose view of a foreign log mixed into the file can be unreadable: the file's id is read
+        from the file alone (immutable: the log is not read), and the log is read as SQLite's
+        recovery would read it (agenthold.sqlite_wal). The log is foreign when its committed
+        frames write the id's page with another id, or when it holds commits while the file is
+        still as `agenthold backup` wrote it (a writer's first commit on such a file drops FRESH
+        from its id: that commit, and only that, is a fresh file's own).
+
+        A log beside a fresh file that another process holds open is refused too, commits or
+        none: that process opened the file this one replaced, and its next commit would land in
+        the log of this one. It may be a server on its way out (a warm server that found its
+        file replaced); so this waits up to busy_timeout for it to let go first."""
+        if not os.path.exists(real + "-wal") and not os.path.exists(real + "-shm"):
+            return
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            alone = _file_alone(real)
+            if alone is None:
+                return  # not an agenthold file with an id yet: nothing to compare
+            database_id, id_page, _ = alone
+            fresh = database_id.endswith(FRESH)
+            wal = read_wal(real + "-wal", {id_page})
+            foreign = wal is not None and wal.committed > 0 and _log_is_foreign(wal, alone)
+            if wal is not None and wal.committed > 0 and not foreign and fresh:
+                return  # the first writer's own commit (it dropped FRESH, in the log so far)
+            in_use = self._wal_in_use_elsewhere(real)
+            if not in_use and not foreign:
                 return
-        except OSError:
-            return
-        alone = _read_database_id(f"file:{_quote_path(real)}?immutable=1")
-        seen = _read_database_id(f"file:{_quote_path(real)}?mode=ro")
-        if alone is None or seen is None:
-            return  # not an agenthold file with an id yet: nothing to compare
-        if alone.removesuffix(FRESH) == seen.removesuffix(FRESH) and not seen.endswith(FRESH):
-            return
-        error = IncompatibleDatabaseError(
-            f"the write-ahead log {self.path + '-wal'!r} does not belong to the database file "
-            f"{self.path!r} (it was left by the file this one replaced: a backup restored while "
-            "a server ran, or over a server that was killed); agenthold did not apply it"
-        )
+            if in_use and not fresh and not foreign:
+                return  # another server on this file: the usual case
+            if not in_use or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if foreign:
+            error = IncompatibleDatabaseError(
+                f"the write-ahead log {self.path + '-wal'!r} does not belong to the database "
+                f"file {self.path!r} (it was left by the file this one replaced: a backup "
+                "restored while a server ran, or over a server that was killed); agenthold did "
+                "not apply it and changed nothing"
+                + ("; a process still has it open" if in_use else "")
+            )
+        else:
+            error = IncompatibleDatabaseError(
+                f"the database file {self.path!r} is a restored backup that no server has opened "
+                f"yet, but another process still has the write-ahead log {self.path + '-wal'!r} "
+                "beside it open: a server of the file it replaced is still running; agenthold "
+                "did not open it and changed nothing"
+            )
         error.hint = (
-            "If the database file is the one you want (a restored backup), stop every agenthold "
-            "process using it, then move its -wal and -shm files away and start again."
+            "Stop every agenthold process that used the file before the restore (warm servers "
+            "too: SIGTERM stops one), then, if the -wal and -shm files are still there, move "
+            "them away and start again; or restore the backup again with every server stopped."
         )
         raise error
+
+    def _wal_in_use_elsewhere(self, real: str) -> bool:
+        """Whether another connection holds the log at ``real``: another process (by the lock
+        every SQLite connection holds on the -shm file), or a store of this process on a file
+        that stood at this name before (asked directly: probing the -shm file here would drop
+        that store's own locks when the probe's descriptor closes)."""
+        for db in list(_open_databases):
+            if db is not self and db._real == real and not db._closed:
+                return True
+        if not os.path.exists(real + "-shm") or not _posix_locks():
+            return False
+        try:  # only a descriptor that may write can test for another's shared lock
+            os.close(os.open(real + "-shm", os.O_RDWR | getattr(os, "O_CLOEXEC", 0)))
+        except OSError:
+            return False  # a -shm this process may not write: it cannot tell, as before
+        guard = _wal_alone(real)
+        if guard is None:
+            return True
+        os.close(guard)
+        return False
 
     def _ensure_database_id(self, conn: sqlite3.Connection) -> None:
         """Give the file a database id if it has none (a file made by an older agenthold), or
@@ -2107,27 +2157,8 @@ class SQLiteDatabase:
             self._remember_id(conn)
             if state.id_page is None or state.database_id is None:
                 return  # a file without an id: made before ids, opened read-only so far
-        page, size = state.id_page
-        if state.raw_fd is None:
-            state.raw_fd = os.open(self._real, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        content = os.pread(state.raw_fd, size, (page - 1) * size)
-        if state.database_id is not None and state.database_id.encode() in content:
-            state.id_on_disk = True
-            # only a stat whose change time is past: a copy put over the file in the same
-            # timestamp tick (up to a second on some file systems) could leave it unchanged
-            if seen is not None and time.time_ns() - seen[4] > SETTLED_NS:
-                state.verified = seen
+        if not self._holds_another_database(seen):
             return
-        if ID_PREFIX.encode() not in content:
-            # No id on that page: either it is not in the file yet (its checkpoint is still
-            # to come), or another database's file is there, whose id (if it has one) lives
-            # on another page. The file's own schema, read without the WAL, tells which.
-            there = _read_database_id(f"file:{_quote_path(self._real)}?immutable=1")
-            if there is None and not state.id_on_disk:
-                return  # not checkpointed yet
-            if there is not None and there.removesuffix(FRESH) == state.database_id:
-                return
-        state.replaced = True
         error = UnavailableError(
             f"the database file {self.path!r} was replaced while agenthold was running: it now "
             "holds another database (a backup copied over it?); nothing was written"
@@ -2137,6 +2168,53 @@ class SQLiteDatabase:
             "there now is opened, and the log of the one it replaced is not applied to it."
         )
         raise error
+
+    def _holds_another_database(self, seen: tuple[int, ...] | None = None) -> bool:
+        """Whether the file now holds another database's contents (copied over it in place):
+        the page of its id, read from the file itself, names another id. Needs the id's page
+        (``_remember_id``); without it, False. Sets ``replaced`` when it finds so."""
+        state = self._file
+        if not hasattr(os, "pread"):  # pragma: no cover - Windows has no pread
+            return False
+        if state.id_page is None or state.database_id is None:
+            return False
+        page, size = state.id_page
+        if state.raw_fd is None:
+            state.raw_fd = os.open(self._real, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        content = os.pread(state.raw_fd, size, (page - 1) * size)
+        if state.database_id.encode() in content:
+            state.id_on_disk = True
+            # only a stat whose change time is past: a copy put over the file in the same
+            # timestamp tick (up to a second on some file systems) could leave it unchanged
+            if seen is not None and time.time_ns() - seen[4] > SETTLED_NS:
+                state.verified = seen
+            return False
+        if ID_PREFIX.encode() not in content:
+            # No id on that page: either it is not in the file yet (its checkpoint is still
+            # to come), or another database's file is there, whose id (if it has one) lives
+            # on another page. The file's own schema, read without the WAL, tells which.
+            there = _read_database_id(f"file:{_quote_path(self._real)}?immutable=1")
+            if there is None and not state.id_on_disk:
+                return False  # not checkpointed yet
+            if there is not None and there.removesuffix(FRESH) == state.database_id:
+                return False
+        state.replaced = True
+        return True
+
+    def replaced(self) -> bool:
+        """Whether the file at this store's path is no longer the one it opened: deleted,
+        another file moved to its name, or another database copied over it in place. A warm
+        server asks this to know it must not serve on (warm.py)."""
+        return not self._closed and self._replaced_now()
+
+    def _replaced_now(self) -> bool:
+        if self.memory:
+            return False
+        if self._file.replaced:
+            return True
+        if self._identity is not None and _identity(self._real) != self._identity:
+            return True
+        return self._holds_another_database()
 
     @contextmanager
     def _closed_on_failure(self) -> Iterator[None]:
@@ -2492,11 +2570,9 @@ class SQLiteDatabase:
         a descriptor that holds the log alone until the connections are closed (or None)."""
         if self.read_only or not self._real:
             return None
-        state = self._file
-        replaced = state.replaced or (
-            self._identity is not None and _identity(self._real) != self._identity
-        )
-        if not replaced:
+        # a copy put over the file in place, with no write since to find it: SQLite's last
+        # connection would checkpoint the old file's log into the copy as it closes
+        if not self._replaced_now():
             return None
         guard = _wal_alone(self._real)
         if guard is None:
@@ -2661,6 +2737,44 @@ def _put_in_place(partial: str, target: str, shown: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def _file_alone(real: str) -> tuple[str, int, int] | None:
+    """The database id in the file at ``real`` itself (its write-ahead log not read), the page
+    that holds it and the file's page size; None for a file without an id, or unreadable."""
+    try:
+        conn = sqlite3.connect(f"file:{_quote_path(real)}?immutable=1", uri=True)
+        try:
+            row = conn.execute(
+                "SELECT rootpage, (" + _DATABASE_ID + ") FROM sqlite_master "
+                "WHERE type = 'table' AND name = 'agenthold_meta'"
+            ).fetchone()
+            size = conn.execute("PRAGMA page_size").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    if row is None or not isinstance(row[1], str):
+        return None
+    return row[1], int(row[0]), int(size)
+
+
+_ID_BYTES = re.compile(re.escape(ID_PREFIX).encode() + rb"[0-9a-f]{32}")
+
+
+def _log_is_foreign(wal: WalLog, alone: tuple[str, int, int]) -> bool:
+    """Whether the committed frames of ``wal`` cannot be those of the file whose id, id page
+    and page size are ``alone`` (see _check_wal)."""
+    database_id, id_page, page_size = alone
+    if wal.page_size != page_size:
+        return True  # one file's pages are all of one size, in the file and in its log
+    image = wal.images.get(id_page)
+    found = _ID_BYTES.search(image) if image is not None else None
+    if found is not None:  # the log rewrites the id's page: it must say the same id
+        return found.group().decode() != database_id.removesuffix(FRESH)
+    # (a page without an id proves nothing: another tool may have dropped the table.) A fresh
+    # file has seen no writer: the only commit of its own would have written its id
+    return database_id.endswith(FRESH)
 
 
 def _read_database_id(uri: str) -> str | None:

@@ -363,3 +363,128 @@ def test_a_backup_never_replaces_a_file_that_appeared_at_its_name(tmp_path: Path
     target.unlink()
     _put_in_place(str(partial), str(target), "dest.db")
     assert target.read_bytes() == b"the copy"
+
+
+# --------------------------------------------------------------------------------------------
+# Every way of doing a restore out of order: the copy moved (mv) or copied (cp) over the file
+# while a server has 50 writes in its log, that server then killed, stopped or left running,
+# served cold and through a warm server; then the inspector, a StateStore and a new server open
+# the path. Each either serves the backup (and nothing of the log) or refuses in words that say
+# why; the restored file's bytes stay as restored until something serves it, and never does
+# anything answer "malformed".
+# --------------------------------------------------------------------------------------------
+
+REFUSALS = ("does not belong to the database file", "a restored backup that no server has opened")
+
+
+def _inspect(db: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agenthold", "namespaces", "--db", str(db), "--json"],
+        capture_output=True, text=True, timeout=120, env=child_env(), stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _serve(tmp_path: Path, db: Path) -> subprocess.CompletedProcess[str]:
+    """A new stdio server on ``db`` whose input ends at once: it opens the database (or says
+    why not) and exits."""
+    return subprocess.run(
+        [sys.executable, *agenthold_args(db, tmp_path), "--busy-timeout", "2"],
+        capture_output=True, text=True, timeout=120, env=child_env(), stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _kill_holder(server: Server) -> None:
+    """SIGKILL the process that has the database open: the server, or its warm server (the
+    front that a warm server serves holds no database)."""
+    runtime = os.environ.get("AGENTHOLD_RUNTIME_DIR")
+    if os.environ.get("AGENTHOLD_NO_WARM") != "1" and runtime:
+        from support import warm_pids
+
+        holders = warm_pids(Path(runtime))
+        assert holders, "no warm server served the writes"
+        for pid in holders:
+            os.kill(pid, signal.SIGKILL)
+        for pid_file in Path(runtime).glob("*.pid"):  # a killed server cannot remove its own
+            pid_file.unlink()
+    server.pipes.proc.send_signal(signal.SIGKILL)
+    server.pipes.close()
+
+
+@pytest.mark.parametrize("how", ["mv", "cp"])
+@pytest.mark.parametrize("fate", ["killed", "stopped", "running"])
+def test_a_restore_out_of_order_is_served_or_refused_and_never_corrupted(
+    tmp_path: Path, stdio_path: str, how: str, fate: str
+) -> None:
+    db, copy, pristine = tmp_path / "agenthold.db", tmp_path / "backup.db", tmp_path / "p.db"
+    server = Server(tmp_path, db)
+    assert server.set("backed-up")["version"] == 1
+    assert backup(db, copy).returncode == 0
+    shutil.copyfile(copy, pristine)
+    for n in range(50):  # what the restore undoes, in the server's log
+        written = server.call(
+            "agenthold_set",
+            namespace="after",
+            key=f"k{n}",
+            value="x" * 300,
+            updated_by="t",
+            force=True,
+        )
+        assert written["status"] == "ok"
+    assert side_files(db).get("-wal", 0) > 0
+    if how == "mv":
+        os.replace(copy, db)
+    else:
+        shutil.copyfile(copy, db)
+    restored = pristine.read_bytes()
+    if fate == "killed":
+        _kill_holder(server)
+    elif fate == "stopped":
+        server.stop()  # (its warm server too): it must leave the restored file as it was
+    assert db.read_bytes() == restored
+
+    served = fate == "stopped"  # a log no one holds and that is this file's, or none
+    inspected = _inspect(db)
+    assert "malformed" not in inspected.stderr + inspected.stdout
+    if served:
+        assert inspected.returncode == 0, inspected.stderr
+        assert [n["namespace"] for n in json.loads(inspected.stdout)] == ["ns"]
+    else:
+        assert inspected.returncode == 1, inspected.stderr
+        assert any(r in inspected.stderr for r in REFUSALS), inspected.stderr
+        assert len(inspected.stderr.strip().splitlines()) == 1, inspected.stderr
+    assert db.read_bytes() == restored  # the inspector never writes
+
+    if served:
+        with StateStore(db, busy_timeout=1) as store:
+            assert store.get("ns", "k").value == "backed-up"
+            assert store.list_keys("after") == []
+    else:
+        with pytest.raises(IncompatibleDatabaseError) as caught:
+            StateStore(db, busy_timeout=1)
+        assert any(r in str(caught.value) for r in REFUSALS), caught.value
+        assert "move them away" in (caught.value.hint or "")
+        assert db.read_bytes() == restored
+
+    started = _serve(tmp_path, db)
+    assert "malformed" not in started.stderr and "Traceback" not in started.stderr
+    if served:
+        assert started.returncode == 0, started.stderr
+    else:
+        assert started.returncode == 1, started.stderr
+        assert any(r in started.stderr for r in REFUSALS), started.stderr
+        assert db.read_bytes() == restored
+
+    # then as the refusal's hint says: stop what still runs, move a log left by a kill away
+    if fate == "running":
+        server.stop()  # the old server empties the log it leaves (the file was replaced)
+    if fate == "killed":
+        for suffix in ("-wal", "-shm"):
+            if os.path.exists(f"{db}{suffix}"):
+                os.replace(f"{db}{suffix}", tmp_path / f"moved{suffix}")
+    if not served:
+        assert db.read_bytes() == restored
+    with StateStore(db) as store:
+        assert store.get("ns", "k").value == "backed-up"
+        assert store.list_keys("after") == []
+    with contextlib.closing(sqlite3.connect(db)) as check:
+        assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
