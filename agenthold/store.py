@@ -36,13 +36,11 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal, NamedTuple, Protocol, TypedDict
-
-from agenthold.sqlite_wal import WalLog, read_wal
 
 __all__ = [
     "DEFAULT_MAX_VALUE_BYTES",
@@ -1846,6 +1844,16 @@ class SQLiteDatabase:
             self._real = real
             if self._file.stores == 0:  # the first store of this process on the file
                 self._check_wal(real)
+            elif self._holds_another_database():  # copied over in place under our stores
+                error = IncompatibleDatabaseError(
+                    f"the database file {path!r} was replaced while this process had it open: "
+                    "another database was copied over it; agenthold did not open it"
+                )
+                error.hint = (
+                    "Close the stores of this process that had the file open (stop the "
+                    "server), then open it again."
+                )
+                raise error
         with _files_lock:
             self._file.stores += 1  # from here on, close() counts it out again
         self._prepare_schema()
@@ -2737,6 +2745,93 @@ def _put_in_place(partial: str, target: str, shown: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+# -- reading a write-ahead log without SQLite ---------------------------------------------
+#
+# SQLite applies a -wal file to whatever database file stands at its name: the log names no
+# file, only a page size, two salts and checksums that chain from its header through its
+# frames. A log left by a file that a restored backup replaced would be replayed into the
+# backup. Asking SQLite what the log would show is no answer: its view of such a mix can be
+# unreadable, or read through a live server's shared memory. So _check_wal reads the log as
+# SQLite's recovery does (the header checksum, then each frame whose salts are the header's
+# and whose checksum chains, up to the last commit frame), in the format of
+# https://sqlite.org/fileformat2.html#walformat: a 32-byte header (magic, version, page size,
+# checkpoint sequence, two salts, two checksums), then frames of a 24-byte header (page
+# number, the database's size in pages after a commit or 0, the two salts, two checksums)
+# and one page.
+WAL_HEADER = 32
+FRAME_HEADER = 24
+WAL_VERSION = 3007000
+MAGIC_LITTLE, MAGIC_BIG = 0x377F0682, 0x377F0683  # the byte order of the checksums
+_MASK = 0xFFFFFFFF
+
+
+@dataclass
+class WalLog:
+    """What SQLite's recovery would take from a log: its page size, how many committed frames
+    it has, and the last committed image of each page asked for."""
+
+    page_size: int
+    committed: int = 0
+    images: dict[int, bytes] = field(default_factory=dict)
+
+
+def _checksum(data: bytes, s1: int, s2: int, big: bool) -> tuple[int, int]:
+    words = struct.unpack(f"{'>' if big else '<'}{len(data) // 4}I", data)
+    it = iter(words)
+    for x0, x1 in zip(it, it, strict=True):
+        s1 = (s1 + x0 + s2) & _MASK
+        s2 = (s2 + x1 + s1) & _MASK
+    return s1, s2
+
+
+def read_wal(path: str, pages: Container[int] = ()) -> WalLog | None:
+    """The committed contents of the log at ``path``, with the last committed image of each of
+    ``pages``; None if there is no log SQLite would read (missing, shorter than its header, or
+    a header that fails its checksum: SQLite then starts the log afresh). Reading 1,000 frames
+    of 2 KiB takes some 40 ms; it happens once, when a process first opens a file with a log."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        header = os.pread(fd, WAL_HEADER, 0)
+        if len(header) < WAL_HEADER:
+            return None
+        magic, version, page_size, _, salt1, salt2, c1, c2 = struct.unpack(">8I", header)
+        big = magic == MAGIC_BIG
+        valid_size = page_size >= 512 and page_size <= 65536 and page_size & (page_size - 1) == 0
+        if magic not in (MAGIC_LITTLE, MAGIC_BIG) or version != WAL_VERSION or not valid_size:
+            return None
+        s1, s2 = _checksum(header[:24], 0, 0, big)
+        if (s1, s2) != (c1, c2):
+            return None
+        found = WalLog(page_size)
+        pending: dict[int, bytes] = {}  # images of the transaction not yet committed
+        offset, frame = WAL_HEADER, 0
+        while True:
+            data = os.pread(fd, FRAME_HEADER + page_size, offset)
+            if len(data) < FRAME_HEADER + page_size:
+                break
+            page, db_size, f1, f2, fc1, fc2 = struct.unpack(">6I", data[:FRAME_HEADER])
+            if (f1, f2) != (salt1, salt2) or page == 0:
+                break
+            s1, s2 = _checksum(data[:8], s1, s2, big)
+            s1, s2 = _checksum(data[FRAME_HEADER:], s1, s2, big)
+            if (s1, s2) != (fc1, fc2):
+                break
+            frame += 1
+            offset += FRAME_HEADER + page_size
+            if page in pages:
+                pending[page] = data[FRAME_HEADER:]
+            if db_size:  # a commit frame: its transaction, and those before it, count
+                found.committed = frame
+                found.images.update(pending)
+                pending.clear()
+        return found
+    finally:
+        os.close(fd)
 
 
 def _file_alone(real: str) -> tuple[str, int, int] | None:
