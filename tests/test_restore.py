@@ -7,6 +7,12 @@ is. Then the ways a restore goes wrong: a copy put over the file of a running se
 or moved over it), and a WAL left by a killed server beside a restored copy. Each is refused or
 repaired as the docs say; none brings back data from after the backup.
 
+Then every order at once (``test_a_restore_out_of_order_is_served_or_refused_and_never_corrupted``):
+mv or cp, the old server killed, stopped or left running, cold or warm, with the inspector, a
+StateStore and a server as the next opener; and the pieces that decide it, each alone: the
+log reader, the first writer's own commit, a log held by another store, one of another page
+size or id, a warm server left behind.
+
 The procedure and the copies put over a running server's file run through both stdio paths
 (``stdio_path``): served by the server process itself, and through a warm server, which is then
 one of the servers that step 1 stops (its log has what a stopped server says). The killed-server
