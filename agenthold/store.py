@@ -856,6 +856,9 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # Values of tens of kilobytes pay a little for the longer overflow chains. Files made with another
 # page size keep theirs.
 PAGE_SIZE = 2048
+# SQLite's unix file system layer takes paths of up to 512 bytes (SQLITE_MAX_PATHNAME) and
+# refuses a database whose full path leaves no room for "-journal" within them.
+SQLITE_MAX_PATH = 512 - len("-journal")
 
 # Connection settings, applied to every connection. Durability is the caller's choice.
 PRAGMAS: dict[str, str] = {
@@ -1839,8 +1842,10 @@ class SQLiteDatabase:
             self._check_file()
             real = os.path.realpath(path)
             mode = "ro" if read_only else "rwc"
+            if read_only and self._needs_immutable(real):
+                mode = "ro&immutable=1"
             self._uri = f"file:{_quote_path(real)}?mode={mode}"
-            self._file = _file_state(real, f"file:{_quote_path(real)}?mode=ro")
+            self._file = _file_state(real, f"file:{_quote_path(real)}?mode={mode}")
             self._real = real
             if self._file.stores == 0:  # the first store of this process on the file
                 self._check_wal(real)
@@ -1881,6 +1886,19 @@ class SQLiteDatabase:
                         " '-wal' suffix SQLite adds, is longer than this system allows; use a"
                         " shorter path"
                     ) from None
+        full = len(os.fsencode(os.path.abspath(os.path.realpath(path))))
+        if full > SQLITE_MAX_PATH:  # SQLite would say only "unable to open database file"
+            shown = path if len(path) <= 120 else path[:60] + "..." + path[-40:]
+            error = IncompatibleDatabaseError(
+                f"cannot open database {shown!r}: its full path is {full} bytes long, and SQLite "
+                f"opens no database whose full path is over {SQLITE_MAX_PATH} bytes (its limit "
+                "of 512, less the '-journal' it adds for the journal's name)"
+            )
+            error.hint = (
+                "Move the database to a shorter path (SQLite follows symbolic links to the "
+                "real path, so a short link to it does not help)."
+            )
+            raise error
         # The directory named in the path, and the one a symbolic link at the path points into.
         for parent in dict.fromkeys(
             os.path.dirname(p) for p in (os.path.abspath(path), os.path.realpath(path))
@@ -1915,6 +1933,38 @@ class SQLiteDatabase:
                 f"{path!r} is not a SQLite database, so not an agenthold database; "
                 "give another --db path"
             )
+
+    def _needs_immutable(self, real: str) -> bool:
+        """Whether a read-only opening must read the file alone (SQLite's ``immutable``): a WAL
+        database whose -shm file is missing and cannot be made (a read-only directory), where
+        SQLite would only say "unable to open database file". That is exact while the log
+        holds no commit: no writer can open the file either (it needs that -shm file), so
+        nothing changes it. A log with commits cannot be read that way: refused, saying why."""
+        folder = os.path.dirname(real)
+        if os.path.exists(real + "-shm") or os.access(folder, os.W_OK | os.X_OK):
+            return False
+        try:
+            with open(real, "rb") as f:
+                header = f.read(20)
+        except OSError:
+            return False  # SQLite says what is wrong with it
+        if len(header) < 20 or header[18] != 2:  # not in WAL mode: SQLite needs no -shm file
+            return False
+        wal = read_wal(real + "-wal")
+        if wal is None or wal.committed == 0:
+            return True
+        error = IncompatibleDatabaseError(
+            f"cannot read {self.path!r}: its write-ahead log {self.path + '-wal'!r} holds "
+            "commits that are not in the file yet, and SQLite reads those only through a "
+            f"shared-memory file {self.path + '-shm'!r}, which cannot be created in the "
+            f"read-only directory {folder!r}"
+        )
+        error.hint = (
+            "Make the directory writable (a read-only opening adds the -shm file and changes "
+            "nothing else), or copy the database file and its -wal file together into a "
+            "writable directory and read the copy."
+        )
+        raise error
 
     def _check_orphaned_wal(self) -> None:
         """Refuse to make a new file beside the -wal and -shm of a deleted one. SQLite would
@@ -2047,7 +2097,10 @@ class SQLiteDatabase:
                 return  # not an agenthold file with an id yet: nothing to compare
             database_id, id_page, _ = alone
             fresh = database_id.endswith(FRESH)
-            wal = read_wal(real + "-wal", {id_page})
+            if fresh:  # its log may hold one commit of its own: the first, which writes the id
+                wal = read_wal(real + "-wal", {id_page}, first_commit=True)
+            else:  # only a commit that rewrites the id's page can show another file's log
+                wal = read_wal(real + "-wal", {id_page}, written=id_page)
             foreign = wal is not None and wal.committed > 0 and _log_is_foreign(wal, alone)
             if wal is not None and wal.committed > 0 and not foreign and fresh:
                 return  # the first writer's own commit (it dropped FRESH, in the log so far)
@@ -2786,11 +2839,16 @@ def _checksum(data: bytes, s1: int, s2: int, big: bool) -> tuple[int, int]:
     return s1, s2
 
 
-def read_wal(path: str, pages: Container[int] = ()) -> WalLog | None:
+def read_wal(
+    path: str, pages: Container[int] = (), *, first_commit: bool = False, written: int = 0
+) -> WalLog | None:
     """The committed contents of the log at ``path``, with the last committed image of each of
     ``pages``; None if there is no log SQLite would read (missing, shorter than its header, or
-    a header that fails its checksum: SQLite then starts the log afresh). Reading 1,000 frames
-    of 2 KiB takes some 40 ms; it happens once, when a process first opens a file with a log."""
+    a header that fails its checksum: SQLite then starts the log afresh). Checksums cost some
+    40 ms per 1,000 frames of 2 KiB, so: ``first_commit`` stops at the first commit frame
+    (its transaction is all a fresh file's check needs), and ``written``, a page number,
+    returns an empty log at once unless a frame of the log's current salts writes that page
+    (a look at the frame headers alone)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -2808,6 +2866,8 @@ def read_wal(path: str, pages: Container[int] = ()) -> WalLog | None:
         if (s1, s2) != (c1, c2):
             return None
         found = WalLog(page_size)
+        if written and not _frame_writes(fd, page_size, salt1, salt2, written):
+            return found
         pending: dict[int, bytes] = {}  # images of the transaction not yet committed
         offset, frame = WAL_HEADER, 0
         while True:
@@ -2829,9 +2889,26 @@ def read_wal(path: str, pages: Container[int] = ()) -> WalLog | None:
                 found.committed = frame
                 found.images.update(pending)
                 pending.clear()
+                if first_commit:
+                    break
         return found
     finally:
         os.close(fd)
+
+
+def _frame_writes(fd: int, page_size: int, salt1: int, salt2: int, page: int) -> bool:
+    """Whether a frame of the log open at ``fd`` with the header's salts writes ``page``."""
+    offset = WAL_HEADER
+    while True:
+        head = os.pread(fd, FRAME_HEADER, offset)
+        if len(head) < FRAME_HEADER:
+            return False
+        number, _, f1, f2 = struct.unpack(">4I", head[:16])
+        if (f1, f2) != (salt1, salt2):
+            return False
+        if number == page:
+            return True
+        offset += FRAME_HEADER + page_size
 
 
 def _file_alone(real: str) -> tuple[str, int, int] | None:
