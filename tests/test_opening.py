@@ -11,8 +11,10 @@ setpriv without the capabilities that let root ignore file modes).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -145,3 +147,22 @@ def test_a_read_only_directory_whose_log_holds_commits_without_the_shm_file_name
         db.parent.chmod(0o755)
     read = run("-c", READ, str(db), ordinary_user=True)  # once the directory can be written
     assert (read.returncode, read.stdout.strip()) == (0, "in the log"), read.stderr
+
+
+@pytest.mark.usefixtures("file_modes_apply")
+def test_a_rollback_journal_file_in_a_read_only_directory_is_opened_as_sqlite_opens_it(
+    tmp_path: Path,
+) -> None:
+    """Only a WAL database needs the -shm file: another SQLite file in a read-only directory
+    is opened as ever, and refused for what it is."""
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    db = folder / "plain.db"
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("CREATE TABLE t (x)")
+    folder.chmod(0o555)
+    try:
+        done = run("-m", "agenthold", "namespaces", "--db", str(db), ordinary_user=True)
+    finally:
+        folder.chmod(0o755)
+    assert done.returncode == 1 and "not an agenthold database" in done.stderr, done.stderr

@@ -674,3 +674,25 @@ def test_a_log_of_another_page_size_is_never_applied_to_a_restored_copy(tmp_path
     with pytest.raises(IncompatibleDatabaseError, match="does not belong"):
         StateStore(db)
     assert db.read_bytes() == restored
+
+
+def test_a_log_beside_a_sqlite_file_of_another_program_is_left_to_the_usual_refusal(
+    tmp_path: Path,
+) -> None:
+    """A file with no database id has nothing to compare a log with: it is refused for what it
+    is (not an agenthold database), its log read as its own (SQLite may fold it into the file,
+    as any SQLite program would)."""
+    plain = tmp_path / "plain.db"
+    code = (
+        "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+        "c.execute('PRAGMA journal_mode = wal'); c.execute('CREATE TABLE t (x)'); os._exit(0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code, str(plain)], timeout=60).returncode == 0
+    assert side_files(plain).get("-wal", 0) > 0
+    with pytest.raises(IncompatibleDatabaseError, match="not an agenthold database"):
+        StateStore(plain)
+    with contextlib.closing(sqlite3.connect(plain)) as check:
+        assert check.execute("SELECT name FROM sqlite_master").fetchall() == [("t",)]
+        assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    with StateStore(":memory:") as memory:  # nothing to be replaced
+        assert memory.db.replaced() is False  # type: ignore[attr-defined]
