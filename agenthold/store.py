@@ -2079,7 +2079,7 @@ class SQLiteDatabase:
         could apply it opens (see META_SQL). Nothing here reads through the log with SQLite,
         whose view of a foreign log mixed into the file can be unreadable: the file's id is read
         from the file alone (immutable: the log is not read), and the log is read as SQLite's
-        recovery would read it (agenthold.sqlite_wal). The log is foreign when its committed
+        recovery would read it (read_wal). The log is foreign when its committed
         frames write the id's page with another id, or when it holds commits while the file is
         still as `agenthold backup` wrote it (a writer's first commit on such a file drops FRESH
         from its id: that commit, and only that, is a fresh file's own).
@@ -2102,13 +2102,13 @@ class SQLiteDatabase:
             else:  # only a commit that rewrites the id's page can show another file's log
                 wal = read_wal(real + "-wal", {id_page}, written=id_page)
             foreign = wal is not None and wal.committed > 0 and _log_is_foreign(wal, alone)
-            if wal is not None and wal.committed > 0 and not foreign and fresh:
+            if not fresh and not foreign:
+                return  # this file's own log, as far as anything can tell (the usual case)
+            if wal is not None and wal.committed > 0 and not foreign:
                 return  # the first writer's own commit (it dropped FRESH, in the log so far)
             in_use = self._wal_in_use_elsewhere(real)
             if not in_use and not foreign:
                 return
-            if in_use and not fresh and not foreign:
-                return  # another server on this file: the usual case
             if not in_use or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
