@@ -36,9 +36,9 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal, NamedTuple, Protocol, TypedDict
 
@@ -856,6 +856,9 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # Values of tens of kilobytes pay a little for the longer overflow chains. Files made with another
 # page size keep theirs.
 PAGE_SIZE = 2048
+# SQLite's unix file system layer takes paths of up to 512 bytes (SQLITE_MAX_PATHNAME) and
+# refuses a database whose full path leaves no room for "-journal" within them.
+SQLITE_MAX_PATH = 512 - len("-journal")
 
 # Connection settings, applied to every connection. Durability is the caller's choice.
 PRAGMAS: dict[str, str] = {
@@ -1843,11 +1846,23 @@ class SQLiteDatabase:
             self._check_file()
             real = os.path.realpath(path)
             mode = "ro" if read_only else "rwc"
+            if read_only and self._needs_immutable(real):
+                mode = "ro&immutable=1"
             self._uri = f"file:{_quote_path(real)}?mode={mode}"
-            self._file = _file_state(real, f"file:{_quote_path(real)}?mode=ro")
+            self._file = _file_state(real, f"file:{_quote_path(real)}?mode={mode}")
             self._real = real
             if self._file.stores == 0:  # the first store of this process on the file
                 self._check_wal(real)
+            elif self._holds_another_database():  # copied over in place under our stores
+                error = IncompatibleDatabaseError(
+                    f"the database file {path!r} was replaced while this process had it open: "
+                    "another database was copied over it; agenthold did not open it"
+                )
+                error.hint = (
+                    "Close the stores of this process that had the file open (stop the "
+                    "server), then open it again."
+                )
+                raise error
         with _files_lock:
             self._file.stores += 1  # from here on, close() counts it out again
         self._prepare_schema()
@@ -1875,6 +1890,19 @@ class SQLiteDatabase:
                         " '-wal' suffix SQLite adds, is longer than this system allows; use a"
                         " shorter path"
                     ) from None
+        full = len(os.fsencode(os.path.abspath(os.path.realpath(path))))
+        if full > SQLITE_MAX_PATH:  # SQLite would say only "unable to open database file"
+            shown = path if len(path) <= 120 else path[:60] + "..." + path[-40:]
+            error = IncompatibleDatabaseError(
+                f"cannot open database {shown!r}: its full path is {full} bytes long, and SQLite "
+                f"opens no database whose full path is over {SQLITE_MAX_PATH} bytes (its limit "
+                "of 512, less the '-journal' it adds for the journal's name)"
+            )
+            error.hint = (
+                "Move the database to a shorter path (SQLite follows symbolic links to the "
+                "real path, so a short link to it does not help)."
+            )
+            raise error
         # The directory named in the path, and the one a symbolic link at the path points into.
         for parent in dict.fromkeys(
             os.path.dirname(p) for p in (os.path.abspath(path), os.path.realpath(path))
@@ -1909,6 +1937,38 @@ class SQLiteDatabase:
                 f"{path!r} is not a SQLite database, so not an agenthold database; "
                 "give another --db path"
             )
+
+    def _needs_immutable(self, real: str) -> bool:
+        """Whether a read-only opening must read the file alone (SQLite's ``immutable``): a WAL
+        database whose -shm file is missing and cannot be made (a read-only directory), where
+        SQLite would only say "unable to open database file". That is exact while the log
+        holds no commit: no writer can open the file either (it needs that -shm file), so
+        nothing changes it. A log with commits cannot be read that way: refused, saying why."""
+        folder = os.path.dirname(real)
+        if os.path.exists(real + "-shm") or os.access(folder, os.W_OK | os.X_OK):
+            return False
+        try:
+            with open(real, "rb") as f:
+                header = f.read(20)
+        except OSError:  # pragma: no cover - _check_file has just read it
+            return False
+        if len(header) < 20 or header[18] != 2:  # not in WAL mode: SQLite needs no -shm file
+            return False
+        wal = read_wal(real + "-wal")
+        if wal is None or wal.committed == 0:
+            return True
+        error = IncompatibleDatabaseError(
+            f"cannot read {self.path!r}: its write-ahead log {self.path + '-wal'!r} holds "
+            "commits that are not in the file yet, and SQLite reads those only through a "
+            f"shared-memory file {self.path + '-shm'!r}, which cannot be created in the "
+            f"read-only directory {folder!r}"
+        )
+        error.hint = (
+            "Make the directory writable (a read-only opening adds the -shm file and changes "
+            "nothing else), or copy the database file and its -wal file together into a "
+            "writable directory and read the copy."
+        )
+        raise error
 
     def _check_orphaned_wal(self) -> None:
         """Refuse to make a new file beside the -wal and -shm of a deleted one. SQLite would
@@ -2020,32 +2080,83 @@ class SQLiteDatabase:
 
     def _check_wal(self, real: str) -> None:
         """Refuse a write-ahead log that cannot belong to the file, before any connection that
-        could apply it opens (see META_SQL). The id is read from the file alone (immutable: the
-        WAL is not read) and through the WAL (read-only: such a connection cannot checkpoint
-        the log into the file when it closes). The WAL is foreign if they name different
-        databases, or if it holds commits while the file is still as `agenthold backup` wrote
-        it (a writer's first act on such a file is to drop FRESH from its id)."""
-        try:
-            if os.path.getsize(real + "-wal") <= 32:  # a WAL header at most: no commits
+        could apply it opens (see META_SQL). Nothing here reads through the log with SQLite,
+        whose view of a foreign log mixed into the file can be unreadable: the file's id is read
+        from the file alone (immutable: the log is not read), and the log is read as SQLite's
+        recovery would read it (read_wal). The log is foreign when its committed
+        frames write the id's page with another id, or when it holds commits while the file is
+        still as `agenthold backup` wrote it (a writer's first commit on such a file drops FRESH
+        from its id: that commit, and only that, is a fresh file's own).
+
+        A log beside a fresh file that another process holds open is refused too, commits or
+        none: that process opened the file this one replaced, and its next commit would land in
+        the log of this one. It may be a server on its way out (a warm server that found its
+        file replaced); so this waits up to busy_timeout for it to let go first."""
+        if not os.path.exists(real + "-wal") and not os.path.exists(real + "-shm"):
+            return
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            alone = _file_alone(real)
+            if alone is None:
+                return  # not an agenthold file with an id yet: nothing to compare
+            database_id, id_page, _ = alone
+            fresh = database_id.endswith(FRESH)
+            if fresh:  # its log may hold one commit of its own: the first, which writes the id
+                wal = read_wal(real + "-wal", {id_page}, first_commit=True)
+            else:  # only a commit that rewrites the id's page can show another file's log
+                wal = read_wal(real + "-wal", {id_page}, written=id_page)
+            foreign = wal is not None and wal.committed > 0 and _log_is_foreign(wal, alone)
+            if not fresh and not foreign:
+                return  # this file's own log, as far as anything can tell (the usual case)
+            if wal is not None and wal.committed > 0 and not foreign:
+                return  # the first writer's own commit (it dropped FRESH, in the log so far)
+            in_use = self._wal_in_use_elsewhere(real)
+            if not in_use and not foreign:
                 return
-        except OSError:
-            return
-        alone = _read_database_id(f"file:{_quote_path(real)}?immutable=1")
-        seen = _read_database_id(f"file:{_quote_path(real)}?mode=ro")
-        if alone is None or seen is None:
-            return  # not an agenthold file with an id yet: nothing to compare
-        if alone.removesuffix(FRESH) == seen.removesuffix(FRESH) and not seen.endswith(FRESH):
-            return
-        error = IncompatibleDatabaseError(
-            f"the write-ahead log {self.path + '-wal'!r} does not belong to the database file "
-            f"{self.path!r} (it was left by the file this one replaced: a backup restored while "
-            "a server ran, or over a server that was killed); agenthold did not apply it"
-        )
+            if not in_use or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if foreign:
+            error = IncompatibleDatabaseError(
+                f"the write-ahead log {self.path + '-wal'!r} does not belong to the database "
+                f"file {self.path!r} (it was left by the file this one replaced: a backup "
+                "restored while a server ran, or over a server that was killed); agenthold did "
+                "not apply it and changed nothing"
+                + ("; a process still has it open" if in_use else "")
+            )
+        else:
+            error = IncompatibleDatabaseError(
+                f"the database file {self.path!r} is a restored backup that no server has opened "
+                f"yet, but another process still has the write-ahead log {self.path + '-wal'!r} "
+                "beside it open: a server of the file it replaced is still running; agenthold "
+                "did not open it and changed nothing"
+            )
         error.hint = (
-            "If the database file is the one you want (a restored backup), stop every agenthold "
-            "process using it, then move its -wal and -shm files away and start again."
+            "Stop every agenthold process that used the file before the restore (warm servers "
+            "too: SIGTERM stops one), then, if the -wal and -shm files are still there, move "
+            "them away and start again; or restore the backup again with every server stopped."
         )
         raise error
+
+    def _wal_in_use_elsewhere(self, real: str) -> bool:
+        """Whether another connection holds the log at ``real``: another process (by the lock
+        every SQLite connection holds on the -shm file), or a store of this process on a file
+        that stood at this name before (asked directly: probing the -shm file here would drop
+        that store's own locks when the probe's descriptor closes)."""
+        for db in list(_open_databases):
+            if db is not self and db._real == real and not db._closed:
+                return True
+        if not os.path.exists(real + "-shm") or not _posix_locks():
+            return False
+        try:  # only a descriptor that may write can test for another's shared lock
+            os.close(os.open(real + "-shm", os.O_RDWR | getattr(os, "O_CLOEXEC", 0)))
+        except OSError:
+            return False  # a -shm this process may not write: it cannot tell, as before
+        guard = _wal_alone(real)
+        if guard is None:
+            return True
+        os.close(guard)
+        return False
 
     def _ensure_database_id(self, conn: sqlite3.Connection) -> None:
         """Give the file a database id if it has none (a file made by an older agenthold), or
@@ -2111,27 +2222,8 @@ class SQLiteDatabase:
             self._remember_id(conn)
             if state.id_page is None or state.database_id is None:
                 return  # a file without an id: made before ids, opened read-only so far
-        page, size = state.id_page
-        if state.raw_fd is None:
-            state.raw_fd = os.open(self._real, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        content = os.pread(state.raw_fd, size, (page - 1) * size)
-        if state.database_id is not None and state.database_id.encode() in content:
-            state.id_on_disk = True
-            # only a stat whose change time is past: a copy put over the file in the same
-            # timestamp tick (up to a second on some file systems) could leave it unchanged
-            if seen is not None and time.time_ns() - seen[4] > SETTLED_NS:
-                state.verified = seen
+        if not self._holds_another_database(seen):
             return
-        if ID_PREFIX.encode() not in content:
-            # No id on that page: either it is not in the file yet (its checkpoint is still
-            # to come), or another database's file is there, whose id (if it has one) lives
-            # on another page. The file's own schema, read without the WAL, tells which.
-            there = _read_database_id(f"file:{_quote_path(self._real)}?immutable=1")
-            if there is None and not state.id_on_disk:
-                return  # not checkpointed yet
-            if there is not None and there.removesuffix(FRESH) == state.database_id:
-                return
-        state.replaced = True
         error = UnavailableError(
             f"the database file {self.path!r} was replaced while agenthold was running: it now "
             "holds another database (a backup copied over it?); nothing was written"
@@ -2141,6 +2233,53 @@ class SQLiteDatabase:
             "there now is opened, and the log of the one it replaced is not applied to it."
         )
         raise error
+
+    def _holds_another_database(self, seen: tuple[int, ...] | None = None) -> bool:
+        """Whether the file now holds another database's contents (copied over it in place):
+        the page of its id, read from the file itself, names another id. Needs the id's page
+        (``_remember_id``); without it, False. Sets ``replaced`` when it finds so."""
+        state = self._file
+        if not hasattr(os, "pread"):  # pragma: no cover - Windows has no pread
+            return False
+        if state.id_page is None or state.database_id is None:
+            return False
+        page, size = state.id_page
+        if state.raw_fd is None:
+            state.raw_fd = os.open(self._real, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        content = os.pread(state.raw_fd, size, (page - 1) * size)
+        if state.database_id.encode() in content:
+            state.id_on_disk = True
+            # only a stat whose change time is past: a copy put over the file in the same
+            # timestamp tick (up to a second on some file systems) could leave it unchanged
+            if seen is not None and time.time_ns() - seen[4] > SETTLED_NS:
+                state.verified = seen
+            return False
+        if ID_PREFIX.encode() not in content:
+            # No id on that page: either it is not in the file yet (its checkpoint is still
+            # to come), or another database's file is there, whose id (if it has one) lives
+            # on another page. The file's own schema, read without the WAL, tells which.
+            there = _read_database_id(f"file:{_quote_path(self._real)}?immutable=1")
+            if there is None and not state.id_on_disk:
+                return False  # not checkpointed yet
+            if there is not None and there.removesuffix(FRESH) == state.database_id:
+                return False
+        state.replaced = True
+        return True
+
+    def replaced(self) -> bool:
+        """Whether the file at this store's path is no longer the one it opened: deleted,
+        another file moved to its name, or another database copied over it in place. A warm
+        server asks this to know it must not serve on (warm.py)."""
+        return not self._closed and self._replaced_now()
+
+    def _replaced_now(self) -> bool:
+        if self.memory:
+            return False
+        if self._file.replaced:
+            return True
+        if self._identity is not None and _identity(self._real) != self._identity:
+            return True
+        return self._holds_another_database()
 
     @contextmanager
     def _closed_on_failure(self) -> Iterator[None]:
@@ -2496,11 +2635,9 @@ class SQLiteDatabase:
         a descriptor that holds the log alone until the connections are closed (or None)."""
         if self.read_only or not self._real:
             return None
-        state = self._file
-        replaced = state.replaced or (
-            self._identity is not None and _identity(self._real) != self._identity
-        )
-        if not replaced:
+        # a copy put over the file in place, with no write since to find it: SQLite's last
+        # connection would checkpoint the old file's log into the copy as it closes
+        if not self._replaced_now():
             return None
         guard = _wal_alone(self._real)
         if guard is None:
@@ -2665,6 +2802,155 @@ def _put_in_place(partial: str, target: str, shown: str) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+# -- reading a write-ahead log without SQLite ---------------------------------------------
+#
+# SQLite applies a -wal file to whatever database file stands at its name: the log names no
+# file, only a page size, two salts and checksums that chain from its header through its
+# frames. A log left by a file that a restored backup replaced would be replayed into the
+# backup. Asking SQLite what the log would show is no answer: its view of such a mix can be
+# unreadable, or read through a live server's shared memory. So _check_wal reads the log as
+# SQLite's recovery does (the header checksum, then each frame whose salts are the header's
+# and whose checksum chains, up to the last commit frame), in the format of
+# https://sqlite.org/fileformat2.html#walformat: a 32-byte header (magic, version, page size,
+# checkpoint sequence, two salts, two checksums), then frames of a 24-byte header (page
+# number, the database's size in pages after a commit or 0, the two salts, two checksums)
+# and one page.
+WAL_HEADER = 32
+FRAME_HEADER = 24
+WAL_VERSION = 3007000
+MAGIC_LITTLE, MAGIC_BIG = 0x377F0682, 0x377F0683  # the byte order of the checksums
+_MASK = 0xFFFFFFFF
+
+
+@dataclass
+class WalLog:
+    """What SQLite's recovery would take from a log: its page size, how many committed frames
+    it has, and the last committed image of each page asked for."""
+
+    page_size: int
+    committed: int = 0
+    images: dict[int, bytes] = field(default_factory=dict)
+
+
+def _checksum(data: bytes, s1: int, s2: int, big: bool) -> tuple[int, int]:
+    words = struct.unpack(f"{'>' if big else '<'}{len(data) // 4}I", data)
+    it = iter(words)
+    for x0, x1 in zip(it, it, strict=True):
+        s1 = (s1 + x0 + s2) & _MASK
+        s2 = (s2 + x1 + s1) & _MASK
+    return s1, s2
+
+
+def read_wal(
+    path: str, pages: Container[int] = (), *, first_commit: bool = False, written: int = 0
+) -> WalLog | None:
+    """The committed contents of the log at ``path``, with the last committed image of each of
+    ``pages``; None if there is no log SQLite would read (missing, shorter than its header, or
+    a header that fails its checksum: SQLite then starts the log afresh). Checksums cost some
+    40 ms per 1,000 frames of 2 KiB, so: ``first_commit`` stops at the first commit frame
+    (its transaction is all a fresh file's check needs), and ``written``, a page number,
+    returns an empty log at once unless a frame of the log's current salts writes that page
+    (a look at the frame headers alone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        header = os.pread(fd, WAL_HEADER, 0)
+        if len(header) < WAL_HEADER:
+            return None
+        magic, version, page_size, _, salt1, salt2, c1, c2 = struct.unpack(">8I", header)
+        big = magic == MAGIC_BIG
+        valid_size = page_size >= 512 and page_size <= 65536 and page_size & (page_size - 1) == 0
+        if magic not in (MAGIC_LITTLE, MAGIC_BIG) or version != WAL_VERSION or not valid_size:
+            return None
+        s1, s2 = _checksum(header[:24], 0, 0, big)
+        if (s1, s2) != (c1, c2):
+            return None
+        found = WalLog(page_size)
+        if written and not _frame_writes(fd, page_size, salt1, salt2, written):
+            return found
+        pending: dict[int, bytes] = {}  # images of the transaction not yet committed
+        offset, frame = WAL_HEADER, 0
+        while True:
+            data = os.pread(fd, FRAME_HEADER + page_size, offset)
+            if len(data) < FRAME_HEADER + page_size:
+                break
+            page, db_size, f1, f2, fc1, fc2 = struct.unpack(">6I", data[:FRAME_HEADER])
+            if (f1, f2) != (salt1, salt2) or page == 0:
+                break
+            s1, s2 = _checksum(data[:8], s1, s2, big)
+            s1, s2 = _checksum(data[FRAME_HEADER:], s1, s2, big)
+            if (s1, s2) != (fc1, fc2):
+                break
+            frame += 1
+            offset += FRAME_HEADER + page_size
+            if page in pages:
+                pending[page] = data[FRAME_HEADER:]
+            if db_size:  # a commit frame: its transaction, and those before it, count
+                found.committed = frame
+                found.images.update(pending)
+                pending.clear()
+                if first_commit:
+                    break
+        return found
+    finally:
+        os.close(fd)
+
+
+def _frame_writes(fd: int, page_size: int, salt1: int, salt2: int, page: int) -> bool:
+    """Whether a frame of the log open at ``fd`` with the header's salts writes ``page``."""
+    offset = WAL_HEADER
+    while True:
+        head = os.pread(fd, FRAME_HEADER, offset)
+        if len(head) < FRAME_HEADER:
+            return False
+        number, _, f1, f2 = struct.unpack(">4I", head[:16])
+        if (f1, f2) != (salt1, salt2):
+            return False
+        if number == page:
+            return True
+        offset += FRAME_HEADER + page_size
+
+
+def _file_alone(real: str) -> tuple[str, int, int] | None:
+    """The database id in the file at ``real`` itself (its write-ahead log not read), the page
+    that holds it and the file's page size; None for a file without an id, or unreadable."""
+    try:
+        conn = sqlite3.connect(f"file:{_quote_path(real)}?immutable=1", uri=True)
+        try:
+            row = conn.execute(
+                "SELECT rootpage, (" + _DATABASE_ID + ") FROM sqlite_master "
+                "WHERE type = 'table' AND name = 'agenthold_meta'"
+            ).fetchone()
+            size = conn.execute("PRAGMA page_size").fetchone()[0]
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+    if row is None or not isinstance(row[1], str):
+        return None
+    return row[1], int(row[0]), int(size)
+
+
+_ID_BYTES = re.compile(re.escape(ID_PREFIX).encode() + rb"[0-9a-f]{32}")
+
+
+def _log_is_foreign(wal: WalLog, alone: tuple[str, int, int]) -> bool:
+    """Whether the committed frames of ``wal`` cannot be those of the file whose id, id page
+    and page size are ``alone`` (see _check_wal)."""
+    database_id, id_page, page_size = alone
+    if wal.page_size != page_size:
+        return True  # one file's pages are all of one size, in the file and in its log
+    image = wal.images.get(id_page)
+    found = _ID_BYTES.search(image) if image is not None else None
+    if found is not None:  # the log rewrites the id's page: it must say the same id
+        return found.group().decode() != database_id.removesuffix(FRESH)
+    # (a page without an id proves nothing: another tool may have dropped the table.) A fresh
+    # file has seen no writer: the only commit of its own would have written its id
+    return database_id.endswith(FRESH)
 
 
 def _read_database_id(uri: str) -> str | None:

@@ -144,6 +144,10 @@ class WarmServer:
         for path, identity in self._files.items():
             if _identity(path) != identity:
                 return f"{path} was replaced or removed"
+        # a copy put over the database in place keeps its inode: the store reads its id
+        replaced = getattr(self.coordinator.store.db, "replaced", None)
+        if replaced is not None and replaced():
+            return f"{os.path.abspath(self.opts.db)} was replaced (another database copied over it)"
         return None
 
     def stop_accepting(self) -> None:

@@ -7,6 +7,12 @@ is. Then the ways a restore goes wrong: a copy put over the file of a running se
 or moved over it), and a WAL left by a killed server beside a restored copy. Each is refused or
 repaired as the docs say; none brings back data from after the backup.
 
+Then every order at once (``test_a_restore_out_of_order_is_served_or_refused_and_never_corrupted``):
+mv or cp, the old server killed, stopped or left running, cold or warm, with the inspector, a
+StateStore and a server as the next opener; and the pieces that decide it, each alone: the
+log reader, the first writer's own commit, a log held by another store, one of another page
+size or id, a warm server left behind.
+
 The procedure and the copies put over a running server's file run through both stdio paths
 (``stdio_path``): served by the server process itself, and through a warm server, which is then
 one of the servers that step 1 stops (its log has what a stopped server says). The killed-server
@@ -24,6 +30,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -363,3 +370,329 @@ def test_a_backup_never_replaces_a_file_that_appeared_at_its_name(tmp_path: Path
     target.unlink()
     _put_in_place(str(partial), str(target), "dest.db")
     assert target.read_bytes() == b"the copy"
+
+
+# --------------------------------------------------------------------------------------------
+# Every way of doing a restore out of order: the copy moved (mv) or copied (cp) over the file
+# while a server has 50 writes in its log, that server then killed, stopped or left running,
+# served cold and through a warm server; then the inspector, a StateStore and a new server open
+# the path. Each either serves the backup (and nothing of the log) or refuses in words that say
+# why; the restored file's bytes stay as restored until something serves it, and never does
+# anything answer "malformed".
+# --------------------------------------------------------------------------------------------
+
+REFUSALS = ("does not belong to the database file", "a restored backup that no server has opened")
+
+
+def _inspect(db: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agenthold", "namespaces", "--db", str(db), "--json"],
+        capture_output=True, text=True, timeout=120, env=child_env(), stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _serve(tmp_path: Path, db: Path) -> subprocess.CompletedProcess[str]:
+    """A new stdio server on ``db`` whose input ends at once: it opens the database (or says
+    why not) and exits."""
+    return subprocess.run(
+        [sys.executable, *agenthold_args(db, tmp_path), "--busy-timeout", "2"],
+        capture_output=True, text=True, timeout=120, env=child_env(), stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def _kill_holder(server: Server) -> None:
+    """SIGKILL the process that has the database open: the server, or its warm server (the
+    front that a warm server serves holds no database)."""
+    runtime = os.environ.get("AGENTHOLD_RUNTIME_DIR")
+    if os.environ.get("AGENTHOLD_NO_WARM") != "1" and runtime:
+        from support import warm_pids
+
+        holders = warm_pids(Path(runtime))
+        assert holders, "no warm server served the writes"
+        for pid in holders:
+            os.kill(pid, signal.SIGKILL)
+        for pid_file in Path(runtime).glob("*.pid"):  # a killed server cannot remove its own
+            pid_file.unlink()
+    server.pipes.proc.send_signal(signal.SIGKILL)
+    server.pipes.close()
+
+
+@pytest.mark.parametrize("how", ["mv", "cp"])
+@pytest.mark.parametrize("fate", ["killed", "stopped", "running"])
+def test_a_restore_out_of_order_is_served_or_refused_and_never_corrupted(
+    tmp_path: Path, stdio_path: str, how: str, fate: str
+) -> None:
+    db, copy, pristine = tmp_path / "agenthold.db", tmp_path / "backup.db", tmp_path / "p.db"
+    server = Server(tmp_path, db)
+    assert server.set("backed-up")["version"] == 1
+    assert backup(db, copy).returncode == 0
+    shutil.copyfile(copy, pristine)
+    for n in range(50):  # what the restore undoes, in the server's log
+        written = server.call(
+            "agenthold_set",
+            namespace="after",
+            key=f"k{n}",
+            value="x" * 300,
+            updated_by="t",
+            force=True,
+        )
+        assert written["status"] == "ok"
+    assert side_files(db).get("-wal", 0) > 0
+    if how == "mv":
+        os.replace(copy, db)
+    else:
+        shutil.copyfile(copy, db)
+    restored = pristine.read_bytes()
+    if fate == "killed":
+        _kill_holder(server)
+    elif fate == "stopped":
+        server.stop()  # (its warm server too): it must leave the restored file as it was
+    assert db.read_bytes() == restored
+
+    served = fate == "stopped"  # a log no one holds and that is this file's, or none
+    inspected = _inspect(db)
+    assert "malformed" not in inspected.stderr + inspected.stdout
+    if served:
+        assert inspected.returncode == 0, inspected.stderr
+        assert [n["namespace"] for n in json.loads(inspected.stdout)] == ["ns"]
+    else:
+        assert inspected.returncode == 1, inspected.stderr
+        assert any(r in inspected.stderr for r in REFUSALS), inspected.stderr
+        assert len(inspected.stderr.strip().splitlines()) == 1, inspected.stderr
+    assert db.read_bytes() == restored  # the inspector never writes
+
+    if served:
+        with StateStore(db, busy_timeout=1) as store:
+            assert store.get("ns", "k").value == "backed-up"
+            assert store.list_keys("after") == []
+    else:
+        with pytest.raises(IncompatibleDatabaseError) as caught:
+            StateStore(db, busy_timeout=1)
+        assert any(r in str(caught.value) for r in REFUSALS), caught.value
+        assert "move them away" in (caught.value.hint or "")
+        assert db.read_bytes() == restored
+
+    started = _serve(tmp_path, db)
+    assert "malformed" not in started.stderr and "Traceback" not in started.stderr
+    if served:
+        assert started.returncode == 0, started.stderr
+    else:
+        assert started.returncode == 1, started.stderr
+        assert any(r in started.stderr for r in REFUSALS), started.stderr
+        assert db.read_bytes() == restored
+
+    # then as the refusal's hint says: stop what still runs, move a log left by a kill away
+    if fate == "running":
+        server.stop()  # the old server empties the log it leaves (the file was replaced)
+    if fate == "killed":
+        for suffix in ("-wal", "-shm"):
+            if os.path.exists(f"{db}{suffix}"):
+                os.replace(f"{db}{suffix}", tmp_path / f"moved{suffix}")
+    if not served:
+        assert db.read_bytes() == restored
+    with StateStore(db) as store:
+        assert store.get("ns", "k").value == "backed-up"
+        assert store.list_keys("after") == []
+    with contextlib.closing(sqlite3.connect(db)) as check:
+        assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_a_copy_put_in_place_under_a_store_of_the_same_process_is_not_opened_beside_it(
+    tmp_path: Path,
+) -> None:
+    """A second store of the process that has the file open shares SQLite's view of it (the
+    old file's log over the copy's pages): it refuses, and the first one's close empties that
+    log, so the copy then opens as restored."""
+    db, copy = tmp_path / "agenthold.db", tmp_path / "backup.db"
+    running = StateStore(db)
+    running.set("ns", "k", "backed-up", updated_by="t")
+    running.backup(copy)
+    for n in range(20):
+        running.set("after", f"k{n}", "x" * 300, updated_by="t")
+    shutil.copyfile(copy, db)
+    with pytest.raises(IncompatibleDatabaseError, match="replaced while this process had it open"):
+        StateStore(db)
+    restored = db.read_bytes()
+    running.close()  # it finds the copy on its own (no write since) and empties its log
+    assert db.read_bytes() == restored and side_files(db).get("-wal", 0) == 0
+    with StateStore(db) as store:
+        assert store.get("ns", "k").value == "backed-up" and store.list_keys("after") == []
+
+
+def test_a_log_whose_commits_write_another_id_is_refused_beside_a_file_a_writer_opened(
+    tmp_path: Path,
+) -> None:
+    """Without FRESH to go by (a copy a writer has opened, put back by hand), a log is still
+    refused when its commits rewrite the id's page with another database's id: the log of a
+    file whose id was written since its last restart."""
+    db, other = tmp_path / "agenthold.db", tmp_path / "other.db"
+    with StateStore(other) as store:
+        store.set("ns", "k", "other", updated_by="t")
+    code = (
+        "import os, sys; from agenthold.store import StateStore; "
+        "s = StateStore(sys.argv[1]); os._exit(0)"
+    )  # a new file's id goes into its log (then the file, by a checkpoint): left by the exit
+    made = subprocess.run([sys.executable, "-c", code, str(db)], env=child_env(), timeout=60)
+    assert made.returncode == 0 and side_files(db).get("-wal", 0) > 0
+    shutil.copyfile(other, db)
+    restored = db.read_bytes()
+    with pytest.raises(IncompatibleDatabaseError, match="does not belong"):
+        StateStore(db)
+    assert db.read_bytes() == restored
+
+
+def test_the_log_reader_takes_only_what_sqlite_recovery_would(tmp_path: Path) -> None:
+    """No header, a header that fails its checksum, a torn last frame: none is read as a
+    commit (SQLite would not apply them either)."""
+    from agenthold.store import WAL_HEADER, read_wal
+
+    db = tmp_path / "agenthold.db"
+    code = (
+        "import os, sys; from agenthold.store import StateStore; "
+        "s = StateStore(sys.argv[1]); s.set('ns', 'k', 1, updated_by='t'); os._exit(0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code, str(db)], env=child_env()).returncode == 0
+    wal = Path(f"{db}-wal")
+    whole = wal.read_bytes()
+    log = read_wal(str(wal))
+    assert log is not None and log.committed > 0 and log.page_size == 2048
+    assert read_wal(str(tmp_path / "none-wal")) is None
+    wal.write_bytes(whole[:20])
+    assert read_wal(str(wal)) is None
+    wal.write_bytes(whole[:8] + b"\x00\x00\x10\x01" + whole[12:])  # no page size SQLite has
+    assert read_wal(str(wal)) is None
+    wal.write_bytes(whole[:24] + bytes(8) + whole[32:])  # the header's checksum is wrong
+    assert read_wal(str(wal)) is None
+    end = WAL_HEADER + log.committed * (24 + 2048)  # the last commit frame ends here
+    wal.write_bytes(whole[: end - 100] + bytes(100) + whole[end:])  # torn: no commit then
+    torn = read_wal(str(wal))
+    assert torn is not None and torn.committed < log.committed
+    wal.write_bytes(whole[: WAL_HEADER + 24 + 2048 - 1])  # a frame cut short
+    assert read_wal(str(wal)) == type(log)(2048)
+
+
+@pytest.mark.parametrize("stdio_path", ["warm"], indirect=True)
+@pytest.mark.parametrize("how", ["mv", "cp"])
+def test_a_warm_server_left_behind_over_a_restored_file_steps_aside_for_it(
+    tmp_path: Path, stdio_path: str, how: str
+) -> None:
+    """What a restore by a user who closed the host meets: the call ended, its warm server
+    still has the old file open. The next call's hello finds it stale (a copy put in place is
+    found by its id, as a moved one is by its inode); it leaves, emptying its log rather than
+    checkpointing it into the copy, and the call serves the backup."""
+    db, copy = tmp_path / "agenthold.db", tmp_path / "backup.db"
+    server = Server(tmp_path, db)
+    server.set("backed-up")
+    assert backup(db, copy).returncode == 0
+    for n in range(50):
+        server.call(
+            "agenthold_set", namespace="after", key=f"k{n}", value="x" * 300, updated_by="t",
+            force=True,
+        )  # fmt: skip
+    status, err = server.pipes.close()  # the front only: its warm server stays
+    assert status == 0, err
+    runtime = Path(os.environ["AGENTHOLD_RUNTIME_DIR"])
+    from support import warm_pids
+
+    left_behind = warm_pids(runtime)
+    assert left_behind
+    if how == "mv":
+        os.replace(copy, db)
+    else:
+        shutil.copyfile(copy, db)
+    again = Server(tmp_path, db)
+    try:
+        assert again.get() == "backed-up"
+        listed = again.call("agenthold_list", namespace="after")
+        assert listed.get("records", []) == []
+        deadline = time.monotonic() + 60  # it has let go of the file; its pid file goes last
+        while set(left_behind) & set(warm_pids(runtime)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not set(left_behind) & set(warm_pids(runtime))
+    finally:
+        again.stop()
+    with StateStore(db) as store:
+        assert store.list_keys("after") == []
+        assert store.db.fetchone("PRAGMA integrity_check")[0] == "ok"
+
+
+def test_the_first_writers_own_commit_beside_a_fresh_copy_is_recovered(tmp_path: Path) -> None:
+    """The one commit a fresh copy's log may hold is the first writer's, which drops FRESH
+    from the id: killed before its checkpoint, that log is the file's own and is applied."""
+    db = tmp_path / "agenthold.db"
+    with StateStore(tmp_path / "source.db") as source:
+        source.set("ns", "k", "backed-up", updated_by="t")
+        source.backup(db)
+    code = (
+        "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+        "c.execute('PRAGMA journal_mode = wal'); c.execute('PRAGMA wal_autocheckpoint = 0'); "
+        "c.execute(\"UPDATE agenthold_meta SET value = replace(value, ':fresh', '')\"); "
+        "os._exit(0)"
+    )  # what _ensure_database_id commits, killed before its checkpoint
+    assert subprocess.run([sys.executable, "-c", code, str(db)], timeout=60).returncode == 0
+    assert side_files(db).get("-wal", 0) > 0
+    with StateStore(db) as store:
+        assert store.get("ns", "k").value == "backed-up"
+        assert not store.db.fetchone("SELECT value FROM agenthold_meta")[0].endswith(":fresh")
+
+
+def test_a_fresh_copy_beside_a_log_another_store_holds_is_refused_even_without_commits(
+    tmp_path: Path,
+) -> None:
+    """A store still open on the file moved away shares the log by its name: empty now, its
+    next commit would land in the restored copy's log. Opening waits busy_timeout for it to
+    let go, then refuses; once it has closed, the copy opens."""
+    db, copy = tmp_path / "agenthold.db", tmp_path / "backup.db"
+    running = StateStore(db)
+    running.set("ns", "k", "backed-up", updated_by="t")
+    running.backup(copy)
+    running.db.fetchone("PRAGMA wal_checkpoint(TRUNCATE)")
+    assert side_files(db).get("-wal", 0) == 0 and "-shm" in side_files(db)
+    os.replace(copy, db)
+    restored = db.read_bytes()
+    with pytest.raises(IncompatibleDatabaseError, match="no server has opened yet"):
+        StateStore(db, busy_timeout=0.2)
+    assert db.read_bytes() == restored
+    running.close()
+    with StateStore(db) as store:
+        assert store.get("ns", "k").value == "backed-up"
+
+
+def test_a_log_of_another_page_size_is_never_applied_to_a_restored_copy(tmp_path: Path) -> None:
+    db, plain = tmp_path / "agenthold.db", tmp_path / "plain.db"
+    with StateStore(tmp_path / "source.db") as source:
+        source.set("ns", "k", "backed-up", updated_by="t")
+        source.backup(db)
+    code = (
+        "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+        "c.execute('PRAGMA page_size = 4096'); c.execute('PRAGMA journal_mode = wal'); "
+        "c.execute('CREATE TABLE t (x)'); c.execute('INSERT INTO t VALUES (1)'); os._exit(0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code, str(plain)], timeout=60).returncode == 0
+    shutil.copyfile(f"{plain}-wal", f"{db}-wal")  # a log of 4 KiB pages beside 2 KiB ones
+    restored = db.read_bytes()
+    with pytest.raises(IncompatibleDatabaseError, match="does not belong"):
+        StateStore(db)
+    assert db.read_bytes() == restored
+
+
+def test_a_log_beside_a_sqlite_file_of_another_program_is_left_to_the_usual_refusal(
+    tmp_path: Path,
+) -> None:
+    """A file with no database id has nothing to compare a log with: it is refused for what it
+    is (not an agenthold database), its log read as its own (SQLite may fold it into the file,
+    as any SQLite program would)."""
+    plain = tmp_path / "plain.db"
+    code = (
+        "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+        "c.execute('PRAGMA journal_mode = wal'); c.execute('CREATE TABLE t (x)'); os._exit(0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code, str(plain)], timeout=60).returncode == 0
+    assert side_files(plain).get("-wal", 0) > 0
+    with pytest.raises(IncompatibleDatabaseError, match="not an agenthold database"):
+        StateStore(plain)
+    with contextlib.closing(sqlite3.connect(plain)) as check:
+        assert check.execute("SELECT name FROM sqlite_master").fetchall() == [("t",)]
+        assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    with StateStore(":memory:") as memory:  # nothing to be replaced
+        assert memory.db.replaced() is False  # type: ignore[attr-defined]
