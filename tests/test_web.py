@@ -1,0 +1,373 @@
+"""``agenthold web``: the live page, in a real browser, over real servers and databases.
+
+The page runs as ``python -m agenthold web`` in a child process, as a person starts it; the
+agents are real stdio servers spoken to over their pipes; the browser is the system's
+Chromium driven by Playwright (headless). The read-only promise is checked on the bytes of the
+database file and on the side files beside it, against what the inspector leaves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support import REPO, STARTUP, LineProcess, StdioPipes, agenthold_args, child_env
+
+from agenthold import StateStore
+from agenthold.claims import Coordinator
+from agenthold.messages import MessageBus
+from agenthold.principals import add_token
+from agenthold.uris import Resolver, Workspace
+
+CHROMIUM = os.environ.get("AGENTHOLD_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+NO_BROWSER = "Chromium or Playwright is missing (.ci/run installs both)"
+SEEN = 10_000  # ms a change may take to show on the page (well under a second in practice)
+SCREENSHOT = REPO / "docs" / "web.png"
+
+
+# --------------------------------------------------------------------------------------------
+# The pieces
+# --------------------------------------------------------------------------------------------
+
+
+class WebPage:
+    """``agenthold web`` in a child process: its URL (the one line it prints) and its end."""
+
+    def __init__(self, db: str, *flags: str, cwd: Path) -> None:
+        argv = [sys.executable, "-m", "agenthold", "web", "--db", db, "--port", "0", *flags]
+        self.errors = (cwd / f"web-{time.monotonic_ns()}.txt").open("w+")
+        self.process = LineProcess(argv, stderr=self.errors, env=child_env(), cwd=cwd)
+        self.url = self.process.next_line(STARTUP)
+        assert self.url.startswith("http://127.0.0.1:"), self.url
+
+    def get(self, path: str, **headers: str) -> tuple[int, dict[str, str], Any]:
+        request = urllib.request.Request(self.url.rstrip("/") + path, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=30) as reply:
+                body, status, got = reply.read(), reply.status, dict(reply.headers)
+        except urllib.error.HTTPError as exc:
+            body, status, got = exc.read(), exc.code, dict(exc.headers)
+        try:
+            return status, {k.lower(): v for k, v in got.items()}, json.loads(body)
+        except ValueError:
+            return status, {k.lower(): v for k, v in got.items()}, body
+
+    def stop(self) -> tuple[int, str]:
+        self.process.proc.send_signal(signal.SIGTERM)
+        status = self.process.proc.wait(timeout=30)
+        self.errors.seek(0)
+        text = self.errors.read()
+        self.errors.close()
+        return status, text
+
+
+@contextlib.contextmanager
+def web_page(db: str, *flags: str, cwd: Path) -> Iterator[WebPage]:
+    page = WebPage(db, *flags, cwd=cwd)
+    try:
+        yield page
+    finally:
+        if page.process.proc.poll() is None:
+            status, errors = page.stop()
+            assert status == 0, errors
+            assert "Traceback" not in errors, errors
+
+
+class Agents:
+    """A real stdio server on ``db``: tools called over its pipes."""
+
+    def __init__(self, db: str, root: Path) -> None:
+        self.pipes = StdioPipes([sys.executable, *agenthold_args(db, root)], root)
+        self.pipes.handshake("web-test")
+
+    def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        result = self.pipes.request("tools/call", {"name": tool, "arguments": arguments})
+        reply: dict[str, Any] = result["structuredContent"]
+        return reply
+
+    def start(self, tool: str, **arguments: Any) -> int:
+        """Send a call without waiting for its answer; its request id."""
+        self.pipes.next_id += 1
+        line = {
+            "jsonrpc": "2.0",
+            "id": self.pipes.next_id,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments},
+        }
+        self.pipes.send(json.dumps(line))
+        return self.pipes.next_id
+
+    def answer(self, request_id: int) -> dict[str, Any]:
+        reply: dict[str, Any] = self.pipes.reply(request_id, 30)["result"]["structuredContent"]
+        return reply
+
+    def close(self) -> None:
+        status, errors = self.pipes.close()
+        assert status == 0, errors
+
+
+@pytest.fixture
+def agents(db_url: str, tmp_path: Path) -> Iterator[Agents]:
+    (tmp_path / "src").mkdir()
+    for name in ("app.py", "util.py", "db.py"):
+        (tmp_path / "src" / name).write_text("")
+    server = Agents(db_url, tmp_path)
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    playwright_api = pytest.importorskip("playwright.sync_api", reason=NO_BROWSER)
+    if not Path(CHROMIUM).exists():
+        pytest.skip(NO_BROWSER)
+    with playwright_api.sync_playwright() as driver:
+        chromium = driver.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS
+        )
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1500, "height": 1000})
+    tab = context.new_page()
+    yield tab
+    context.close()
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# Live, in the browser
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.backends
+def test_the_page_follows_claims_releases_and_the_queue_without_a_reload(
+    agents: Agents, db_url: str, tmp_path: Path, page: Any
+) -> None:
+    editor = agents.call("agenthold_register", name="editor")["agent_id"]
+    with web_page(db_url, "--workspace", f"default={tmp_path}", cwd=tmp_path) as web:
+        asked: list[str] = []
+        page.on("request", lambda r: asked.append(r.url))
+        page.goto(web.url)
+        page.wait_for_selector("#live.on", timeout=SEEN)
+        page.evaluate("window.sameDocument = 1")
+        loaded = len(asked)
+
+        # a claim made by the stdio server shows up, pushed by the stream
+        assert agents.call("agenthold_claim", agent_id=editor, resource="src/app.py")[
+            "status"
+        ] == "claimed"
+        claim = page.locator("#claims .claim", has_text="file://default/src/app.py")
+        claim.wait_for(timeout=SEEN)
+        assert "editor" in claim.inner_text()
+
+        # a second agent waits in line behind it, then a release hands it the claim
+        reviewer = agents.call("agenthold_register", name="reviewer")["agent_id"]
+        waiting = agents.start(
+            "agenthold_wait", resource="src/app.py", timeout_seconds=60, agent_id=reviewer, claim=True
+        )
+        page.locator("#claims .wait", has_text="reviewer").wait_for(timeout=SEEN)
+        assert "waiting #1" in page.locator("#claims .wait").first.inner_text()
+        agents.call("agenthold_release", agent_id=editor, resource="src/app.py")
+        assert agents.answer(waiting)["status"] == "claimed"
+        page.locator("#claims .claim", has_text="reviewer").wait_for(timeout=SEEN)
+        page.locator("#claims .wait").wait_for(state="detached", timeout=SEEN)
+        page.locator("#log .logrow.released", has_text="src/app.py").wait_for(timeout=SEEN)
+
+        # the page was never reloaded, and nothing but the one stream was asked for since
+        assert page.evaluate("window.sameDocument") == 1
+        later = [u for u in asked[loaded:] if "/api/" in u]
+        assert later == [], later
+
+        # the resource's link opens its "why" view: the new holder stands in the way
+        page.locator("#claims .claim a.res", has_text="src/app.py").click()
+        page.wait_for_selector("#why:not([hidden])", timeout=SEEN)
+        page.locator("#why-claims tr", has_text="reviewer").wait_for(timeout=SEEN)
+        assert "holds it" in page.locator("#why-claims").inner_text()
+
+
+def test_the_why_view_lists_covering_claims_and_the_queue_in_order(
+    agents: Agents, tmp_path: Path, db_url: str, page: Any
+) -> None:
+    ids = [agents.call("agenthold_register", name=n)["agent_id"] for n in ("lead", "w1", "w2")]
+    agents.call("agenthold_claim", agent_id=ids[0], resource="src/")
+    first = agents.start(
+        "agenthold_wait", resource="src/util.py", timeout_seconds=60, agent_id=ids[1], claim=True
+    )
+    second = agents.start(
+        "agenthold_wait", resource="src/*.py", timeout_seconds=60, agent_id=ids[2], claim=True
+    )
+    with web_page(db_url, "--workspace", f"default={tmp_path}", cwd=tmp_path) as web:
+        status, _, why = web.get("/api/why?resource=src/util.py")
+        assert status == 200
+        assert [c["holder_name"] for c in why["claims"]] == ["lead"]
+        assert why["claims"][0]["why"] == "covers or overlaps it"
+        page.goto(web.url + "#why=src%2Futil.py")
+        page.locator("#why-queue tr", has_text="w2").wait_for(timeout=SEEN)
+        rows = page.locator("#why-queue tr").all_inner_texts()
+        assert [r.split("\t")[1] for r in rows] == ["w1", "w2"], rows
+        # the directory claim is drawn over the files it covers
+        page.goto(web.url + "#")
+        page.locator("#claims .covers", has_text="src/util.py").wait_for(timeout=SEEN)
+        _, _, overview = web.get("/api/overview")
+        (held,) = overview["claims"]
+        assert held["kind"] == "dir"
+        assert held["covers"] == [f"file://default/src/{n}" for n in ("app.py", "db.py", "util.py")]
+        assert len(held["queue"]) == 2
+    agents.call("agenthold_release", agent_id=ids[0], resource="src/")
+    assert agents.answer(first)["status"] == "claimed"
+    agents.call("agenthold_release", agent_id=ids[1], resource="src/util.py")
+    assert agents.answer(second)["status"] == "claimed"
+
+
+# --------------------------------------------------------------------------------------------
+# Read-only
+# --------------------------------------------------------------------------------------------
+
+
+def demo_database(path: Path, root: Path) -> None:
+    """A database with agents, claims, a queue row, keys, history and a bus thread, closed."""
+    (root / "src").mkdir(exist_ok=True)
+    (root / "src" / "a.py").write_text("")
+    with StateStore(str(path)) as store:
+        coordinator = Coordinator(store, Resolver([Workspace("default", str(root))]))
+        one = coordinator.register("one").agent_id
+        two = coordinator.register("two").agent_id
+        coordinator.claim("src/", one)
+        coordinator.claim("custom://lock", two, mode="shared")
+        coordinator.wait("src/a.py", 0, agent_id=two, claim=True)
+        store.set("notes", "k", {"v": 1}, updated_by="one")
+        store.set("notes", "k", {"v": 2}, updated_by="two")
+        bus = MessageBus(store)
+        thread = bus.create_thread_by_names(["one", "two"], name="t")
+        bus.append(thread.id, "one", "hello")
+
+
+def read_everything(web: WebPage) -> None:
+    """Every read the page makes, and a stream opened and read once."""
+    for path in (
+        "/",
+        "/app.js",
+        "/style.css",
+        "/api/overview",
+        "/api/events",
+        "/api/events?agent=one",
+        "/api/events?resource=notes/k",
+        "/api/why?resource=src/a.py",
+        "/api/keys?namespace=notes",
+        "/api/history?namespace=notes&key=k",
+    ):
+        status, _, _ = web.get(path)
+        assert status == 200, path
+    host, port = web.url.split("//")[1].rstrip("/").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as raw:
+        raw.sendall(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert b"event: overview" in read_until(raw, b"event: overview")
+
+
+def read_until(raw: socket.socket, marker: bytes) -> bytes:
+    got = b""
+    deadline = time.monotonic() + 30
+    while marker not in got and time.monotonic() < deadline:
+        got += raw.recv(65536)
+    return got
+
+
+def test_the_page_never_writes_the_database_and_leaves_what_the_inspector_leaves(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "a").mkdir()
+    demo_database(tmp_path / "a" / "state.db", tmp_path)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    before = digest(tmp_path / "a" / "state.db")
+    assert sorted(os.listdir(tmp_path / "a")) == ["state.db"]  # closed: no side files
+
+    inspected = subprocess.run(
+        [sys.executable, "-m", "agenthold", "claims", "--db", str(tmp_path / "b" / "state.db")],
+        env=child_env(),
+        capture_output=True,
+        timeout=60,
+    )
+    assert inspected.returncode == 0, inspected.stderr
+    with web_page(str(tmp_path / "a" / "state.db"), cwd=tmp_path) as web:
+        read_everything(web)
+    assert digest(tmp_path / "a" / "state.db") == before
+    assert sorted(os.listdir(tmp_path / "a")) == sorted(os.listdir(tmp_path / "b"))
+
+    # with a server holding the database open, the page adds no file at all
+    with StateStore(str(tmp_path / "a" / "state.db")) as writer:
+        writer.set("notes", "warm", 1, updated_by="server")
+        files = sorted(os.listdir(tmp_path / "a"))
+        with web_page(str(tmp_path / "a" / "state.db"), cwd=tmp_path) as web:
+            read_everything(web)
+        assert sorted(os.listdir(tmp_path / "a")) == files
+
+
+@pytest.mark.backends
+def test_the_page_reads_both_backends_and_pages_the_log_with_filters(db_url: str) -> None:
+    from agenthold.web.views import View
+
+    with StateStore(db_url) as store:
+        coordinator = Coordinator(store)
+        ids = [coordinator.register(f"agent-{n}").agent_id for n in range(3)]
+        for n in range(40):
+            coordinator.claim(f"custom://r{n % 4}", ids[n % 3])
+            coordinator.release(f"custom://r{n % 4}", ids[n % 3])
+            store.set("ns", f"k{n % 2}", n, updated_by=f"agent-{n % 3}")
+        view = View(db_url)
+        try:
+            events, before = [], [None, None, None]
+            while True:
+                page = view.page(before, limit=17)
+                events = page["events"] + events
+                before = page["before"]
+                if not page["more"]:
+                    break
+            assert len(events) == 3 + 80 + 40  # registrations, claims and releases, writes
+            assert len({e["id"] for e in events}) == len(events)
+            assert [e["at"] for e in events] == sorted(e["at"] for e in events)
+
+            mine = view.page(agent="agent-1", limit=1000)["events"]
+            assert mine and {e["actor"] for e in mine} == {"agent-1"}
+            assert {e["event"] for e in mine} == {"registered", "claimed", "released", "write"}
+            one = view.page(resource="custom://r2", limit=1000)["events"]
+            assert len(one) == 20 and {e["resource"] for e in one} == {"custom://r2"}
+            key = view.page(resource="ns/k1", limit=1000)["events"]
+            assert len(key) == 20 and {e["key"] for e in key} == {"k1"}
+
+            positions = view.positions()
+            coordinator.claim("custom://late", ids[0])
+            (late,) = view.new_events(positions)
+            assert late["resource"] == "custom://late" and late["event"] == "claimed"
+            assert view.new_events(positions) == []
+        finally:
+            view.close()
