@@ -183,9 +183,10 @@ def test_the_page_follows_claims_releases_and_the_queue_without_a_reload(
         loaded = len(asked)
 
         # a claim made by the stdio server shows up, pushed by the stream
-        assert agents.call("agenthold_claim", agent_id=editor, resource="src/app.py")[
-            "status"
-        ] == "claimed"
+        assert (
+            agents.call("agenthold_claim", agent_id=editor, resource="src/app.py")["status"]
+            == "claimed"
+        )
         claim = page.locator("#claims .claim", has_text="file://default/src/app.py")
         claim.wait_for(timeout=SEEN)
         assert "editor" in claim.inner_text()
@@ -193,7 +194,11 @@ def test_the_page_follows_claims_releases_and_the_queue_without_a_reload(
         # a second agent waits in line behind it, then a release hands it the claim
         reviewer = agents.call("agenthold_register", name="reviewer")["agent_id"]
         waiting = agents.start(
-            "agenthold_wait", resource="src/app.py", timeout_seconds=60, agent_id=reviewer, claim=True
+            "agenthold_wait",
+            resource="src/app.py",
+            timeout_seconds=60,
+            agent_id=reviewer,
+            claim=True,
         )
         page.locator("#claims .wait", has_text="reviewer").wait_for(timeout=SEEN)
         assert "waiting #1" in page.locator("#claims .wait").first.inner_text()
@@ -371,3 +376,266 @@ def test_the_page_reads_both_backends_and_pages_the_log_with_filters(db_url: str
             assert view.new_events(positions) == []
         finally:
             view.close()
+
+
+# --------------------------------------------------------------------------------------------
+# A stuck browser delays no MCP call
+# --------------------------------------------------------------------------------------------
+
+
+def timed_calls(agents: Agents, agent_id: str, count: int, prefix: str) -> list[float]:
+    took = []
+    for n in range(count):
+        start = time.perf_counter()
+        agents.call("agenthold_claim", agent_id=agent_id, resource=f"custom://{prefix}{n}")
+        agents.call("agenthold_release", agent_id=agent_id, resource=f"custom://{prefix}{n}")
+        took.append(time.perf_counter() - start)
+    return took
+
+
+def test_a_page_and_a_stream_never_read_do_not_delay_mcp_calls(
+    agents: Agents, db_url: str, tmp_path: Path, page: Any
+) -> None:
+    agent = agents.call("agenthold_register", name="timed")["agent_id"]
+    timed_calls(agents, agent, 5, "warm")  # warm up
+    baseline = timed_calls(agents, agent, 30, "base")
+    with web_page(db_url, cwd=tmp_path) as web:
+        page.goto(web.url)
+        page.wait_for_selector("#live.on", timeout=SEEN)
+        host, port = web.url.split("//")[1].rstrip("/").split(":")
+        stuck = socket.socket()
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stuck.connect((host, int(port)))
+        stuck.sendall(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")  # never read
+        try:
+            with StateStore(db_url) as writer:  # enough changes to fill the stuck stream
+                for n in range(300):
+                    writer.set("bulk", f"key-{n}-" + "x" * 200, n, updated_by="bulk")
+            with_page = timed_calls(agents, agent, 30, "paged")
+            # the open page still follows: the last call's release is on it
+            page.locator("#log .logrow.released", has_text="custom://paged29").last.wait_for(
+                timeout=SEEN
+            )
+        finally:
+            stuck.close()
+    ratio = statistics.median(with_page) / statistics.median(baseline)
+    assert ratio < 5, (statistics.median(baseline), statistics.median(with_page))
+
+
+# --------------------------------------------------------------------------------------------
+# Tokens, headers, bounds
+# --------------------------------------------------------------------------------------------
+
+
+def test_with_a_token_file_the_page_asks_for_a_token_and_shows_what_its_scopes_allow(
+    tmp_path: Path, page: Any
+) -> None:
+    from agenthold.principals import revoke
+
+    demo_database(tmp_path / "state.db", tmp_path)
+    with StateStore(str(tmp_path / "state.db")) as store:
+        store.set("secret", "k", 1, updated_by="one")
+    tokens = tmp_path / "tokens.json"
+    reader, _ = add_token(tokens, "reader", ["read:notes", "thread-read:nothing"])
+    everyone, _ = add_token(tokens, "admin")
+    with web_page(str(tmp_path / "state.db"), "--auth-file", str(tokens), cwd=tmp_path) as web:
+        status, headers, body = web.get("/api/overview")
+        assert status == 401 and headers["www-authenticate"] == "Bearer"
+        assert web.get("/api/overview", Authorization="Bearer aht_wrong")[0] == 401
+        status, headers, body = web.get("/api/overview", Authorization=f"Bearer {reader}")
+        assert status == 200
+        assert [n["namespace"] for n in body["namespaces"]] == ["notes"]
+        assert body["threads"] == []
+        assert web.get("/api/keys?namespace=secret", Authorization=f"Bearer {reader}")[0] == 400
+        _, _, log = web.get("/api/events", Authorization=f"Bearer {reader}")
+        assert {e["namespace"] for e in log["events"]} == {None, "notes"}
+        assert not [e for e in log["events"] if e["event"] == "appended"]
+        _, _, full = web.get("/api/overview", Authorization=f"Bearer {everyone}")
+        assert [n["namespace"] for n in full["namespaces"]] == ["notes", "secret"]
+
+        # the headers a local admin page needs, on every answer (the refusals too)
+        for path in ("/", "/app.js", "/api/overview"):
+            _, headers, _ = web.get(path)
+            assert headers["x-frame-options"] == "DENY"
+            assert "frame-ancestors 'none'" in headers["content-security-policy"]
+            assert "default-src 'none'" in headers["content-security-policy"]
+            assert headers["cache-control"] == "no-store"
+        # the HTTP server's Host and Origin checks
+        assert web.get("/", Host="evil.example")[0] == 403
+        assert web.get("/api/overview", Origin="http://evil.example")[0] == 403
+        assert web.get("/", Origin="http://localhost:1234")[0] == 200
+
+        # in the browser: a form asks for the token; a wrong one is refused
+        page.goto(web.url)
+        page.wait_for_selector("#login:not([hidden])", timeout=SEEN)
+        page.fill("#token", "aht_nope")
+        page.click("#login button")
+        page.wait_for_selector("#login-error:has-text('not in the token file')", timeout=SEEN)
+        page.fill("#token", reader)
+        page.click("#login button")
+        page.wait_for_selector("#live.on", timeout=SEEN)
+        assert page.locator("#namespaces").inner_text().split("\t")[0] == "notes"
+        cookies = page.context.cookies()
+        assert [c["httpOnly"] for c in cookies] == [True]
+        assert cookies[0]["sameSite"] == "Strict"
+        # a revoked token stops working at once, its session too
+        revoke(tokens, "reader")
+        assert web.get("/api/overview", Authorization=f"Bearer {reader}")[0] == 401
+        session = f"agenthold_web={cookies[0]['value']}"
+        assert web.get("/api/overview", Cookie=session)[0] == 401
+
+
+def test_streams_are_bounded(tmp_path: Path) -> None:
+    from agenthold.web.app import MAX_STREAMS
+
+    demo_database(tmp_path / "state.db", tmp_path)
+    with web_page(str(tmp_path / "state.db"), cwd=tmp_path) as web:
+        host, port = web.url.split("//")[1].rstrip("/").split(":")
+        opened = []
+        try:
+            for _ in range(MAX_STREAMS):
+                raw = socket.create_connection((host, int(port)), timeout=30)
+                opened.append(raw)
+                raw.sendall(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                assert b"event: overview" in read_until(raw, b"event: overview")
+            status, _, body = web.get("/api/stream")
+            assert status == 429 and "too many" in body["error"]
+        finally:
+            for raw in opened:
+                raw.close()
+
+
+# --------------------------------------------------------------------------------------------
+# The command line
+# --------------------------------------------------------------------------------------------
+
+
+def run_web(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agenthold", "web", *args],
+        cwd=tmp_path,
+        env=child_env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "says"),
+    [
+        (["--port", "http"], 2, "--port: 'http' must be a port number"),
+        (["--port", "70000"], 2, "--port: '70000'"),
+        (["--workspace", "bad=relative/dir"], 2, "--workspace:"),
+        (["--auth-file", "missing.json"], 2, "--auth-file:"),
+        (["--db", "missing.db"], 1, "missing.db"),
+        (["--host", "no.such.host.invalid"], 1, "--host"),
+    ],
+)
+def test_a_bad_command_line_is_one_line_and_a_status(
+    tmp_path: Path, args: list[str], status: int, says: str
+) -> None:
+    demo_database(tmp_path / "state.db", tmp_path)
+    given = ["--db", str(tmp_path / "state.db"), "--port", "0", *args]
+    done = run_web(tmp_path, *given)
+    assert done.returncode == status, done.stderr
+    assert done.stderr.startswith("agenthold: ") and says in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
+    assert not (tmp_path / "missing.db").exists()
+
+
+def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
+    demo_database(tmp_path / "state.db", tmp_path)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        done = run_web(tmp_path, "--db", str(tmp_path / "state.db"), "--port", port)
+    assert done.returncode == 1 and "already in use" in done.stderr, done.stderr
+
+
+def test_the_web_command_never_imports_mcp() -> None:
+    script = (
+        "import sys, agenthold.cli, agenthold.web.app, agenthold.web.feed, agenthold.web.views\n"
+        "agenthold.cli.build_parser()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=child_env(), capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------------------------
+# The screenshot the README shows
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_screenshot_of_a_busy_page(tmp_path: Path, page: Any) -> None:
+    """Five agents on one codebase: directory, glob, file and shared claims, two waits in line,
+    keys written, a thread with unread messages. The picture is saved in tmp_path, and where
+    AGENTHOLD_WEB_SCREENSHOT names a file (docs/web.png, for the README), there too."""
+    import threading
+
+    root = tmp_path / "repo"
+    files = ["src/api/routes.py", "src/api/models.py", "src/api/auth.py", "src/cli.py"]
+    files += ["docs/guide/intro.md", "docs/guide/setup.md", "docs/index.md", "tests/test_api.py"]
+    for name in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("")
+    db = str(tmp_path / "state.db")
+    waits: list[threading.Thread] = []
+    with StateStore(db) as store:
+        lasting = Coordinator(store, Resolver([Workspace("default", str(root))]), claim_ttl=1800)
+        names = [("editor-agent", "claude-sonnet-4"), ("review-bot", "gpt-4o"),
+                 ("test-runner", "claude-haiku"), ("docs-writer", "claude-sonnet-4"),
+                 ("refactor-agent", "gemini-2.5")]  # fmt: skip
+        ids = {
+            n: lasting.register(n, model, purpose="works on the repo").agent_id
+            for n, model in names
+        }
+        lasting.claim("src/api/", ids["editor-agent"])
+        lasting.claim("docs/**/*.md", ids["docs-writer"])
+        lasting.claim("src/cli.py", ids["review-bot"])
+        lasting.claim("tests/test_api.py", ids["test-runner"])
+        lasting.claim("custom://release-lock", ids["review-bot"], mode="shared")
+        lasting.claim("custom://release-lock", ids["test-runner"], mode="shared")
+        lasting.claim("custom://deploy", ids["refactor-agent"])
+        lasting.release("custom://deploy", ids["refactor-agent"], "modified")
+        for n, value in enumerate(["received", "paid", "packed", "shipped"]):
+            store.set("orders", "order-1042", {"status": value, "total": 80.99},
+                      updated_by=["intake", "billing", "shipping", "shipping"][n])  # fmt: skip
+        store.set("notes", "plan", {"step": 3, "of": 5}, updated_by="editor-agent")
+        store.set("notes", "blockers", [], updated_by="review-bot")
+        bus = MessageBus(store)
+        thread = bus.create_thread_by_names(
+            ["editor-agent", "review-bot", "test-runner"], name="api-review"
+        )
+        bus.append(thread.id, "editor-agent", "routes.py is ready for review")
+        bus.append(thread.id, "review-bot", "looking now")
+        bus.append(thread.id, "editor-agent", "also models.py")
+        bus.mark_read(thread.id, "review-bot", 2)
+        bus.mark_read(thread.id, "editor-agent", 3)
+        for who, what in (("refactor-agent", "src/api/routes.py"), ("review-bot", "src/api/")):
+            waits.append(threading.Thread(target=lasting.wait, args=(what, 60),
+                         kwargs={"agent_id": ids[who], "claim": True}))  # fmt: skip
+            waits[-1].start()
+            deadline = time.monotonic() + 30
+            while len(lasting.queue()) < len(waits) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        try:
+            with web_page(db, "--workspace", f"default={root}", cwd=tmp_path) as web:
+                page.goto(web.url)
+                page.wait_for_selector("#live.on", timeout=SEEN)
+                page.locator("#claims .wait", has_text="review-bot").wait_for(timeout=SEEN)
+                page.locator("#threads .unread").first.wait_for(timeout=SEEN)
+                shot = tmp_path / "web.png"
+                page.screenshot(path=str(shot), full_page=True)
+                assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+                wanted = os.environ.get("AGENTHOLD_WEB_SCREENSHOT")
+                if wanted:
+                    shutil.copy(shot, REPO / wanted)
+        finally:
+            lasting.release("src/api/", ids["editor-agent"])
+            for thread_ in waits:
+                thread_.join(90)

@@ -97,18 +97,15 @@ def run(
             table = TokenTable(auth_file)
         except AuthFileError as exc:
             return fail(f"--auth-file: {exc}", 2)
+    warning = None
     if table is None and not _is_loopback(host):
-        print(
-            f"agenthold: warning: the page on {host} is open to anyone who can reach the "
-            "port; give --auth-file",
-            file=sys.stderr,
-        )
+        warning = f"the page on {host} is open to anyone who can reach the port; give --auth-file"
     try:
         sock = listen(host, port)
     except OSError as exc:
         return fail(str(exc), 1)
     try:
-        return _serve(db, workspaces, sock, table, signals)
+        return _serve(db, workspaces, sock, table, signals, warning)
     except AgentholdError as exc:
         return fail(str(exc), 1)
     finally:
@@ -121,7 +118,14 @@ def _is_loopback(host: str) -> bool:
     return is_loopback(host)
 
 
-def _serve(db: str, workspaces: list[Any], sock: socket.socket, table: Any, signals: Any) -> int:
+def _serve(
+    db: str,
+    workspaces: list[Any],
+    sock: socket.socket,
+    table: Any,
+    signals: Any,
+    warning: str | None,
+) -> int:
     import anyio
 
     from agenthold.web.app import serve
@@ -129,6 +133,8 @@ def _serve(db: str, workspaces: list[Any], sock: socket.socket, table: Any, sign
 
     view = View(db, workspaces)
     try:
+        if warning is not None:  # once nothing can fail any more: a failure is one line alone
+            print(f"agenthold: warning: {warning}", file=sys.stderr)
         name, port = sock.getsockname()[:2]
         shown = f"[{name}]" if ":" in str(name) else str(name)
         print(f"http://{shown}:{port}/", flush=True)

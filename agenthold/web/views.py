@@ -44,6 +44,7 @@ MAX_PAGE = 1000
 COVERED_SHOWN = 50  # files drawn under one directory or glob claim
 WALK_LIMIT = 2000  # directory entries looked at on disk for one pattern claim
 HISTORY_SHOWN = 50
+MAX_WHAT = 300  # characters of an event's description sent to the page
 
 __all__ = ["PAGE", "View", "WebInputError"]
 
@@ -326,7 +327,9 @@ class View:
         )
         for event, (_, event_id) in zip(events, keys, strict=True):
             event["id"] = event_id
-            event["what"] = self.inspector.log_row(event)[4]
+            what = self.inspector.log_row(event)[4]
+            event["what"] = what if len(what) <= MAX_WHAT else what[: MAX_WHAT - 1] + "…"
+            event["value"] = None  # the log shows "what"; a key's page shows whole values
         return events
 
     def visible(self, event: dict[str, Any], principal: Principal | None) -> bool:

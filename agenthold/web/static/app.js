@@ -107,7 +107,9 @@ function showOverview(data) {
   const lines = [];
   for (const c of data.claims) {
     lines.push({ kind: "claim", c });
-    c.queue.forEach((seq, i) => { if (queue.has(seq)) lines.push({ kind: "wait", w: queue.get(seq), place: i + 1 }); });
+    c.queue.forEach((seq, i) => {
+      if (queue.has(seq)) lines.push({ kind: "wait", w: queue.get(seq), place: i + 1, of: c.resource });
+    });
     const shown = c.covers.slice(0, 8);
     shown.forEach((f) => lines.push({ kind: "covers", f }));
     if (c.covers.length > shown.length) lines.push({ kind: "more", n: c.covers.length - shown.length });
@@ -150,7 +152,7 @@ function claimRow(line) {
       el("span", "v" + c.version), ageCell(c.claimed_at), leaseCell(c.lease_end));
   } else if (line.kind === "wait") {
     const w = line.w;
-    row.append(el("span", "waiting #" + line.place + (w.resource !== undefined ? " for " + w.resource : ""), "indent"),
+    row.append(el("span", "waiting #" + line.place + (w.resource !== line.of ? " for " + w.resource : ""), "indent"),
       el("span", w.name || w.agent_id), el("span", w.mode, "mode " + w.mode), el("span", ""),
       ageCell(w.since), leaseCell(w.until));
   } else if (line.kind === "covers") {
