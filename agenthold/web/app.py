@@ -37,7 +37,7 @@ import anyio
 import anyio.abc
 import anyio.to_thread
 import uvicorn
-from sse_starlette.sse import AppStatus, EventSourceResponse
+from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -328,7 +328,7 @@ async def serve(
                 if server.should_exit:
                     server.force_exit = True
                 server.should_exit = True
-                AppStatus.should_exit = True  # sse-starlette: end the open streams now
+                hub.close_streams()  # else open pages would hold the end back
 
     async with anyio.create_task_group() as tg:
         await tg.start(stop_on_signal)

@@ -70,6 +70,13 @@ class Hub:
         finally:
             self._subscription.close()
 
+    def close_streams(self) -> None:
+        """End every open stream (the server is stopping): each gets its last message."""
+        for stream in list(self.streams):
+            while not stream.queue.empty():
+                stream.queue.get_nowait()
+            stream.queue.put_nowait(("close", None))
+
     def _nudge(self) -> None:
         loop = self._loop
         if loop is not None and not loop.is_closed():
@@ -129,6 +136,8 @@ class Stream:
             yield self.event("overview", overview)
             while True:
                 kind, data = await self.queue.get()
+                if kind == "close":
+                    return
                 yield self.event(kind, data)
         finally:
             self.hub.streams.discard(self)
