@@ -639,3 +639,29 @@ def test_a_screenshot_of_a_busy_page(tmp_path: Path, page: Any) -> None:
             lasting.release("src/api/", ids["editor-agent"])
             for thread_ in waits:
                 thread_.join(90)
+
+
+def test_long_lists_render_only_what_is_on_screen_and_the_log_pages_back(
+    tmp_path: Path, page: Any
+) -> None:
+    db = str(tmp_path / "state.db")
+    with StateStore(db) as store:
+        coordinator = Coordinator(store)
+        agent = coordinator.register("bulk").agent_id
+        for start in range(0, 300, 100):
+            coordinator.claim_many([f"custom://r{n:04d}" for n in range(start, start + 100)], agent)
+        for n in range(700):
+            store.set("ns", f"k{n}", n, updated_by="bulk")
+    with web_page(db, cwd=tmp_path) as web:
+        page.goto(web.url)
+        page.wait_for_selector("#live.on", timeout=SEEN)
+        page.wait_for_selector("#log-count:has-text('200+ events')", timeout=SEEN)
+        assert page.locator("#claims-count").inner_text().startswith("300 held")
+        assert page.locator("#claims .claim").count() < 60
+        assert page.locator("#log .logrow").count() < 60
+        page.locator("#log .logrow", has_text="ns/k699").wait_for(timeout=SEEN)
+        for shown in ("400+", "600+", "800+", "1000+", "1001 "):  # 300 claims, 700 writes, 1 agent
+            page.evaluate("document.getElementById('log').scrollTop = 0")
+            page.wait_for_selector(f"#log-count:has-text('{shown}')", timeout=SEEN)
+        page.locator("#log .logrow", has_text="registered").wait_for(timeout=SEEN)
+        assert page.locator("#log .logrow").count() < 60

@@ -300,13 +300,13 @@ class View:
         events = self.merged(state, read[1], read[2], names)
         more = len(events) > limit or any(len(rows) == limit for rows in read)
         events = events[-limit:]
-        cursors: list[int | None] = []
+        cursors: list[int] = []
         for slot, rows in enumerate((state, read[1], read[2])):
             shown = [int(e["id"][1:]) for e in events if e["id"][0] == "scm"[slot]]
             if shown:
                 cursors.append(min(shown))
             elif rows:  # all older than this page: the next page starts where this one did
-                cursors.append(before[slot])
+                cursors.append(max(int(r[0]) for r in rows) + 1)
             elif slot == 0 and read[0]:  # rows of other keys only: skip them
                 cursors.append(min(int(r[0]) for r in read[0]))
             else:

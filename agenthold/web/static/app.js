@@ -65,13 +65,15 @@ class VList {
     box.addEventListener("scroll", () => this.draw());
     this.onTop = null;
   }
-  set(items, keepBottom) {
-    const atBottom = this.box.scrollTop + this.box.clientHeight >= this.box.scrollHeight - ROW;
+  // how: "bottom" jumps to the end, "follow" stays at the end if it was there, "prepend" keeps
+  // the rows on screen where they are while older ones are put above them
+  set(items, how) {
+    const atEnd = this.box.scrollTop + this.box.clientHeight >= this.box.scrollHeight - ROW;
     const grew = items.length - this.items.length;
     this.items = items;
     this.pad.style.height = items.length * ROW + "px";
-    if (keepBottom && atBottom) this.box.scrollTop = this.box.scrollHeight;
-    else if (keepBottom === "prepend") this.box.scrollTop += grew * ROW;
+    if (how === "bottom" || (how === "follow" && atEnd)) this.box.scrollTop = this.box.scrollHeight;
+    else if (how === "prepend") this.box.scrollTop += grew * ROW;
     this.draw();
   }
   draw() {
@@ -80,7 +82,8 @@ class VList {
     this.rows.replaceChildren();
     this.rows.style.top = first * ROW + "px";
     for (let i = first; i < last; i++) this.rows.append(this.render(this.items[i], i));
-    if (this.box.scrollTop < ROW && this.onTop) this.onTop();
+    const scrolls = this.box.scrollHeight > this.box.clientHeight;
+    if (scrolls && this.box.scrollTop < ROW && this.onTop) this.onTop();
   }
 }
 
@@ -191,8 +194,7 @@ async function loadLog(older) {
   const page = await getJSON("/api/events?" + q);
   before = page.more ? page.before : null;
   log = older ? page.events.concat(log) : page.events;
-  logList.set(log, older ? "prepend" : false);
-  if (!older) logList.box.scrollTop = logList.box.scrollHeight;
+  logList.set(log, older ? "prepend" : "bottom");
   $("log-count").textContent = log.length + (before ? "+" : "") + " events";
 }
 let loadingOlder = false;
@@ -271,7 +273,7 @@ function connect() {
     const fresh = JSON.parse(m.data).filter(matches);
     if (!fresh.length) return;
     log = log.concat(fresh);
-    logList.set(log, true);
+    logList.set(log, "follow");
     $("log-count").textContent = log.length + (before ? "+" : "") + " events";
   });
   stream.addEventListener("resync", () => loadLog(false).catch(report));
