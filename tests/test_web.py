@@ -478,11 +478,27 @@ def test_with_a_token_file_the_page_asks_for_a_token_and_shows_what_its_scopes_a
         cookies = page.context.cookies()
         assert [c["httpOnly"] for c in cookies] == [True]
         assert cookies[0]["sameSite"] == "Strict"
-        # a revoked token stops working at once, its session too
+        # a bad sign-in body is a 400; signing out ends the session
+        for body in (b"not json", b'{"token": 5}', b"{}"):
+            request = urllib.request.Request(web.url + "api/login", data=body, method="POST")
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                urllib.request.urlopen(request, timeout=30)
+            assert refused.value.code == 400
+        session = f"agenthold_web={cookies[0]['value']}"
+        assert web.get("/api/overview", Cookie=session)[0] == 200
+        page.evaluate("fetch('/api/logout', {method: 'POST'})")
+        page.wait_for_function("document.cookie === ''")
+        deadline = time.monotonic() + 30
+        while web.get("/api/overview", Cookie=session)[0] == 200 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert web.get("/api/overview", Cookie=session)[0] == 401
+        # a revoked token stops working at once
         revoke(tokens, "reader")
         assert web.get("/api/overview", Authorization=f"Bearer {reader}")[0] == 401
-        session = f"agenthold_web={cookies[0]['value']}"
-        assert web.get("/api/overview", Cookie=session)[0] == 401
+        # a token file that breaks refuses everyone (503), never lets anyone through
+        tokens.write_text("{broken")
+        status, _, body = web.get("/api/overview", Authorization=f"Bearer {everyone}")
+        assert status == 503 and "token file" in body["error"]
 
 
 def test_streams_are_bounded(tmp_path: Path) -> None:
@@ -665,3 +681,71 @@ def test_long_lists_render_only_what_is_on_screen_and_the_log_pages_back(
             page.wait_for_selector(f"#log-count:has-text('{shown}')", timeout=SEEN)
         page.locator("#log .logrow", has_text="registered").wait_for(timeout=SEEN)
         assert page.locator("#log .logrow").count() < 60
+
+
+def test_the_benchmark_quick_run_prints_its_table() -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "web_bench.py"), "--quick"],
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "a page of 200 events, the newest" in done.stdout
+    assert "(list_claims)" in done.stdout
+
+
+def test_bad_queries_get_a_400_with_a_message(tmp_path: Path) -> None:
+    demo_database(tmp_path / "state.db", tmp_path)
+    with web_page(str(tmp_path / "state.db"), cwd=tmp_path) as web:
+        for path, says in (
+            ("/api/events?before=1,2", "before:"),
+            ("/api/events?before=a,b,c", "before:"),
+            ("/api/events?limit=0", "limit:"),
+            ("/api/events?limit=5000", "limit:"),
+            ("/api/events?resource=/etc/passwd", "resource:"),
+            ("/api/why?resource=", "resource:"),
+            ("/api/why?resource=/etc/passwd", "workspace"),
+            ("/api/why?resource=custom://x&mode=sideways", "mode"),
+            ("/api/keys?namespace=nope", "no namespace 'nope'"),
+            ("/api/history?namespace=notes&key=nope", "no key 'nope'"),
+        ):
+            status, _, body = web.get(path)
+            assert status == 400 and says in body["error"], (path, body)
+        # a shared hold stands in an exclusive claim's way as a reader
+        _, _, why = web.get("/api/why?resource=custom://lock")
+        assert [c["why"] for c in why["claims"]] == ["reads it (shared)"]
+        assert web.get("/api/why?resource=custom://lock&mode=shared")[2]["free"] is True
+        # without a token file there is nothing to sign in to
+        request = urllib.request.Request(web.url + "api/login", data=b"{}", method="POST")
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            assert json.loads(reply.read()) == {"signed_in": True, "auth": False}
+        # an IPv6 loopback Host is this machine too
+        assert web.get("/", Host=f"[::1]:{web.url.rsplit(':', 1)[1].strip('/')}")[0] == 200
+
+
+def test_the_log_filter_applies_to_the_events_that_arrive_live(tmp_path: Path, page: Any) -> None:
+    demo_database(tmp_path / "state.db", tmp_path)
+    db = str(tmp_path / "state.db")
+    with web_page(db, "--workspace", f"default={tmp_path}", cwd=tmp_path) as web:
+        page.goto(web.url)
+        page.wait_for_selector("#live.on", timeout=SEEN)
+        page.fill("#f-resource", "src/a.py")  # a path: the server resolves it to the URI
+        page.press("#f-resource", "Enter")
+        page.wait_for_selector("#log-count:has-text('0 events')", timeout=SEEN)
+        with StateStore(db) as store:
+            coordinator = Coordinator(store, Resolver([Workspace("default", str(tmp_path))]))
+            three = coordinator.register("three").agent_id
+            coordinator.claim("custom://elsewhere", three)
+            store.set("notes", "other", 1, updated_by="three")
+            (tmp_path / "src" / "b.py").write_text("")
+            coordinator.claim("src/b.py", three)
+            one = next(a.agent_id for a in coordinator.list_agents() if a.name == "one")
+            assert coordinator.release("src/", one).status == "released"
+            assert coordinator.claim("src/a.py", three).status == "claimed"
+        page.locator("#log .logrow.claimed", has_text="src/a.py").wait_for(timeout=SEEN)
+        texts = page.locator("#log .logrow").all_inner_texts()
+        assert texts and all("src/a.py" in t for t in texts), texts
+        page.click("#f-clear")
+        page.locator("#log .logrow", has_text="custom://elsewhere").wait_for(timeout=SEEN)

@@ -273,17 +273,19 @@ class View:
     ) -> dict[str, Any]:
         """A page of the log, newest last: up to ``limit`` events older than the cursors
         ``before`` (ids of state history, claim events, messages), with ``agent`` (a name or
-        id) or ``resource`` (a URI, or NAMESPACE/KEY) among those it names, if given."""
+        id) or ``resource`` (NAMESPACE or NAMESPACE/KEY of a namespace ever written, else a
+        resource as agents name it) among those it names, if given."""
         names = self.coordinator.agent_names()
         ids = [a for a, n in names.items() if agent in (a, n)] if agent else []
         namespace = key = uri = None
-        if resource is not None and "://" not in resource:
+        if resource is not None:
             namespace, _, key = resource.partition("/")
-        elif resource is not None:
-            try:
-                uri = self.coordinator.target(resource).uri
-            except InvalidInputError as exc:
-                raise WebInputError(f"resource: {exc}") from None
+            if "://" in resource or not self.is_namespace(namespace):
+                namespace = key = None
+                try:  # a resource as agents name it: a URI, or a path in a workspace
+                    uri = self.coordinator.target(resource).uri
+                except InvalidInputError as exc:
+                    raise WebInputError(f"resource: {exc}") from None
         read: list[list[Any]] = [[], [], []]
         with self.store.db.snapshot() as conn:
             if uri is None:
@@ -312,7 +314,15 @@ class View:
             else:
                 cursors.append(0)  # nothing older in this table
         visible = [e for e in events if self.visible(e, principal)]
-        return {"events": visible, "before": cursors, "more": more}
+        # the filter as resolved, for the page to apply to the events it is sent live
+        applied = {"agent": agent, "uri": uri, "namespace": namespace, "key": key or None}
+        return {"events": visible, "before": cursors, "more": more, "filter": applied}
+
+    def is_namespace(self, name: str) -> bool:
+        try:
+            return self.store.was_written(name)
+        except InvalidInputError:
+            return False
 
     def merged(
         self, state: list[Any], claims: list[Any], appends: list[Any], names: dict[str, str]

@@ -168,14 +168,12 @@ function claimRow(line) {
 
 // -- the event log ---------------------------------------------------------------------------
 function filters() { return { agent: $("f-agent").value.trim(), resource: $("f-resource").value.trim() }; }
+let applied = {}; // the filter of the log as the server resolved it (a path becomes a URI)
 function matches(e) {
-  const f = filters();
+  const f = applied;
   if (f.agent && f.agent !== e.actor && f.agent !== e.agent_id) return false;
-  if (f.resource) {
-    if (f.resource.includes("://")) return e.resource === f.resource;
-    const [ns, key] = f.resource.split("/", 2);
-    return e.namespace === ns && (!key || e.key === key);
-  }
+  if (f.uri) return e.resource === f.uri;
+  if (f.namespace) return e.namespace === f.namespace && (!f.key || e.key === f.key);
   return true;
 }
 function logRow(e) {
@@ -192,6 +190,7 @@ async function loadLog(older) {
   if (f.resource) q.set("resource", f.resource);
   if (older) { if (!before) return; q.set("before", before.join(",")); }
   const page = await getJSON("/api/events?" + q);
+  applied = page.filter;
   before = page.more ? page.before : null;
   log = older ? page.events.concat(log) : page.events;
   logList.set(log, older ? "prepend" : "bottom");
