@@ -640,9 +640,11 @@ def test_a_screenshot_of_a_busy_page(tmp_path: Path, page: Any) -> None:
             while len(lasting.queue()) < len(waits) and time.monotonic() < deadline:
                 time.sleep(0.02)
         try:
-            with web_page(db, "--workspace", f"default={root}", cwd=tmp_path) as web:
+            # the database named as a person in that directory would name it
+            with web_page("state.db", "--workspace", f"default={root}", cwd=tmp_path) as web:
                 page.goto(web.url)
                 page.wait_for_selector("#live.on", timeout=SEEN)
+                assert page.locator("#database").inner_text() == "state.db"
                 page.locator("#claims .wait", has_text="review-bot").wait_for(timeout=SEEN)
                 page.locator("#threads .unread").first.wait_for(timeout=SEEN)
                 shot = tmp_path / "web.png"
