@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from agenthold.claim_match import Pattern, ancestors, overlaps
-from agenthold.claim_rows import TOP, Fetch, claim_info, pattern_of
+from agenthold.claim_rows import TOP, Fetch, blocking, claim_info, own, pattern_of
 from agenthold.claim_schema import _ACTIVITY, _EVENT_MODE, _FREE, resource_topic, write_rows
 from agenthold.claim_types import (
     ClaimInfo,
@@ -305,20 +305,27 @@ def waiting(conn: Any, now: float) -> list[Queued]:
     live: list[Queued] = []
     dead: list[tuple[int]] = []
     for row in conn.execute(_WAITER_ROW + "ORDER BY w.seq").fetchall():
-        seq, key, uri, scope, file_id, agent_id, mode, since, until, granted = row[:10]
-        name, lease_end, principal = row[10:]
-        if granted is not None:
-            if until + GRANTED_KEPT < now:
-                dead.append((seq,))
-            continue
-        if until < now or name is None or (lease_end is not None and lease_end <= now):
-            dead.append((seq,))
-            continue
-        target = _target_of(key, uri, scope, file_id)
-        live.append(Queued(seq, target, agent_id, mode, since, until, name, principal))
+        found = _queued(row, now)
+        if isinstance(found, Queued):
+            live.append(found)
+        elif found:
+            dead.append((row[0],))
     if dead:
         conn.executemany("DELETE FROM claim_waiters WHERE seq = ?", dead)
     return live
+
+
+def _queued(row: Sequence[Any], now: float) -> Queued | bool:
+    """A ``_WAITER_ROW`` as a live wait in line; else whether it is dead (True) or granted and
+    kept for its waiter to read (False)."""
+    seq, key, uri, scope, file_id, agent_id, mode, since, until, granted = row[:10]
+    name, lease_end, principal = row[10:]
+    if granted is not None:
+        return bool(until + GRANTED_KEPT < now)
+    if until < now or name is None or (lease_end is not None and lease_end <= now):
+        return True
+    target = _target_of(key, uri, scope, file_id)
+    return Queued(seq, target, agent_id, mode, since, until, name, principal)
 
 
 def conflict(a: Target, a_mode: str, b: Target, b_mode: str) -> bool:
@@ -477,3 +484,46 @@ class QueueLook:
     in_line: bool = True
     topics: frozenset[Topic] = frozenset()
     wake_at: float | None = None
+
+
+# --------------------------------------------------------------------------------------------
+# Read-only views: what a reader that never writes (the web page) is shown
+# --------------------------------------------------------------------------------------------
+
+
+def live_queue(fetch: Fetch, now: float) -> list[Queued]:
+    """The waits in line, oldest first, as ``waiting`` finds them, but read only: the dead ones
+    are passed over, not removed (the next claim write removes them)."""
+    found = (_queued(row, now) for row in fetch(_WAITER_ROW + "ORDER BY w.seq", ()))
+    return [w for w in found if isinstance(w, Queued)]
+
+
+def live_shares(fetch: Fetch, now: float) -> list[ClaimInfo]:
+    """Every live shared hold, by resource, then oldest reader first."""
+    rows = fetch(_SHARE_ROW + "ORDER BY s.resource, s.claimed_at, s.agent_id", ())
+    infos = (dataclasses.replace(claim_info(row, now), mode="shared") for row in rows)
+    return [i for i in infos if i.state == "claimed"]
+
+
+@dataclass(frozen=True, slots=True)
+class InTheWay:
+    """What stands in the way of a claim of ``target`` in ``mode`` right now: the live claims
+    (its own, aliases, covering, covered and overlapping ones, the shared holds an exclusive
+    claim conflicts with) and the waits in line it would have to queue behind."""
+
+    target: Target
+    mode: str
+    claims: tuple[ClaimInfo, ...]
+    queue: tuple[Queued, ...]
+
+
+def in_the_way(fetch: Fetch, target: Target, mode: str, now: float) -> InTheWay:
+    """Every claim and wait in line that would refuse a claim of ``target`` in ``mode`` by a
+    new agent now (one read: nothing is written)."""
+    info = own(fetch, target, now)
+    claims = [info] if info is not None and info.state == "claimed" else []
+    claims += blocking(fetch, target, now)
+    if mode == "exclusive":
+        claims += shares_in_way(fetch, target, now)
+    queue = [w for w in live_queue(fetch, now) if conflict(w.target, w.mode, target, mode)]
+    return InTheWay(target, mode, tuple(claims), tuple(queue))

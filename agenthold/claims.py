@@ -44,6 +44,8 @@ from agenthold.claim_match import Pattern
 from agenthold.claim_queue import (
     Activity,
     Batch,
+    InTheWay,
+    Queued,
     QueueLook,
     Unheard,
     activity,
@@ -54,7 +56,10 @@ from agenthold.claim_queue import (
     enqueue,
     give_back,
     handed,
+    in_the_way,
     leave,
+    live_queue,
+    live_shares,
     queued_in_way,
     shared_status,
     waited,
@@ -254,20 +259,26 @@ class Coordinator:
         return dict(conn.execute(sql).fetchall() if conn is not None else self.db.fetchall(sql))
 
     def read_log(
-        self, conn: Any, *, after: Any = None, limit: int | None = None
+        self, conn: Any, *, agents: Sequence[str] = (), uri: str | None = None, **window: Any
     ) -> tuple[list[Any], Any]:
         """Claim events ``(id, at, agent_id, event, uri, outcome, moved_to, version)`` in the
-        snapshot ``conn``, oldest first: the last ``limit`` (``after`` None), or those
-        committed after ``after``; and the position to follow from."""
+        snapshot ``conn``, oldest first: the last ``limit`` (``after`` None; below id ``before``,
+        if given), or those committed after ``after``; and the position to follow from
+        (``window``: after, limit, before). ``agents`` (ids) and ``uri`` keep their own."""
         if not self._tables:
-            return [], after
+            return [], window.get("after")
+        where = [f"agent_id IN ({', '.join('?' * len(agents))})"] if agents else []
+        where += ["uri = ?"] * (uri is not None)
+        columns = "id, at, agent_id, event, uri, outcome, moved_to, version, principal"
+        params = (*agents, *([uri] if uri is not None else []))
         return read_events(
             self.db,
             conn,
             "claim_events",
-            "id, at, agent_id, event, uri, outcome, moved_to, version, principal",
-            after=after,
-            limit=limit,
+            columns,
+            **window,
+            where=" AND ".join(where),
+            params=params,
         )
 
     def list_agents(self) -> list[Agent]:
@@ -449,6 +460,20 @@ class Coordinator:
             claim_info(r, now) for r in self.db.fetchall(_CLAIM_ROW + where + "ORDER BY c.uri")
         ]
         return infos if include_free else [i for i in infos if i.state == "claimed"]
+
+    def queue(self) -> list[Queued]:
+        """The waits that claim, in line, oldest first (a read: dead ones are skipped)."""
+        return live_queue(self._reader(), self.db.now())
+
+    def shares(self) -> list[ClaimInfo]:
+        """Every live shared hold, by resource, oldest reader first."""
+        return live_shares(self._reader(), self.db.now())
+
+    def in_the_way(self, resource: str | Resource | Pattern, mode: str = "exclusive") -> InTheWay:
+        """Every live claim and wait in line that would refuse a new agent's claim of
+        ``resource`` in ``mode`` now; writes nothing."""
+        target = self.target(resource)
+        return in_the_way(self._reader(), target, check_mode(mode), self.db.now())
 
     # -- waiting -------------------------------------------------------------------------------
 

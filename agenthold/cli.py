@@ -328,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspector.add_subcommands(subcommands)
     add_backup_command(subcommands)
+    from agenthold.web import add_web_command  # the live page (never imports mcp)
+
+    add_web_command(subcommands)
     add_token_commands(subcommands)
     return parser
 
@@ -474,6 +477,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _fail(str(exc))
         if args.command == "backup":
             return run_backup(args.db, args.dest)
+        if args.command == "web":
+            from agenthold.web import run as run_web
+
+            return run_web(args, args.db, workspace_spec, listen, stop_signals)
         with _terminate_as_interrupt(getattr(args, "follow", False)):
             return inspector.run(args)
     try:

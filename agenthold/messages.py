@@ -498,14 +498,18 @@ class MessageBus:
         return found if found is not None else MessagePage((), False, after_seq)
 
     def read_log(
-        self, conn: Any, *, after: Any = None, limit: int | None = None
+        self, conn: Any, *, sender: str | None = None, **window: Any
     ) -> tuple[list[Any], Any]:
         """Appended messages ``(id, thread_id, seq, sender_id, sender_name, content, created_at,
-        principal)`` in the snapshot ``conn``, oldest first: the last ``limit`` (``after``
-        None), or those committed after ``after``; and the position to follow from."""
+        principal)`` in the snapshot ``conn``, oldest first: the last ``limit`` (``after`` None;
+        below id ``before``, if given), or those committed after ``after``; and the position to
+        follow from (``window``: after, limit, before). ``sender`` (a name) keeps its own."""
         if not self._ready:
-            return [], after
-        return read_events(self.db, conn, "msg_messages", LOG_COLUMNS, after=after, limit=limit)
+            return [], window.get("after")
+        where, params = ("sender_name = ?", (sender,)) if sender is not None else ("", ())
+        return read_events(
+            self.db, conn, "msg_messages", LOG_COLUMNS, **window, where=where, params=params
+        )
 
     def mark_read(
         self, thread_id: ThreadRef, agent: AgentRef, seq: int, *, principal: str | None = None

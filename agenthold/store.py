@@ -3445,11 +3445,21 @@ class StateStore:
         return self.db.fetchone(sql, params) is not None
 
     def read_log(
-        self, conn: Any, namespace: str | None, *, after: Any = None, limit: int | None = None
+        self,
+        conn: Any,
+        namespace: str | None,
+        *,
+        after: Any = None,
+        limit: int | None = None,
+        before: int | None = None,
+        writer: str | None = None,
     ) -> tuple[list[Any], Any]:
         """History rows ``(id, namespace, key, version, value, updated_by, updated_at,
         event_type)`` in the snapshot ``conn``, oldest first: the last ``limit`` (``after``
-        None), or those committed after ``after``; and the position to follow from."""
+        None; below id ``before``, if given), or those committed after ``after``; and the
+        position to follow from. ``writer``, if given, keeps only its writes."""
+        where = [("namespace = ?", namespace), ("updated_by = ?", writer)]
+        where = [(w, p) for w, p in where if p is not None]
         return read_events(
             self.db,
             conn,
@@ -3457,8 +3467,9 @@ class StateStore:
             "id, namespace, key, version, value, updated_by, updated_at, event_type, principal",
             after=after,
             limit=limit,
-            where="" if namespace is None else "namespace = ?",
-            params=() if namespace is None else (namespace,),
+            before=before,
+            where=" AND ".join(w for w, _ in where),
+            params=tuple(p for _, p in where),
         )
 
     def history(
@@ -3787,16 +3798,20 @@ def read_events(
     table: str,
     columns: str,
     *,
-    after: Any,
+    after: Any = None,
     limit: int | None = None,
     where: str = "",
     params: tuple[Any, ...] = (),
+    before: int | None = None,
 ) -> tuple[list[Any], Any]:
     """Rows of the append-only event table ``table`` (its first column must be ``id``) that
     committed after position ``after`` (None: the last ``limit`` ever), oldest first, read in
     the snapshot ``conn``; and the position to read from next time. A row that commits late
-    is never skipped: the database's ``feed_window`` says which rows are settled."""
+    is never skipped: the database's ``feed_window`` says which rows are settled. ``before``
+    (an id) keeps the rows below it: a page further back."""
     cond, cond_params, position = db.feed_window(conn, table, after)
+    if before is not None:
+        where, params = " AND ".join(filter(None, ("id < ?", where))), (before, *params)
     sql = f"SELECT {columns} FROM {table} WHERE {cond} " + (f"AND {where} " if where else "")
     if limit is None:
         rows = _fetch_all(conn, sql + "ORDER BY id", (*cond_params, *params))

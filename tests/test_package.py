@@ -164,6 +164,7 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold.http",
             "agenthold.front",
             "agenthold.warm",  # only to leave a warm server, inside main()
+            "agenthold.web",  # the live page: its flags, and its run inside main()
         },
         "front": set(),
         "rpc_id": set(),
@@ -171,13 +172,19 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
     assert outside_stdlib(imported_modules(module)) <= allowed
 
 
-MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__main__")
+# The subpackage of the live page counts as rooms too, named by path ("web/app").
+SUBPACKAGES = ("web",)
+MODULES = sorted(p.stem for p in PACKAGE.glob("*.py") if p.stem != "__main__") + sorted(
+    f"{sub}/{p.stem}" for sub in SUBPACKAGES for p in (PACKAGE / sub).glob("*.py")
+)
+WEB = {m for m in MODULES if m.startswith("web/")}  # uvicorn and starlette, never mcp
 SERVING = {"toolkit", "server", "stdio", "http", "warm"}  # the modules that import mcp themselves
 
 
 def test_only_the_serving_modules_import_mcp_and_the_library_knows_no_transport() -> None:
     for module in MODULES:
-        mcp_like = {n for n in imported_modules(module) if n.split(".")[0] in ("mcp", "uvicorn")}
+        kinds = ("mcp",) if module in WEB else ("mcp", "uvicorn")
+        mcp_like = {n for n in imported_modules(module) if n.split(".")[0] in kinds}
         if module in SERVING:
             assert mcp_like, f"{module} is listed as serving MCP but imports no mcp"
         else:
@@ -286,10 +293,16 @@ def import_graph() -> dict[str, set[str]]:
     for module in MODULES:
         names = imported_modules(module)
         graph[module] = {
-            n.split(".", 1)[1] for n in names if n.startswith("agenthold.") and n != "agenthold"
+            _room(n.split(".", 1)[1]) for n in names if n.startswith("agenthold.")
         } & set(MODULES)
         graph[module].discard(module)
     return graph
+
+
+def _room(dotted: str) -> str:
+    """The room of a module named ``web.views`` or ``web``: ``web/views``, ``web/__init__``."""
+    path = dotted.replace(".", "/")
+    return f"{path}/__init__" if path in SUBPACKAGES else path
 
 
 def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -339,7 +352,7 @@ def rooms_table() -> list[tuple[list[str], str]]:
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 3 and cells[0].startswith("`"):
-            rows.append((re.findall(r"`([a-z_]+)\.py`", cells[0]), cells[2]))
+            rows.append((re.findall(r"`([a-z_/]+)\.py`", cells[0]), cells[2]))
     return rows
 
 
@@ -353,7 +366,7 @@ def test_the_architecture_table_names_every_import_of_every_room() -> None:
     assert sorted(listed) == MODULES, "every module has exactly one row"
     above: set[str] = set()
     for modules, cell in rows:
-        words = set(re.findall(r"[a-z_]+", cell))
+        words = set(re.findall(r"[a-z_/]+", cell))
         imports = set().union(*(graph[m] for m in modules)) - set(modules)
         if "everything above" in cell:
             assert imports <= above, f"{modules} import {sorted(imports - above)} from below"
