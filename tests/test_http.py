@@ -1070,7 +1070,8 @@ async def test_the_private_parts_http_py_relies_on_are_still_where_it_expects_th
 
     assert isinstance(AppStatus.should_exit, bool)
     assert callable(uvicorn.Server.capture_signals)
-    for name in ("connection_made", "data_received", "on_response_complete", "connection_lost"):
+    for name in ("connection_made", "data_received", "on_response_complete", "connection_lost",
+                 "pause_writing", "resume_writing"):  # fmt: skip
         assert callable(getattr(H11Protocol, name)), name
     assert h11.IDLE is not None and h11.Connection(h11.SERVER).trailing_data == (b"", False)
     assert "backlog" in inspect.signature(uvicorn.Config).parameters
