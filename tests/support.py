@@ -569,7 +569,7 @@ class StdioPipes:
         with contextlib.suppress(OSError):
             self.proc.stdin.close()
         try:
-            status = self.proc.wait(timeout=15)
+            status = self.proc.wait(timeout=STARTUP)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()

@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -58,6 +59,10 @@ from agenthold.store import StateStore
 pytestmark = pytest.mark.anyio
 
 TOKEN = "bounds-test-token"
+# What a server beside hundreds of slow connections may take to answer, or to accept them all,
+# and how long an HTTP client here waits for an answer, on a busy 2-core machine (milliseconds
+# on a quiet one): these tests prove that it answers, not how fast.
+LOADED_ANSWER = 3 * ANSWER_LIMIT
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 CLOSED = (anyio.EndOfStream, anyio.BrokenResourceError)
 
@@ -156,7 +161,7 @@ async def test_at_the_limit_a_new_connection_displaces_the_oldest_that_sent_no_r
 ) -> None:
     async with (
         bounded(tmp_path, 12, auth_tokens=[TOKEN]) as s,
-        httpx2.AsyncClient(headers=AUTH, timeout=ANSWER_LIMIT) as http,
+        httpx2.AsyncClient(headers=AUTH, timeout=LOADED_ANSWER) as http,
     ):
         first = await http.post(s.url, json=initialize_request(), headers={"Accept": ACCEPT})
         assert first.status_code == 200  # its connection stays open (keep-alive): one of 12
@@ -360,7 +365,7 @@ async def test_unread_replies_are_closed_at_the_send_deadline_while_readers_are_
     async with (
         bounded(tmp_path, 50, tools="advanced", send_timeout=1.0, auth_tokens=[TOKEN],
                 json_response=True) as s,
-        httpx2.AsyncClient(headers=AUTH, timeout=ANSWER_LIMIT) as http,
+        httpx2.AsyncClient(headers=AUTH, timeout=LOADED_ANSWER) as http,
     ):  # fmt: skip
         seed_big_namespace(s.app.store)
         session = await open_session(http, s.url)
@@ -387,7 +392,7 @@ async def test_unread_replies_together_stay_within_the_buffer_bound(tmp_path: Pa
     async with (
         bounded(tmp_path, 50, tools="advanced", most_unsent=most, auth_tokens=[TOKEN],
                 json_response=True) as s,
-        httpx2.AsyncClient(headers=AUTH, timeout=ANSWER_LIMIT) as http,
+        httpx2.AsyncClient(headers=AUTH, timeout=LOADED_ANSWER) as http,
     ):  # fmt: skip
         seed_big_namespace(s.app.store)
         session = await open_session(http, s.url)
@@ -450,9 +455,13 @@ def limited_server(
         preexec_fn=limit,
     )  # fmt: skip
     try:
+        # Until it answers HTTP, not only until it listens: the socket is bound before the
+        # application is built, which takes seconds on a loaded machine, and those seconds
+        # must not count against the deadlines of the test.
         deadline = time.monotonic() + STARTUP
         while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            with contextlib.suppress(httpx2.HTTPError):
+                httpx2.get(f"http://127.0.0.1:{port}/", timeout=STARTUP)
                 break
             assert proc.poll() is None and time.monotonic() < deadline, "it did not start"
             time.sleep(0.05)
@@ -492,7 +501,7 @@ def authenticated_initialize(port: int) -> int:
         f"http://127.0.0.1:{port}/mcp",
         json=initialize_request(),
         headers={**AUTH, "Accept": ACCEPT},
-        timeout=ANSWER_LIMIT,
+        timeout=LOADED_ANSWER,
     )
     return reply.status_code
 
@@ -504,15 +513,17 @@ def test_under_a_small_descriptor_limit_slow_clients_are_capped_and_tokens_still
     """The soft limit (128) is raised to the hard one (256) at start; the default cap keeps
     half of it back, so 600 slow clients never exhaust it: the oldest are displaced, an
     authenticated client is served at once, and stderr has counts, never a traceback."""
-    started = time.monotonic()
     with limited_server(tmp_path, 128, 256) as (proc, port):
         assert soft_limit(proc.pid) == 256
+        started = time.monotonic()  # the count lines run from the first slow client
         clients = slow_clients(port, 600)
         try:
             assert open_descriptors(proc.pid) < 256
-            started = time.monotonic()
+            asked = time.monotonic()
             assert authenticated_initialize(port) == 200
-            assert time.monotonic() - started < ANSWER_LIMIT
+            # answered, not starved: without the cap it never is (no descriptor is left to
+            # accept it); the bound is loose, since only the benchmark measures latency
+            assert time.monotonic() - asked < LOADED_ANSWER
         finally:
             for sock in clients:
                 sock.close()
@@ -532,15 +543,34 @@ def test_a_connection_limit_beyond_the_descriptors_warns_and_exhaustion_is_only_
 ) -> None:
     started = time.monotonic()
     with limited_server(tmp_path, 128, 128, "--connection-limit", "1000") as (proc, port):
-        clients = slow_clients(port, 250)  # the kernel queues what the server cannot accept
-        deadline = time.monotonic() + ANSWER_LIMIT
-        while open_descriptors(proc.pid) < 120:  # accepting until descriptors run out
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        time.sleep(0.2)
+        # Slow clients arrive from four threads until the server has run out of descriptors.
+        # One after another, 250 of them did not always get there on a loaded machine: with
+        # the small accept backlog a connect can wait a second for the kernel to retry it,
+        # and the first connections meet their 5 s head deadline meanwhile.
+        clients: list[socket.socket] = []
+        enough = threading.Event()
+
+        def arrive() -> None:
+            while not enough.is_set() and len(clients) < 2000:
+                with contextlib.suppress(OSError):
+                    clients.extend(slow_clients(port, 1))
+
+        arriving = [threading.Thread(target=arrive) for _ in range(4)]
+        for thread in arriving:
+            thread.start()
+        try:
+            deadline = time.monotonic() + LOADED_ANSWER
+            while open_descriptors(proc.pid) < 120:  # accepting until descriptors run out
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            time.sleep(0.2)
+        finally:
+            enough.set()
+            for thread in arriving:
+                thread.join()
         for sock in clients:
             sock.close()
-        deadline = time.monotonic() + ANSWER_LIMIT
+        deadline = time.monotonic() + LOADED_ANSWER
         while open_descriptors(proc.pid) > 100:  # the server notices the closed connections
             assert time.monotonic() < deadline
             time.sleep(0.05)
@@ -595,7 +625,7 @@ async def test_at_the_session_limit_a_new_session_ends_the_oldest_idle_one(
     oldest's agent loses its claim after the disconnect grace, as if its client had left."""
     async with (
         bounded(tmp_path, grace=0.2, json_response=True, bounds=Bounds(sessions=3)) as s,
-        httpx2.AsyncClient(timeout=ANSWER_LIMIT) as http,
+        httpx2.AsyncClient(timeout=LOADED_ANSWER) as http,
     ):
         first = await open_session(http, s.url)
         agent = await tool_call(http, s.url, first, "agenthold_register", name="early")
@@ -625,7 +655,7 @@ async def test_requests_to_another_path_neither_end_nor_hide_a_session(tmp_path:
     session id does not make the bound forget that session, which would let it be exceeded."""
     async with (
         bounded(tmp_path, json_response=True, bounds=Bounds(sessions=1)) as s,
-        httpx2.AsyncClient(timeout=ANSWER_LIMIT) as http,
+        httpx2.AsyncClient(timeout=LOADED_ANSWER) as http,
     ):
         elsewhere = s.url.rsplit("/", 1)[0] + "/nope"
         first = await open_session(http, s.url)
@@ -643,7 +673,7 @@ async def test_sessions_opened_at_once_at_the_limit_count_each_other(tmp_path: P
     for two, and the third is refused, since the other two are in use while they open."""
     async with (
         bounded(tmp_path, json_response=True, bounds=Bounds(sessions=2)) as s,
-        httpx2.AsyncClient(timeout=ANSWER_LIMIT) as http,
+        httpx2.AsyncClient(timeout=LOADED_ANSWER) as http,
     ):
         old = [await open_session(http, s.url) for _ in range(2)]
         answers: list[httpx2.Response] = []
@@ -670,7 +700,7 @@ async def test_when_every_session_is_in_use_a_new_one_gets_429_naming_the_flag(
     third is refused until one of them closes its session."""
     async with (
         bounded(tmp_path, auth_tokens=[TOKEN], bounds=Bounds(sessions=2)) as s,
-        httpx2.AsyncClient(timeout=ANSWER_LIMIT, headers=AUTH) as http,
+        httpx2.AsyncClient(timeout=LOADED_ANSWER, headers=AUTH) as http,
         sdk_client(s.url, mode="legacy", headers=AUTH) as one,
     ):
         async with sdk_client(s.url, mode="legacy", headers=AUTH) as two:
@@ -693,7 +723,7 @@ async def test_sessions_are_bounded_per_principal_of_the_token_file(tmp_path: Pa
     tokens = {name: add_token(auth_file, name, None)[0] for name in ("alice", "bob")}
     async with (
         bounded(tmp_path, auth_file=TokenTable(auth_file), bounds=Bounds(sessions=1)) as s,
-        httpx2.AsyncClient(timeout=ANSWER_LIMIT) as http,
+        httpx2.AsyncClient(timeout=LOADED_ANSWER) as http,
     ):
 
         async def as_(who: str) -> dict[str, str]:
@@ -718,7 +748,7 @@ async def test_a_session_without_a_request_in_flight_ends_after_session_idle(
     """A raw session left alone ends; an SDK client's, whose event stream stays open, lives."""
     async with (
         bounded(tmp_path, bounds=Bounds(session_idle=0.5)) as s,
-        httpx2.AsyncClient(timeout=ANSWER_LIMIT) as http,
+        httpx2.AsyncClient(timeout=LOADED_ANSWER) as http,
         sdk_client(s.url, mode="legacy") as client,
     ):
         await client.list_tools()

@@ -18,7 +18,7 @@ from mcp import Client
 from support import coordinator_at, in_process_client, reply_of
 
 from agenthold.store import StateStore
-from agenthold.toolkit import MAX_REPLY_BYTES, PAGE_BYTES
+from agenthold.toolkit import MAX_REPLY_BYTES, PAGE_BYTES, fit_page, json_size
 
 pytestmark = [pytest.mark.anyio, pytest.mark.backends]
 
@@ -223,3 +223,23 @@ async def test_clearing_a_large_namespace_lists_the_keys_it_deleted_up_to_the_fi
         assert f"first {len(shown):,} of the 1,000" in reply["hint"]
         listed = reply_of(await client.call_tool("agenthold_list", {"namespace": "n"}))
         assert listed["records"] == []
+
+
+def test_a_page_is_cut_to_its_budget_whatever_its_cursor_adds() -> None:
+    """fit_page counts the items, then checks the whole reply: a cursor that is long for the
+    item it points after (a 3,000-character key) makes it keep one item fewer, never go over,
+    and a single item over the budget still comes alone."""
+
+    def finish(reply: dict[str, Any], kept: int) -> dict[str, Any]:
+        if kept < 10:
+            reply["next_cursor"] = "c" * (3000 if kept == 3 else 10)
+        return reply
+
+    items = ["x" * 300] * 10
+    page = fit_page({"items": items}, "items", 1000, finish)
+    assert json_size(page) <= 1000 and len(page["items"]) == 2, json_size(page)
+    assert page["next_cursor"] == "c" * 10
+    alone = fit_page({"items": ["y" * 5000, "z"]}, "items", 1000, finish)
+    assert alone["items"] == ["y" * 5000] and "next_cursor" in alone
+    whole = fit_page({"items": items}, "items", 10_000, finish)
+    assert whole["items"] == items and "next_cursor" not in whole
