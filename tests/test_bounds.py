@@ -773,7 +773,7 @@ def test_the_bounds_default_to_the_documented_values() -> None:
     defaults = options("--transport", "http")[0].bounds
     assert defaults.connections is None  # derived from the descriptor limit at start
     assert (defaults.sessions, defaults.session_idle, defaults.send_timeout) == (256, 600, 30)
-    assert limits.MOST_UNSENT == 256 * 1024 * 1024
+    assert limits.MOST_UNSENT == 64 * 1024 * 1024
     given = options(
         "--transport", "http", "--connection-limit", "100", "--session-limit", "3",
         "--session-idle", "2.5", "--send-timeout", "0.5",
