@@ -41,7 +41,18 @@ from agenthold.claim_types import (
 from agenthold.claims import MAX_SET, Coordinator, waited
 from agenthold.principals import require_claim
 from agenthold.store import utc_iso
-from agenthold.toolkit import WAIT_TIMEOUT, App, Param, Reply, ToolCall, ToolError, ToolSpec, short
+from agenthold.toolkit import (
+    PAGE_BYTES,
+    WAIT_TIMEOUT,
+    App,
+    Param,
+    Reply,
+    ToolCall,
+    ToolError,
+    ToolSpec,
+    fit_page,
+    short,
+)
 from agenthold.uris import Resource
 
 HINTS: dict[str, str] = {
@@ -149,10 +160,26 @@ def _item(one: Reply) -> Reply:
 
 
 def statuses(results: tuple[StatusResult, ...]) -> Reply:
-    """The reply of a status of several resources: "claimed" if any one is."""
-    items = [reply(r) for r in results]
-    held = any(r.status == "claimed" for r in results)
-    return {"status": "claimed" if held else "available", "resources": items}
+    """The reply of a status of several resources: "claimed" if any one in it is. Cut to a
+    page of PAGE_BYTES (a hundred claimed resources with long names can be more), it says how
+    many of the resources asked for it answers (the first ones, in order), to ask on for the
+    others."""
+
+    def finish(page: Reply, kept: int) -> Reply:
+        held = any(r.status == "claimed" for r in results[:kept])
+        page["status"] = "claimed" if held else "available"
+        if kept < len(results):
+            page["answered"] = kept
+            page["unanswered_count"] = len(results) - kept
+            page["hint"] = (
+                f"Only the first {kept} of the resources asked for are here, to keep this reply "
+                f"under {PAGE_BYTES:,} bytes: call agenthold_status again with the resources "
+                f"after the first {kept}."
+            )
+        return page
+
+    page: Reply = {"status": "", "resources": [reply(r) for r in results]}
+    return fit_page(page, "resources", PAGE_BYTES, finish)
 
 
 def _held_as(reply: Reply, holder: Holder) -> Reply:

@@ -43,7 +43,7 @@ DEFAULT_PORT = 8417
 DEFAULT_DISCONNECT_GRACE = 300.0
 DEFAULT_REAP_IDLE = 86_400.0
 HTTP_ONLY: tuple[str, ...] = ("host", "port", "path", "json_response", "allowed_hosts", "auth_file")
-HTTP_ONLY += ("connection_limit", "session_limit", "session_idle")  # limits.py's flags
+HTTP_ONLY += ("connection_limit", "session_limit", "session_idle", "send_timeout")  # limits.py
 MAX_SECONDS = 10 * 365 * 86400  # the longest TTL, grace or idle time the claims layer takes
 MAX_BUSY_TIMEOUT = 3600  # the longest busy timeout the store takes
 

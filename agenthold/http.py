@@ -14,6 +14,10 @@ Decisions behind it:
 - Connections are capped when accepted (``ConnectionGuard``), below the descriptor limit that
   cli.py raised at start (limits.py), and older-protocol sessions per principal
   (sessions.py); refusals are counted in a log line per interval, never one per connection.
+- A reply the client does not read is held in memory until its socket drains (uvicorn waits
+  for the transport's flow control), so the guard also bounds unread replies: a connection
+  whose send buffer stays over asyncio's high-water mark for the send timeout is aborted, and
+  the bytes waiting in every stalled connection's buffer together stay under MOST_UNSENT.
 """
 
 from __future__ import annotations
@@ -45,7 +49,14 @@ from agenthold.auth import (
     is_loopback,
     refuse,
 )
-from agenthold.limits import Bounds, accept_backlog, connection_limit, descriptor_limit
+from agenthold.limits import (
+    DEFAULT_SEND_TIMEOUT,
+    MOST_UNSENT,
+    Bounds,
+    accept_backlog,
+    connection_limit,
+    descriptor_limit,
+)
 from agenthold.principals import Principal, TokenTable
 from agenthold.rpc_id import top_level_id
 from agenthold.server import SHUTDOWN_GRACE, Agenthold, SignalSource, build_server, report_if_asked
@@ -285,12 +296,39 @@ class ConnectionGuard:
     out of descriptors), and the request it refuses is the one that did arrive, an
     authenticated client's. The cap here acts when a connection is accepted instead."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(
+        self,
+        limit: int,
+        *,
+        send_timeout: float = DEFAULT_SEND_TIMEOUT,
+        most_unsent: int = MOST_UNSENT,
+    ) -> None:
         self.limit = limit
+        self.send_timeout = send_timeout
+        self.most_unsent = most_unsent
         self.open = 0
         self.unserved: dict[_BoundedH11, None] = {}  # oldest first (insertion order)
+        self.stalled: dict[_BoundedH11, None] = {}  # replies not draining, oldest stall first
         self.counts: dict[str, int] = {}
         self._report: asyncio.TimerHandle | None = None
+
+    def unsent(self) -> int:
+        """The bytes of replies waiting in the send buffers of stalled connections."""
+        return sum(conn.transport.get_write_buffer_size() for conn in self.stalled)
+
+    def stall(self, conn: _BoundedH11) -> None:
+        """``conn``'s send buffer went over the high-water mark: while the stalled buffers
+        together hold more than ``most_unsent``, close the connection stalled longest (never
+        ``conn`` itself, which its send deadline bounds)."""
+        self.stalled[conn] = None
+        unsent = self.unsent()
+        while unsent > self.most_unsent:
+            victim = next(iter(self.stalled))
+            if victim is conn:
+                break
+            unsent -= victim.transport.get_write_buffer_size()
+            self.note("closed to keep unread replies within their memory bound")
+            victim.drop()
 
     def admit(self, conn: _BoundedH11) -> bool:
         """Whether ``conn``, just accepted, may stay (displacing another if need be)."""
@@ -310,6 +348,7 @@ class ConnectionGuard:
 
     def gone(self, conn: _BoundedH11) -> None:
         self.unserved.pop(conn, None)
+        self.stalled.pop(conn, None)
         if conn.counted:
             conn.counted = False
             self.open -= 1
@@ -328,11 +367,12 @@ class ConnectionGuard:
             said = "; ".join(f"{n:,} {what}" for what, n in counts.items())
             log.warning(
                 "connections in the last %g s: %s (limit: %d open connections, %g s to send "
-                "the request headers)",
+                "the request headers, %g s to read a reply)",
                 REFUSALS_EVERY,
                 said,
                 self.limit,
                 HEAD_TIMEOUT,
+                self.send_timeout,
             )
 
     def close(self) -> None:
@@ -350,15 +390,22 @@ class _BoundedH11(H11Protocol):
     no such deadline (its keep-alive timeout stops at the first byte), so a client stalled
     inside its headers would hold a connection forever.
 
+    Sending is bounded too: when the transport pauses writing (its buffer is over the
+    high-water mark because the client is not reading), the connection has the guard's
+    ``send_timeout`` to drain it below the low-water mark; if it does not, the connection is
+    aborted, which frees the reply (uvicorn's send returns once the transport is lost).
+
     Every part of uvicorn this relies on is named here and checked by
     tests/test_http.py::test_the_private_parts_http_py_relies_on_are_still_where_it_expects_them:
-    the protocol's ``connection_made``, ``data_received``, ``on_response_complete`` and
-    ``connection_lost``, its ``transport``, ``loop`` and h11 ``conn`` attributes."""
+    the protocol's ``connection_made``, ``data_received``, ``on_response_complete``,
+    ``pause_writing``, ``resume_writing`` and ``connection_lost``, its ``transport``, ``loop``
+    and h11 ``conn`` attributes."""
 
     guard: ConnectionGuard  # set on the subclass each server makes (web_config)
     counted = False  # counted in guard.open
     served = False  # a complete request head arrived: never displaced
     _head_timer: asyncio.TimerHandle | None = None
+    _send_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -378,11 +425,35 @@ class _BoundedH11(H11Protocol):
         super().on_response_complete()
         self._arm()
 
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._send_timer is None:
+            self._send_timer = self.loop.call_later(self.guard.send_timeout, self._send_overdue)
+        self.guard.stall(self)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
+        self.guard.stalled.pop(self, None)
+
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
+        for timer in (self._head_timer, self._send_timer):
+            if timer is not None:
+                timer.cancel()
         self.guard.gone(self)
         super().connection_lost(exc)
+
+    def drop(self) -> None:
+        """Close at once, discarding what is unsent (the client is not reading it)."""
+        self.guard.stalled.pop(self, None)
+        self.transport.abort()
+
+    def _send_overdue(self) -> None:
+        self._send_timer = None
+        self.guard.note("closed for not reading a reply in time")
+        self.drop()
 
     def _arm(self) -> None:
         if self._head_timer is not None:
@@ -553,7 +624,7 @@ async def serve_http(
     limit, warning = connection_limit(opts.bounds.connections, descriptor_limit())
     if warning is not None:
         log.warning("%s", warning)
-    guard = ConnectionGuard(limit)
+    guard = ConnectionGuard(limit, send_timeout=opts.bounds.send_timeout)
     web = _Uvicorn(web_config(asgi, opts.log_level, guard=guard))
     host, port = sock.getsockname()[:2]
     undo = quiet_accept_errors(guard)

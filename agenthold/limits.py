@@ -14,6 +14,10 @@ Decisions behind it:
   keep open, and bounded memory even where the descriptor limit is a million.
 - An explicit ``--connection-limit`` is used as given, with a warning if the descriptor limit
   cannot back it: the operator asked for it.
+- A reply the client does not read stays in the server's memory (uvicorn holds it until the
+  socket drains), so unread replies are bounded twice: a connection whose reply has not
+  drained for ``--send-timeout`` seconds is closed, and the bytes waiting in all send buffers
+  together are kept under MOST_UNSENT by closing the longest-stalled connections first.
 """
 
 from __future__ import annotations
@@ -27,9 +31,12 @@ DEFAULT_CONNECTIONS = 4096  # the most open HTTP connections by default
 DESCRIPTOR_RESERVE = 256  # descriptors kept back from connections (half, on tiny limits)
 DEFAULT_SESSIONS = 256  # handshake-era sessions one principal may keep open
 DEFAULT_SESSION_IDLE = 600.0  # seconds a session may go without a request before it ends
+DEFAULT_SEND_TIMEOUT = 30.0  # seconds a reply may wait on a client that reads none of it
+MOST_UNSENT = 64 * 1024 * 1024  # bytes of replies waiting in send buffers, all connections
 MOST_CONNECTIONS = 1_000_000
 MOST_SESSIONS = 10_000  # the SDK's own limit, over all principals together
 MOST_SESSION_IDLE = 86_400.0
+MOST_SEND_TIMEOUT = 3_600.0
 
 
 @dataclass
@@ -39,6 +46,7 @@ class Bounds:
     connections: int | None = None  # None: derived from the descriptor limit at start
     sessions: int = DEFAULT_SESSIONS
     session_idle: float = DEFAULT_SESSION_IDLE
+    send_timeout: float = DEFAULT_SEND_TIMEOUT
 
 
 def add_arguments(group: argparse._ArgumentGroup) -> None:
@@ -63,6 +71,12 @@ def add_arguments(group: argparse._ArgumentGroup) -> None:
         help="a 2025-era session without a request in flight (an open event stream is one) "
         f"ends after this long (default: {DEFAULT_SESSION_IDLE:g})",
     )
+    group.add_argument(
+        "--send-timeout",
+        metavar="SECONDS",
+        help="a connection whose reply the client has not read for this long is closed, so "
+        f"unread replies cannot pin the server's memory (default: {DEFAULT_SEND_TIMEOUT:g})",
+    )
 
 
 def bounds_from(args: argparse.Namespace) -> Bounds:
@@ -73,17 +87,22 @@ def bounds_from(args: argparse.Namespace) -> Bounds:
     if args.session_limit is not None:
         bounds.sessions = _count(args.session_limit, "--session-limit", MOST_SESSIONS)
     if args.session_idle is not None:
-        try:
-            idle = float(args.session_idle)
-        except ValueError:
-            idle = math.nan
-        if not (math.isfinite(idle) and 0 < idle <= MOST_SESSION_IDLE):
-            raise ValueError(
-                f"--session-idle: {args.session_idle!r} must be a number of seconds, more than 0 "
-                f"and at most {MOST_SESSION_IDLE:.0f}"
-            )
-        bounds.session_idle = idle
+        bounds.session_idle = _seconds(args.session_idle, "--session-idle", MOST_SESSION_IDLE)
+    if args.send_timeout is not None:
+        bounds.send_timeout = _seconds(args.send_timeout, "--send-timeout", MOST_SEND_TIMEOUT)
     return bounds
+
+
+def _seconds(text: str, flag: str, most: float) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= most):
+        raise ValueError(
+            f"{flag}: {text!r} must be a number of seconds, more than 0 and at most {most:.0f}"
+        )
+    return value
 
 
 def _count(text: str, flag: str, most: int) -> int:

@@ -37,7 +37,18 @@ from agenthold.message_types import (
 )
 from agenthold.messages import MessageBus
 from agenthold.principals import ForbiddenError, require_thread
-from agenthold.toolkit import WAIT_TIMEOUT, App, Param, Reply, ToolCall, ToolError, ToolSpec
+from agenthold.toolkit import (
+    MAX_REPLY_BYTES,
+    PAGE_BYTES,
+    WAIT_TIMEOUT,
+    App,
+    Param,
+    Reply,
+    ToolCall,
+    ToolError,
+    ToolSpec,
+    fit_page,
+)
 
 MESSAGES_NAMES = frozenset(
     {"agenthold_create_agent", "agenthold_delete_account", "agenthold_create_thread",
@@ -49,9 +60,13 @@ MESSAGES_NAMES = frozenset(
 THREAD_ID = Param("thread_id", "string", "")  # the names say it all: see Param.schema
 AGENT_NAME = Param("agent_name", "string", "")
 AFTER_SEQ = Param("after_seq", "integer", "your cursor", False, 0, minimum=0)
+# No default in the schema: a poll that names its page size asks for that many messages, up
+# to the 16 MiB every reply may be; one that does not gets DEFAULT_POLL_LIMIT, cut to a page of
+# PAGE_BYTES that any host accepts. (No max_bytes: the set's tool list stays under 6 KB.)
 LIMIT = Param(
-    "limit", "integer", "page size", False, DEFAULT_POLL_LIMIT, minimum=1, maximum=MAX_POLL_LIMIT
-)
+    "limit", "integer", f"page size; default {DEFAULT_POLL_LIMIT}", False, minimum=1,
+    maximum=MAX_POLL_LIMIT,
+)  # fmt: skip
 CONTENT = Param("content", "string", "")
 
 # What an agent is told to do about a library error, in tool names (the library's own hints
@@ -91,14 +106,18 @@ class NamesParam(Param):
         return value
 
 
-def page_reply(page: MessagePage, thread_id: str) -> Reply:
-    return {
-        "status": "ok",
-        "thread_id": thread_id,
-        "messages": [m.to_dict() for m in page],
-        "more": page.more,
-        "next_after_seq": page.next_after_seq,
-    }
+def page_reply(page: MessagePage, thread_id: str, budget: int = PAGE_BYTES) -> Reply:
+    """A page of messages as a tool replies it: cut to ``budget`` bytes of JSON (at least one
+    message), ``more`` and ``next_after_seq`` saying where to read on."""
+    reply: Reply = {"status": "ok", "thread_id": thread_id, "messages": [m.to_dict() for m in page]}
+
+    def finish(reply: Reply, kept: int) -> Reply:
+        cut = kept < len(page)
+        reply["more"] = page.more or cut
+        reply["next_after_seq"] = page[kept - 1].seq if cut else page.next_after_seq
+        return reply
+
+    return fit_page(reply, "messages", budget, finish)
 
 
 def state_reply(state: ReadState) -> Reply:
@@ -206,10 +225,13 @@ class MessageHandlers:
     async def poll(self, call: ToolCall) -> Reply:
         a = call.args
         await self.in_scope(call, a["thread_id"], write=False)
-        page = await self.app.read(
-            functools.partial(self.bus.poll, limit=a["limit"]), a["thread_id"], a["after_seq"]
-        )
-        return page_reply(page, a["thread_id"])
+        if a["limit"] is None:
+            limit, budget = DEFAULT_POLL_LIMIT, PAGE_BYTES
+        else:  # asked for: as many as fit in the 16 MiB every reply is held to
+            limit, budget = a["limit"], MAX_REPLY_BYTES
+        poll = functools.partial(self.bus.poll, limit=limit, max_bytes=budget)
+        page = await self.app.read(poll, a["thread_id"], a["after_seq"])
+        return page_reply(page, a["thread_id"], budget)
 
     async def has_unread(self, call: ToolCall) -> Reply:
         a = call.args
@@ -232,8 +254,10 @@ class MessageHandlers:
         start = time.monotonic()
         topics = [thread_topic(tid)]
 
+        poll = functools.partial(self.bus.poll, max_bytes=PAGE_BYTES)
+
         async def look() -> tuple[Reply | None, Iterable[tuple[str, ...]], float | None]:
-            page = await self.app.read(self.bus.poll, tid, after)
+            page = await self.app.read(poll, tid, after)
             if not page:
                 return None, topics, None
             reply = page_reply(page, tid)

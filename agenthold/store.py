@@ -216,9 +216,8 @@ class KeyTooLargeError(AgentholdError):
 
     def __init__(self, namespace: str, key: str, size: int, max_bytes: int) -> None:
         super().__init__(
-            f"key {key!r} in namespace {namespace!r} holds {size / 2**20:.1f} MiB of value and "
-            f"history, over the {max_bytes / 2**20:.1f} MiB one export page may hold; "
-            "nothing was read"
+            f"key {key!r} in namespace {namespace!r} holds {size:,} bytes of value and "
+            f"history, over the {max_bytes:,} bytes this export page may hold; nothing was read"
         )
         self.namespace = namespace
         self.key = key

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from agenthold.store import (
     MAX_KEY_LENGTH,
-    MAX_PAGE_BYTES,
     MAX_SQL_INT,
     ConflictError,
     DamagedRecordError,
@@ -26,7 +25,19 @@ from agenthold.store import (
     Record,
     key_topic,
 )
-from agenthold.toolkit import WAIT_TIMEOUT, App, Param, Reply, ToolCall, ToolError, ToolSpec
+from agenthold.toolkit import (
+    MAX_REPLY_BYTES,
+    PAGE_BYTES,
+    PAGE_MAX_BYTES,
+    WAIT_TIMEOUT,
+    App,
+    Param,
+    Reply,
+    ToolCall,
+    ToolError,
+    ToolSpec,
+    fit_page,
+)
 
 MAX_HISTORY_LIMIT = 1000
 MAX_VERSION = 2**63 - 1  # SQLite's largest integer: no key's version can be above it
@@ -115,7 +126,8 @@ class StoreHandlers:
             "count": len(records),
             "records": [_without_namespace(r) for r in records],
         }
-        return _paged(_with_damaged(reply, damaged), after)
+        keys = [r.key for r in records]
+        return fit_page(reply, "records", a["max_bytes"], _keys_paged(keys, after, damaged))
 
     async def history(self, call: ToolCall) -> Reply:
         a = call.args
@@ -135,7 +147,7 @@ class StoreHandlers:
                 a["key"],
                 before=None if cursor is None else int(cursor),
                 limit=a["limit"],
-                max_bytes=MAX_PAGE_BYTES,
+                max_bytes=a["max_bytes"],
                 damaged=damaged,
             )
         )
@@ -145,8 +157,17 @@ class StoreHandlers:
             "key": a["key"],
             "history": [e.to_dict() for e in entries],
         }
-        reply = _with_damaged(reply, damaged)
-        return _paged(reply, None if before is None else str(before), MORE_HISTORY_HINT)
+
+        def finish(reply: Reply, kept: int) -> Reply:
+            cursor = None if before is None else str(before)
+            shown = damaged
+            if kept < len(entries):  # cut to fit: read on below the last entry kept
+                oldest = entries[kept - 1].version
+                cursor = str(oldest)
+                shown = [d for d in damaged if d.version > oldest]
+            return _paged(_with_damaged(reply, shown), cursor, MORE_HISTORY_HINT)
+
+        return fit_page(reply, "history", a["max_bytes"], finish)
 
     async def delete(self, call: ToolCall) -> Reply:
         a = call.args
@@ -213,13 +234,24 @@ class StoreHandlers:
                 a["namespace"], deleted_by=a["deleted_by"], principal=call.by
             )
         )
-        return {
+        reply: Reply = {
             "status": "ok",
             "namespace": a["namespace"],
             "deleted_count": len(keys),
             "deleted_keys": keys,
             "deleted_by": a["deleted_by"],
         }
+
+        def finish(reply: Reply, kept: int) -> Reply:
+            if kept < len(keys):  # a write cannot be paged: the count says how many there were
+                reply["hint"] = (
+                    f"deleted_keys lists the first {kept:,} of the {len(keys):,} keys deleted, "
+                    f"to keep this reply under {PAGE_BYTES:,} bytes; each key's delete is in "
+                    "its agenthold_history."
+                )
+            return reply
+
+        return fit_page(reply, "deleted_keys", PAGE_BYTES, finish)
 
     async def export(self, call: ToolCall) -> Reply:
         a = call.args
@@ -231,14 +263,18 @@ class StoreHandlers:
         except KeyTooLargeError as exc:  # a smaller limit cannot help: the key alone is over
             raise ToolError(
                 str(exc),
-                f"Read this key's history a page at a time with agenthold_history (namespace "
+                f"Call again with a larger max_bytes (up to {MAX_REPLY_BYTES:,}) to export it "
+                f"whole, or read this key's history a page at a time with agenthold_history "
+                f"(namespace "
                 f"{exc.namespace!r}, key {exc.key!r}; follow its next_cursor) and its value "
                 f"with agenthold_get. To export the keys after it, call agenthold_export "
                 f"again with cursor set to {json.dumps(exc.key, ensure_ascii=False)}.",
                 kind="key_too_large",
             ) from None
-        reply = _with_damaged({"status": "ok", **snapshot.to_dict()}, damaged)
-        return _paged(reply, snapshot.next_after)
+        reply: Reply = {"status": "ok", **snapshot.to_dict()}
+        keys = [r.record.key for r in snapshot.records]
+        finish = _keys_paged(keys, snapshot.next_after, damaged)
+        return fit_page(reply, "records", a["max_bytes"], finish)
 
 
 def _expected_version(tool: str, args: dict[str, Any], hint: str) -> int | None:
@@ -252,8 +288,31 @@ def _expected_version(tool: str, args: dict[str, Any], hint: str) -> int | None:
 
 
 def _page(args: dict[str, Any]) -> dict[str, Any]:
-    """Which page a paged tool's call asks for, as list_page and export take it."""
-    return {"after": args["cursor"] or "", "limit": args["limit"], "max_bytes": MAX_PAGE_BYTES}
+    """Which page a paged tool's call asks for, as list_page and export take it: no more
+    stored text than the reply may hold (fit_page then bounds the reply itself)."""
+    return {"after": args["cursor"] or "", "limit": args["limit"], "max_bytes": args["max_bytes"]}
+
+
+def _keys_paged(
+    keys: Sequence[str], after: str | None, damaged: list[DamagedRecordError]
+) -> Callable[[Reply, int], Reply]:
+    """How fit_page finishes a page of keys (list, export): cut to ``kept`` records, it reads
+    on after the last key kept, counts what it kept, and names only the damaged keys before
+    that one (the next page names the others)."""
+
+    def finish(reply: Reply, kept: int) -> Reply:
+        cursor, shown = after, damaged
+        if kept < len(keys):
+            cursor = keys[kept - 1]
+            shown = [d for d in damaged if d.key < cursor]
+        if "count" in reply:
+            reply["count"] = kept
+        if "record_count" in reply:  # an export's page
+            reply["record_count"] = kept
+            reply["history_count"] = sum(len(r["history"]) for r in reply["records"])
+        return _paged(_with_damaged(reply, shown), cursor)
+
+    return finish
 
 
 def _paged(reply: Reply, next_after: str | None, more: str = MORE_HINT) -> Reply:
@@ -377,7 +436,7 @@ def advanced_tools(app: App) -> list[ToolSpec]:
             "List a namespace",
             "List the live values of a namespace, sorted by key, with versions, writers and "
             "times, a page at a time: while next_cursor is not null, call again with it.",
-            (NAMESPACE, PAGE_LIMIT, CURSOR),
+            (NAMESPACE, PAGE_LIMIT, CURSOR, PAGE_MAX_BYTES),
             read_only=True,
             destructive=False,
             idempotent=True,
@@ -403,6 +462,7 @@ def advanced_tools(app: App) -> list[ToolSpec]:
                     maximum=MAX_HISTORY_LIMIT,
                 ),
                 HISTORY_CURSOR,
+                PAGE_MAX_BYTES,
             ),
             read_only=True,
             destructive=False,
@@ -468,7 +528,7 @@ def advanced_tools(app: App) -> list[ToolSpec]:
             "Return the live values of a namespace with their complete histories, a page of "
             "keys at a time (each page one consistent snapshot); while next_cursor is not "
             "null, call again with it. Prefer agenthold_list for a quick look.",
-            (NAMESPACE, PAGE_LIMIT, CURSOR),
+            (NAMESPACE, PAGE_LIMIT, CURSOR, PAGE_MAX_BYTES),
             read_only=True,
             destructive=False,
             idempotent=True,

@@ -305,6 +305,22 @@ class App(Protocol):
 
 
 MAX_REPLY_BYTES = 16 * 1024 * 1024  # of JSON text in UTF-8: larger replies are refused, not sent
+# The reply of a listing tool's page, unless the call asks for more (max_bytes): hosts refuse
+# long tool replies (Claude Code: 25,000 tokens by default), and 32 KiB of JSON stays under
+# that even at 1.3 bytes a token, far below what JSON tokenizes to (about 3 to 4 bytes a token
+# for text, 2 for dense numbers and timestamps). A page holds at least one item, so one item
+# larger than this (a value near the 1 MiB limit) comes alone, over it.
+PAGE_BYTES = 32 * 1024
+PAGE_MAX_BYTES = Param(
+    "max_bytes",
+    "integer",
+    f"the most bytes of JSON this page's reply may hold (default {PAGE_BYTES:,}, which any "
+    f"MCP host accepts; up to {MAX_REPLY_BYTES:,}); a page holds at least one item",
+    False,
+    PAGE_BYTES,
+    minimum=1,
+    maximum=MAX_REPLY_BYTES,
+)
 
 
 def _utf8_bytes(text: str) -> int:
@@ -347,6 +363,34 @@ def error_result(kind: str, message: str, hint: str, **facts: Any) -> types.Call
 
 def _dumps(reply: Reply) -> str:
     return json.dumps(reply, ensure_ascii=False, allow_nan=False)
+
+
+def json_size(value: Any) -> int:
+    """The bytes ``value`` takes in a reply's JSON text (UTF-8), as ``result`` writes it."""
+    return _utf8_bytes(_dumps(value))
+
+
+def fit_page(reply: Reply, field: str, budget: int, finish: Callable[[Reply, int], Reply]) -> Reply:
+    """``reply`` cut to at most ``budget`` bytes of JSON by keeping the first items of its list
+    ``field`` (always at least one): ``finish(reply, kept)`` is called with the list already
+    cut to ``kept`` items, and sets the cursor (and hint) to read on after the last of them,
+    when ``kept`` is less than there were. A reply within the budget is finished as it is."""
+    items: list[Any] = reply[field]
+    whole = finish(dict(reply), len(items))
+    if len(items) <= 1 or json_size(whole) <= budget:
+        return whole
+    used = json_size(finish({**reply, field: items[:1]}, 1))  # the rest of the reply, and one
+    kept = 1
+    for item in items[1:]:
+        used += json_size(item) + 2  # ", " between items
+        if used > budget:
+            break
+        kept += 1
+    while True:  # the cursor's own length can differ from item to item: check the whole
+        cut = finish({**reply, field: items[:kept]}, kept)
+        if kept == 1 or json_size(cut) <= budget:
+            return cut
+        kept -= 1
 
 
 WAIT_TIMEOUT = Param(

@@ -31,6 +31,7 @@ from typing import Any
 import anyio
 import httpx2
 import pytest
+import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
@@ -131,6 +132,7 @@ def reply_of(result: CallToolResult) -> dict[str, Any]:
 class Web:
     url: str  # the MCP endpoint
     port: int
+    server: uvicorn.Server | None = None  # its connections: server.server_state.connections
 
 
 @contextlib.asynccontextmanager
@@ -163,7 +165,7 @@ async def uvicorn_serving(
             while not web.started:
                 await anyio.sleep(0.01)
             try:
-                yield Web(f"http://127.0.0.1:{port}{path}", port)
+                yield Web(f"http://127.0.0.1:{port}{path}", port, web)
             finally:
                 web.should_exit = True
     finally:
@@ -567,7 +569,7 @@ class StdioPipes:
         with contextlib.suppress(OSError):
             self.proc.stdin.close()
         try:
-            status = self.proc.wait(timeout=15)
+            status = self.proc.wait(timeout=STARTUP)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()

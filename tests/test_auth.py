@@ -24,7 +24,7 @@ import anyio
 import httpx2
 import pytest
 from mcp import Client
-from support import free_port, run_agenthold, sdk_client, uvicorn_serving
+from support import STARTUP, free_port, run_agenthold, sdk_client, uvicorn_serving
 
 from agenthold.auth import UNAUTHORIZED, BearerAuth, LoopbackOrigins, is_loopback, usable_tokens
 from agenthold.claims import Coordinator
@@ -399,8 +399,10 @@ async def test_the_variable_protects_a_served_command_and_no_token_reaches_the_l
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}/mcp"
     try:
-        async with httpx2.AsyncClient(timeout=10) as http:
-            deadline = time.monotonic() + 20
+        # The socket listens before the application is built, which takes seconds on a loaded
+        # machine: the first request waits for that, so it gets the start-up allowance.
+        async with httpx2.AsyncClient(timeout=STARTUP) as http:
+            deadline = time.monotonic() + STARTUP
             while True:  # until it listens
                 try:
                     first = await http.post(url, json={})
@@ -418,7 +420,7 @@ async def test_the_variable_protects_a_served_command_and_no_token_reaches_the_l
             assert done.structured_content is not None
             reply = json.dumps(done.structured_content)
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=15)
+        out, err = proc.communicate(timeout=STARTUP)
     finally:
         if proc.poll() is None:
             proc.kill()

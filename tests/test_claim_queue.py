@@ -77,6 +77,12 @@ def queued(coord: Coordinator) -> int:
     return int(coord.db.fetchone("SELECT count(*) FROM claim_waiters")[0])
 
 
+def in_line(coord: Coordinator, agent: str) -> int:
+    """The queue rows of ``agent``'s waits."""
+    sql = "SELECT count(*) FROM claim_waiters WHERE agent_id = ?"
+    return int(coord.db.fetchone(sql, (agent,))[0])
+
+
 def until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -93,7 +99,10 @@ class Waits:
         self.threads: list[threading.Thread] = []
 
     def start(self, name: str, resource: str, agent: str, timeout: float = 10, **kw: Any) -> None:
-        before = queued(self.coord)
+        """Start the wait, and return once it is in line (its own row, not a count of rows: a
+        short wait started before it may leave the queue meanwhile, on a loaded machine) or
+        has answered."""
+        before = in_line(self.coord, agent)
 
         def run() -> None:
             self.results[name] = self.coord.wait(
@@ -103,7 +112,7 @@ class Waits:
         thread = threading.Thread(target=run)
         thread.start()
         self.threads.append(thread)
-        until(lambda: queued(self.coord) > before or name in self.results)  # in line, in order
+        until(lambda: in_line(self.coord, agent) > before or name in self.results)  # in order
 
     def join(self) -> None:
         for thread in self.threads:

@@ -641,7 +641,15 @@ class StdioServer(StdioPipes):
     def __init__(self, root: Path, db: Path) -> None:
         super().__init__([sys.executable, *agenthold_args(db, root, "--tools", "advanced")], root)
 
-    def tool(self, request_id: int | str, tool: str, arguments: str, *, modern: bool) -> Any:
+    def tool(
+        self,
+        request_id: int | str,
+        tool: str,
+        arguments: str,
+        *,
+        modern: bool,
+        timeout: float = ANSWER_LIMIT,
+    ) -> Any:
         self.send(
             call_text(
                 request_id if isinstance(request_id, int) else json.dumps(request_id),
@@ -650,7 +658,7 @@ class StdioServer(StdioPipes):
                 modern=modern,
             )
         )
-        return self.reply(request_id)
+        return self.reply(request_id, timeout)
 
 
 @contextlib.contextmanager
@@ -668,6 +676,8 @@ def stdio_server(
         try:
             if era == LEGACY:
                 server.handshake("hostile")
+            else:  # no handshake: a first request waits out the start (seconds, when loaded)
+                server.request("tools/list", {"_meta": MODERN_META}, STARTUP, request_id="up")
             yield server, canary, era == MODERN
             assert_went_warm(stdio_path)
         finally:
@@ -797,11 +807,13 @@ def test_over_stdio_deep_nesting_long_strings_and_junk_lines_are_answered_and_se
                 f'{{"value":{deep},{value}}}',
                 modern=modern,
             )
-            server.send(line)
-            assert "nested too deeply" in server.reply(request_id)["error"]["message"]
+            server.send(line)  # the large lines take seconds to scan on a loaded machine
+            answer = server.reply(request_id, STARTUP)
+            assert "nested too deeply" in answer["error"]["message"]
         ten_mb = server.tool(
-            4, "agenthold_get", f'{{"namespace":"{"x" * 10_000_000}","key":"k"}}', modern=modern
-        )
+            4, "agenthold_get", f'{{"namespace":"{"x" * 10_000_000}","key":"k"}}',
+            modern=modern, timeout=STARTUP,
+        )  # fmt: skip
         reply = tool_result(ten_mb, "agenthold_get")
         assert reply["error"] == "invalid_input" and "10000000 characters" in reply["message"]
         control = server.tool(

@@ -214,12 +214,12 @@ ARGUMENTS = {
         {"namespace", "key", "value", "updated_by", "expected_version"},
         {"force"},
     ),
-    "agenthold_list": ({"namespace"}, {"limit", "cursor"}),
-    "agenthold_history": ({"namespace", "key"}, {"limit", "cursor"}),
+    "agenthold_list": ({"namespace"}, {"limit", "cursor", "max_bytes"}),
+    "agenthold_history": ({"namespace", "key"}, {"limit", "cursor", "max_bytes"}),
     "agenthold_delete": ({"namespace", "key", "deleted_by", "expected_version"}, {"force"}),
     "agenthold_watch": ({"namespace", "key", "since_version"}, {"timeout_seconds"}),
     "agenthold_clear_namespace": ({"namespace", "deleted_by"}, set()),
-    "agenthold_export": ({"namespace"}, {"limit", "cursor"}),
+    "agenthold_export": ({"namespace"}, {"limit", "cursor", "max_bytes"}),
 }
 
 
@@ -860,27 +860,30 @@ async def test_an_export_page_of_a_key_over_4_mib_is_refused_with_a_hint_that_he
     advanced: Served,
 ) -> None:
     """A page holds a key whole, with its history: a key written five times at 900 kB is 5.4
-    MB, over an export page's 4 MiB, so the page that would start with it is refused before
-    anything is read (key_too_large, not a reply built and then found too large). Asking for
-    fewer keys cannot help, so the hint names what can: agenthold_history with its cursor for
-    the key, and the cursor that exports the keys after it. The server serves on."""
+    MB, over an export page of 4 MiB (max_bytes), so the page that would start with it is
+    refused before anything is read (key_too_large, not a reply built and then found too
+    large). Asking for fewer keys cannot help, so the hint names what can: agenthold_history
+    with its cursor for the key, and the cursor that exports the keys after it. The server
+    serves on."""
+    four = {"max_bytes": 4 * 2**20}
     big = "x" * 900_000
     writes = [("a", 1), *(("k", f"{i}{big}") for i in range(5)), ("z", 2)]
     for key, value in writes:
         await advanced.call(
             "agenthold_set", namespace="n", key=key, value=value, updated_by="w", force=True
         )
-    first = await advanced.call("agenthold_export", namespace="n")
+    first = await advanced.call("agenthold_export", namespace="n", **four)
     assert [r["key"] for r in first["records"]] == ["a"] and first["next_cursor"] == "a"
-    refused = await advanced.call("agenthold_export", namespace="n", cursor="a")
+    refused = await advanced.call("agenthold_export", namespace="n", cursor="a", **four)
     assert (refused["status"], refused["error"]) == ("error", "key_too_large")
     assert "'k'" in refused["message"] and "nothing was read" in refused["message"]
     hint = refused["hint"]
     assert "agenthold_history" in hint and "next_cursor" in hint and "limit" not in hint
     assert 'cursor set to "k"' in hint
-    rest = await advanced.call("agenthold_export", namespace="n", cursor="k")
+    assert "max_bytes" in hint
+    rest = await advanced.call("agenthold_export", namespace="n", cursor="k", **four)
     assert [r["key"] for r in rest["records"]] == ["z"] and rest["next_cursor"] is None
-    page = await advanced.call("agenthold_history", namespace="n", key="k", limit=5)
+    page = await advanced.call("agenthold_history", namespace="n", key="k", limit=5, **four)
     assert [h["version"] for h in page["history"]] == [5, 4, 3, 2]  # 4 MiB: four fit
     assert page["next_cursor"] == "2"
 
@@ -904,8 +907,8 @@ def test_a_reply_over_16_mib_of_utf_8_is_refused_with_a_hint_though_its_characte
 async def test_a_history_of_large_values_comes_in_pages_of_about_4_mib_read_on_with_next_cursor(
     advanced: Served,
 ) -> None:
-    """Twenty values of 900 kB: a page of up to 1000 entries holds four (about 4 MiB of
-    values), says how to read on, and following next_cursor gives every entry once."""
+    """Twenty values of 900 kB: a page of up to 1000 entries that asks for 4 MiB holds four,
+    says how to read on, and following next_cursor gives every entry once."""
     big = "x" * 900_000
     for i in range(20):
         await advanced.call(
@@ -915,7 +918,8 @@ async def test_a_history_of_large_values_comes_in_pages_of_about_4_mib_read_on_w
     versions: list[int] = []
     cursor: str | None = None
     while True:
-        more = {"cursor": cursor} if cursor is not None else {}
+        more: dict[str, Any] = {"cursor": cursor} if cursor is not None else {}
+        more["max_bytes"] = 4 * 2**20
         reply = await advanced.call("agenthold_history", namespace="n", key="k", limit=1000, **more)
         assert reply["status"] == "ok" and 1 <= len(reply["history"]) <= 4
         versions += [h["version"] for h in reply["history"]]
