@@ -19,6 +19,10 @@ def _may_serve(args: list[str]) -> bool:
 
 def main() -> int:
     args = sys.argv[1:]
+    if args and args[0] == "hook":  # a coding host's edit hook: a fresh process per edit, so
+        from agenthold.hooks import main as hook_main  # it imports the hooks' rooms alone
+
+        return hook_main(args[1:])
     try:
         if _may_serve(args):
             from agenthold.front import try_warm

@@ -164,6 +164,7 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold.http",
             "agenthold.front",
             "agenthold.warm",  # only to leave a warm server, inside main()
+            "agenthold.hooks",  # agenthold hook ..., inside main()
         },
         "front": set(),
         "rpc_id": set(),
@@ -338,7 +339,7 @@ def rooms_table() -> list[tuple[list[str], str]]:
     rows = []
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 3 and cells[0].startswith("`"):
+        if len(cells) == 3 and cells[0].startswith("`") and not cells[0].startswith("`hooks/"):
             rows.append((re.findall(r"`([a-z_]+)\.py`", cells[0]), cells[2]))
     return rows
 
@@ -367,6 +368,37 @@ def test_the_architecture_table_names_every_import_of_every_room() -> None:
     sentence = re.search(r"Only (.*?) import `mcp`", " ".join(ARCHITECTURE.read_text().split()))
     assert sentence is not None
     assert set(re.findall(r"`([a-z_]+)\.py`", sentence.group(1))) == SERVING
+
+
+HOOKS = PACKAGE / "hooks"
+
+
+def test_the_hooks_rooms_import_what_the_architecture_table_says() -> None:
+    """The rows of the hooks/ subpackage: one for each of its modules, each listing exactly the
+    agenthold modules (and hooks.NAME rooms) it imports, in rows above it, and never mcp."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    section = text.split("## The rooms", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`hooks/"):
+            rows.append((re.findall(r"`hooks/([a-z_]+)\.py`", cells[0]), cells[2]))
+    names = sorted(n for modules, _ in rows for n in modules)
+    assert names == sorted(p.stem for p in HOOKS.glob("*.py"))
+    known = set(MODULES) | {f"hooks.{n}" for n in names}
+    above: set[str] = set(MODULES)  # the package's rooms; hooks rooms only from rows above
+    for modules, cell in rows:
+        found: set[str] = set()
+        for module in modules:
+            for name in imported_modules(f"hooks/{module}"):
+                assert name.split(".")[0] not in ("mcp", "uvicorn"), (module, name)
+                if name.startswith("agenthold."):
+                    found.add(name.removeprefix("agenthold."))
+        found -= {f"hooks.{m}" for m in modules}
+        words = set(re.findall(r"[a-z_.]+[a-z]", cell)) & known
+        assert words == found, (modules, sorted(found))
+        assert found <= above, (modules, sorted(found - above))
+        above |= {f"hooks.{m}" for m in modules}
 
 
 def test_the_architecture_doc_gives_build_server_every_parameter_it_has() -> None:
