@@ -590,4 +590,3 @@ def test_the_reason_says_who_since_when_until_when_and_what_helps() -> None:
     assert "no end" in text and "hard link" in text
     assert hook_command._held_for("not a time", now) == ""
     assert hook_command._ago(7300) == "2h 01m"
-
