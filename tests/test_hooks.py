@@ -271,6 +271,7 @@ async def test_any_name_of_the_file_and_any_claim_covering_it_refuse_the_edit(
             "docs/x.md": "covers it",
             "docs/new/deeper.txt": "covers it",  # a file that does not exist yet
             "README.md": "covers it",  # the glob
+            "src/api/../a.py": "has held it",  # a ".." segment, collapsed
         }
         for name, says in cases.items():
             payload = claude(root, "Write", file_path=str(root / name), content="x")
@@ -540,6 +541,18 @@ def test_a_wrong_command_line_is_one_line_and_status_2(args: list[str], said: st
     )  # fmt: skip
     assert done.returncode == 2 and said in done.stderr and done.stdout == ""
     assert "Traceback" not in done.stderr
+
+
+def test_help_says_how_to_use_it_and_agenthold_help_lists_the_hook() -> None:
+    done = subprocess.run([sys.executable, "-m", "agenthold", "hook", "--help"],
+                          capture_output=True, text=True, env=child_env(), timeout=60)  # fmt: skip
+    assert done.returncode == 0 and "agenthold hook install" in done.stdout
+    top = subprocess.run([sys.executable, "-m", "agenthold", "--help"],
+                         capture_output=True, text=True, env=child_env(), timeout=60)  # fmt: skip
+    assert "hook" in top.stdout and "edit hook" in top.stdout
+    from agenthold.cli import main as cli_main
+
+    assert cli_main(["hook", "--help"]) == 0
 
 
 def test_the_hook_finds_the_servers_default_database(tmp_path: Path) -> None:

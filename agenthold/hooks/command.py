@@ -35,6 +35,14 @@ USAGE = (
 )
 
 
+HELP = (
+    "Reads a coding host's pre-tool hook input on stdin and refuses an edit of a file another "
+    "agent holds\n(printing the host's deny JSON); prints nothing for an edit it allows. "
+    "Wire it in with\n'agenthold hook install HOST' (or 'agenthold hook install git'); "
+    "docs/hooks.md says what it enforces."
+)
+
+
 class Usage(Exception):
     """A command line that is wrong: one line, exit status 2."""
 
@@ -191,6 +199,9 @@ def run(args: Sequence[str]) -> int:
     """The hook command; returns its exit status."""
     from agenthold.hooks.hosts import HOSTS
 
+    if list(args[:1]) in (["-h"], ["--help"]):
+        sys.stdout.write(f"{USAGE}\n\n{HELP}\n")
+        return 0
     try:
         opts = parse_options(args, list(HOSTS))
         db = database_path(opts.db, dict(os.environ))

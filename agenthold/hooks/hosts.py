@@ -124,7 +124,11 @@ def _quote(word: str) -> str:
 
 
 def _absolute(paths: tuple[str, ...] | list[str], cwd: str) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(os.path.join(cwd, os.path.expanduser(p)) for p in paths))
+    # ".." is collapsed here (the resolver refuses it, and a refused name would be let through);
+    # symlinks are followed later, by the resolver, from the collapsed path
+    return tuple(
+        dict.fromkeys(os.path.normpath(os.path.join(cwd, os.path.expanduser(p))) for p in paths)
+    )
 
 
 CLAUDE_CODE = Host(
