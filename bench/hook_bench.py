@@ -15,6 +15,10 @@ with the hook input on stdin, for
 4. the same allowing an edit of a file its own agent holds;
 5. ``agenthold --version``, for scale.
 
+Beside the wall time, the CPU time each process used (user and system, from the children's
+rusage): on a loaded machine the wall time also counts the time a process waited for a core,
+which the CPU time does not.
+
 The database is SQLite, made by the real Coordinator: an agent with 50 file claims and a
 directory claim, and the claims of the hook's own host. The target (issue 25): the hook's
 median at most 40 ms over the floor's, never importing mcp (checked with ``-X importtime``).
@@ -28,6 +32,7 @@ import argparse
 import compileall
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -100,11 +105,17 @@ def main() -> int:
         }
         outputs: dict[str, bytes] = {}
         times: dict[str, list[float]] = {name: [] for name in cases}
+        cpu: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(args.runs):
             for name, (argv, stdin) in cases.items():
+                used = resource.getrusage(resource.RUSAGE_CHILDREN)
                 start = time.perf_counter()
                 done = subprocess.run(argv, input=stdin, capture_output=True, env=env, check=False)
                 times[name].append((time.perf_counter() - start) * 1000)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[name].append(
+                    (after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime) * 1000
+                )
                 outputs[name] = done.stdout
                 if done.returncode != 0:
                     print(f"{name} failed: {done.stderr.decode()}", file=sys.stderr)
@@ -123,11 +134,14 @@ def main() -> int:
         line.rstrip().endswith(("| mcp", "| mcp.types")) for line in trace.splitlines()
     )
     floor = statistics.median(times["python -c pass (floor)"])
+    cpu_floor = statistics.median(cpu["python -c pass (floor)"])
     results = {
         name: {
             "median_ms": statistics.median(values),
             "best_ms": min(values),
             "over_floor_ms": statistics.median(values) - floor,
+            "cpu_median_ms": statistics.median(cpu[name]),
+            "cpu_over_floor_ms": statistics.median(cpu[name]) - cpu_floor,
         }
         for name, values in times.items()
     }
@@ -138,10 +152,11 @@ def main() -> int:
         return 0
     print(_common.machine_line(_common.machine()))
     print(f"{args.runs} runs of each, interleaved; milliseconds\n")
-    rows = [["command", "median", "best", "over floor"]]
+    rows = [["command", "median", "best", "over floor", "CPU median", "CPU over floor"]]
     for name, r in results.items():
         rows.append([name, f"{r['median_ms']:.1f}", f"{r['best_ms']:.1f}",
-                     f"{r['over_floor_ms']:+.1f}"])  # fmt: skip
+                     f"{r['over_floor_ms']:+.1f}", f"{r['cpu_median_ms']:.1f}",
+                     f"{r['cpu_over_floor_ms']:+.1f}"])  # fmt: skip
     print(_common.table(rows))
     print()
     print(_common.check_line(worst <= TARGET_MS, "hook within 40 ms of the floor",

@@ -20,8 +20,6 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from agenthold.hooks.parse import patch_paths, shell_paths
-
 
 @dataclass(frozen=True)
 class Call:
@@ -63,6 +61,8 @@ class Host:
             command = data.get("command")
             if not isinstance(command, str):
                 raise ValueError(f"a {event} input without a command string")
+            from agenthold.hooks.parse import shell_paths  # only for commands (shlex, glob)
+
             return Call("edit", _absolute(shell_paths(command, cwd), cwd), session, cwd, "shell")
         tool = data.get("tool_name")
         if not isinstance(tool, str):
@@ -101,6 +101,8 @@ class Host:
 def _command_paths(command: object, cwd: str, *, patch: bool) -> tuple[str, ...]:
     """The files a command writes: a patch (apply_patch's text, or an argv that runs it), or a
     shell command line (a string, or an argv such as ["bash", "-lc", "..."])."""
+    from agenthold.hooks.parse import patch_paths, shell_paths  # only for commands
+
     if isinstance(command, list) and all(isinstance(c, str) for c in command):
         if command and os.path.basename(command[0]) == "apply_patch":
             return tuple(patch_paths("\n".join(command[1:])))
