@@ -215,6 +215,8 @@ def test_git_pre_commit_refuses_staged_changes_to_files_others_hold_and_chains(
     coord.claim("dir/", other)
     store.close()
 
+    shown = install("git", "--project", str(repo), "--db", db, "--print", cwd=repo, home=tmp_path)
+    assert shown.stdout.count("#!/bin/sh") == 2 and not (hooks / "pre-push").exists()
     done = install("git", "--project", str(repo), "--db", db, cwd=repo, home=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (hooks / "pre-commit.agenthold-chained").exists()

@@ -278,6 +278,9 @@ async def test_any_name_of_the_file_and_any_claim_covering_it_refuse_the_edit(
             why = refused("claude-code", hook("claude-code", payload, db))
             assert says in why and "'bob'" in why, (name, why)
         allowed(hook("claude-code", claude(root, "Write", file_path=str(root / "free.py")), db))
+        # names no claim could have (a NUL byte; the workspace root itself): nothing holds them
+        for odd in ("bad\0name.py", "."):
+            allowed(hook("claude-code", claude(root, "Write", file_path=str(root / odd)), db))
 
 
 @pytest.mark.backends
