@@ -6,7 +6,8 @@ line serves it (cli.py) and the process ends without the interpreter's teardown
 A command line whose first word is a subcommand (the inspector, ``token``, ``backup``) or
 ``-h``, ``--help`` or ``--version`` never serves stdio, so it goes straight to the command
 line: the front would only add its imports and find nothing to do. Every other command line,
-which may serve stdio, tries the front first."""
+which may serve stdio, tries the front first. ``agenthold hook ...`` (a coding host's edit hook,
+a new process on every edit) goes to agenthold.hooks alone, past both."""
 
 import sys
 
@@ -20,6 +21,10 @@ def _may_serve(args: list[str]) -> bool:
 def main() -> int:
     args = sys.argv[1:]
     try:
+        if args and args[0] == "hook":  # a coding host's edit hook: a fresh process per edit,
+            from agenthold.hooks import main as hook_main  # so it imports the hooks' rooms alone
+
+            return hook_main(args[1:])
         if _may_serve(args):
             from agenthold.front import try_warm
 

@@ -248,11 +248,19 @@ _POSTGRES_V6 = """
     OLD.resource)) EXECUTE FUNCTION claim_patterns_changed();
 """
 
+# The host process of the client a stdio server served when the agent registered (agenthold.hooks
+# .ancestry: "boot id:pid:start time", read from /proc), so that an edit hook run by that same
+# host process knows the agent as its own; NULL over HTTP and where /proc cannot say.
+_V7 = """
+    ALTER TABLE agents ADD COLUMN host TEXT;
+    CREATE INDEX agents_by_host ON agents (host) WHERE host IS NOT NULL;
+"""
+
 CLAIMS_SCHEMA = Component(
     "claims",
     {
-        "sqlite": (_SQLITE_V1, _V2, _V3, _SQLITE_V4, _SQLITE_V5, _SQLITE_V6),
-        "postgresql": (_POSTGRES_V1, _V2, _V3, _POSTGRES_V4, _POSTGRES_V5, _POSTGRES_V6),
+        "sqlite": (_SQLITE_V1, _V2, _V3, _SQLITE_V4, _SQLITE_V5, _SQLITE_V6, _V7),
+        "postgresql": (_POSTGRES_V1, _V2, _V3, _POSTGRES_V4, _POSTGRES_V5, _POSTGRES_V6, _V7),
     },
 )
 

@@ -300,7 +300,7 @@ class ClaimHandlers:
         a = call.args
         done: Registration = await self.app.write(
             lambda: self.coordinator.register(
-                a["name"], a["model"], a["purpose"], principal=call.by
+                a["name"], a["model"], a["purpose"], principal=call.by, host=self.app.host
             )
         )
         self.app.note_agent(call.connection, done.agent_id, registered=True)

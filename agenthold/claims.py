@@ -200,10 +200,17 @@ class Coordinator:
     # -- agents --------------------------------------------------------------------------------
 
     def register(
-        self, name: str, model: str = "", purpose: str = "", *, principal: str | None = None
+        self,
+        name: str,
+        model: str = "",
+        purpose: str = "",
+        *,
+        principal: str | None = None,
+        host: str | None = None,
     ) -> Registration:
         """Register an agent and return its new ``agent_id``. ``principal`` (the
-        caller, as a token names it) is who the agent belongs to from then on."""
+        caller, as a token names it) is who the agent belongs to from then on; ``host`` the
+        process its client runs in, where a stdio server can tell (agenthold.hooks)."""
         check_text("name", name, MAX_AGENT_NAME)
         if model:
             check_text("model", model, MAX_MODEL)
@@ -220,8 +227,8 @@ class Coordinator:
             lease = None if self.claim_ttl is None else now + self.claim_ttl
             conn.execute(
                 "INSERT INTO agents (agent_id, name, model, purpose, registered_at, "
-                "last_seen_at, lease_ends_at, lease_end_outcome, principal) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "last_seen_at, lease_ends_at, lease_end_outcome, principal, host) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     agent_id,
                     name,
@@ -232,6 +239,7 @@ class Coordinator:
                     lease,
                     None if lease is None else "expired",
                     principal,
+                    host,
                 ),
             )
             conn.execute(

@@ -332,6 +332,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_web_command(subcommands)
     add_token_commands(subcommands)
+    subcommands.add_parser(  # listed for --help; main() hands "hook" to agenthold.hooks
+        "hook",
+        help="a coding host's edit hook: refuse edits to files other agents hold "
+        "('agenthold hook install HOST' wires it in; see docs/hooks.md)",
+        add_help=False,
+    )
     return parser
 
 
@@ -454,6 +460,10 @@ def _fail(message: str, code: int = 2) -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv and argv[0] == "hook":  # agenthold.hooks reads its own options (a lean path)
+        from agenthold.hooks import main as hook_main
+
+        return hook_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.version:

@@ -141,6 +141,9 @@ class Agenthold:
         self.disconnect_grace = disconnect_grace
         self.agents = AgentTracker()
         self.transport = "memory"  # "stdio" or "http", set by the transport that serves it
+        # the process the stdio client runs in (agenthold.hooks.ancestry), recorded on the
+        # agents it registers so that the host's edit hook knows them as its own
+        self.host: str | None = None
         self.reap_idle: float | None = None  # seconds; None: never remove idle agents
         self.pending_every = PENDING_EVERY  # seconds between two looks at the side file
         self.in_flight = 0  # tool calls being answered

@@ -30,6 +30,7 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from agenthold.hooks.ancestry import my_host
 from agenthold.rpc_id import top_level_id
 from agenthold.server import (
     PROCESS,
@@ -309,6 +310,7 @@ async def serve_stdio(app: Agenthold, signals: SignalSource) -> None:
     """Serve ``app`` on stdio until the client closes stdin or a signal from ``signals``
     arrives."""
     server = build_server(app, report_of=report_if_asked)
+    app.host = my_host()  # the client that started this server, for the edit hooks
     pipes = _claim_stdio()
     streams: dict[str, Any] = {}
     if pipes is not None:

@@ -303,6 +303,10 @@ class App(Protocol):
     ) -> None:
         """Remember that ``connection`` named ``agent_id`` (its lease ends with it)."""
 
+    @property
+    def host(self) -> str | None:
+        """The process a stdio client runs in (agenthold.hooks.ancestry), else None."""
+
 
 MAX_REPLY_BYTES = 16 * 1024 * 1024  # of JSON text in UTF-8: larger replies are refused, not sent
 # The reply of a listing tool's page, unless the call asks for more (max_bytes): hosts refuse

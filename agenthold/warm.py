@@ -49,6 +49,7 @@ import anyio
 from mcp.server.stdio import stdio_server
 
 from agenthold.front import CHECK, IDLE, PROTOCOL, Plan, code_stamp, connect, peer_uid
+from agenthold.hooks.ancestry import host_of, parent_of
 from agenthold.server import PROCESS, Agenthold, SignalSource, build_server, report_if_asked
 from agenthold.stdio import _guard_stdio, _PipeLines, _PipeWriter
 
@@ -82,6 +83,20 @@ def _seconds(environ: dict[str, str], name: str, default: float) -> float:
     except ValueError:
         return default
     return value if math.isfinite(value) and value > 0 else default
+
+
+def _client_host(conn: socket.socket) -> str | None:
+    """The host process of the front at the other end of ``conn`` (its parent, past any
+    launcher: agenthold.hooks.ancestry), by the pid SO_PEERCRED gives; None where it cannot."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:  # pragma: no cover - not Linux
+        return None
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    except OSError:  # pragma: no cover
+        return None
+    parent = parent_of(struct.unpack("3i", creds)[0])
+    return None if parent is None else host_of(parent)
 
 
 class _SessionLog(logging.Handler):
@@ -301,6 +316,7 @@ class WarmServer:
             self.coordinator, tools=self.opts.tools, disconnect_grace=self.opts.disconnect_grace
         )
         app.transport = "stdio"
+        app.host = _client_host(conn)
         app.reap_idle = self.opts.reap_idle
         self.setup(app)
         server = build_server(app, report_of=report_if_asked)

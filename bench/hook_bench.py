@@ -1,0 +1,170 @@
+"""What the edit hook costs a coding host on every edit: ``agenthold hook claude-code`` as a
+whole process, against a bare Python started the same way in the same run.
+
+    python bench/hook_bench.py              # 20 runs of each, a table
+    python bench/hook_bench.py --runs 50    # more runs
+    python bench/hook_bench.py --json       # the same results as JSON
+
+What is measured: the wall time of whole processes started one after another with
+``subprocess.run`` (interpreter start-up, imports, opening the database, the look, printing),
+with the hook input on stdin, for
+
+1. ``python -c pass``: the floor;
+2. ``agenthold hook claude-code`` allowing an edit of a free file;
+3. the same refusing an edit of a file another agent holds (the deny JSON printed);
+4. the same allowing an edit of a file its own agent holds;
+5. ``agenthold --version``, for scale.
+
+Beside the wall time, the CPU time each process used (user and system, from the children's
+rusage): on a loaded machine the wall time also counts the time a process waited for a core,
+which the CPU time does not.
+
+The database is SQLite, made by the real Coordinator: an agent with 50 file claims and a
+directory claim, and the claims of the hook's own host. The target (issue 25): the hook's
+median at most 40 ms over the floor's, never importing mcp (checked with ``-X importtime``).
+The package's bytecode is compiled first, as an installation has it. Medians of interleaved
+runs (one of each in turn), because the machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import compileall
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import _common  # finds this checkout's agenthold; its table and machine line
+
+import agenthold
+from agenthold.claims import Coordinator
+from agenthold.hooks.ancestry import host_of
+from agenthold.store import StateStore
+from agenthold.uris import Resolver, Workspace
+
+TARGET_MS = 40.0
+
+
+def make_database(root: Path) -> Path:
+    db = root / "bench.db"
+    store = StateStore(str(db))
+    resolver = Resolver([Workspace.parse(f"default={root}")])
+    other = Coordinator(store, resolver, claim_ttl=3600)
+    holder = other.register("other-agent", "bench", "holds files").agent_id
+    (root / "src").mkdir()
+    for i in range(50):
+        (root / "src" / f"held{i}.py").write_text("x = 1\n")
+        other.claim(f"src/held{i}.py", holder)
+    (root / "docs").mkdir()
+    other.claim("docs/", holder)
+    # this process is the host: it starts the hooks, as a coding host would
+    own = Coordinator(store, resolver).register("own-agent", host=host_of(os.getpid())).agent_id
+    (root / "mine.py").write_text("")
+    Coordinator(store, resolver).claim("mine.py", own)
+    store.close()
+    return db
+
+
+def hook_input(root: Path, name: str) -> bytes:
+    return json.dumps(
+        {
+            "session_id": "bench",
+            "cwd": str(root),
+            "hook_event_name": "PreToolUse",
+            "tool_name": "Edit",
+            "tool_input": {"file_path": str(root / name), "old_string": "a", "new_string": "b"},
+        }
+    ).encode()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    package = Path(agenthold.__file__).parent
+    compileall.compile_dir(str(package), quiet=1)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = str(package.parent)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp).resolve()
+        db = make_database(root)
+        hook = [sys.executable, "-m", "agenthold", "hook", "claude-code", "--db", str(db)]
+        cases = {
+            "python -c pass (floor)": ([sys.executable, "-c", "pass"], b""),
+            "hook: allow (free file)": (hook, hook_input(root, "free.py")),
+            "hook: deny (held by another)": (hook, hook_input(root, "src/held7.py")),
+            "hook: allow (own claim)": (hook, hook_input(root, "mine.py")),
+            "agenthold --version": ([sys.executable, "-m", "agenthold", "--version"], b""),
+        }
+        outputs: dict[str, bytes] = {}
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        cpu: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(args.runs):
+            for name, (argv, stdin) in cases.items():
+                used = resource.getrusage(resource.RUSAGE_CHILDREN)
+                start = time.perf_counter()
+                done = subprocess.run(argv, input=stdin, capture_output=True, env=env, check=False)
+                times[name].append((time.perf_counter() - start) * 1000)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                cpu[name].append(
+                    (after.ru_utime + after.ru_stime - used.ru_utime - used.ru_stime) * 1000
+                )
+                outputs[name] = done.stdout
+                if done.returncode != 0:
+                    print(f"{name} failed: {done.stderr.decode()}", file=sys.stderr)
+                    return 1
+        assert b'"deny"' in outputs["hook: deny (held by another)"]
+        assert outputs["hook: allow (free file)"] == b""
+        assert outputs["hook: allow (own claim)"] == b""
+        trace = subprocess.run(
+            [sys.executable, "-X", "importtime", *hook[1:]],
+            input=hook_input(root, "src/held7.py"),
+            capture_output=True,
+            env=env,
+            check=False,
+        ).stderr.decode()
+    mcp_imported = any(
+        line.rstrip().endswith(("| mcp", "| mcp.types")) for line in trace.splitlines()
+    )
+    floor = statistics.median(times["python -c pass (floor)"])
+    cpu_floor = statistics.median(cpu["python -c pass (floor)"])
+    results = {
+        name: {
+            "median_ms": statistics.median(values),
+            "best_ms": min(values),
+            "over_floor_ms": statistics.median(values) - floor,
+            "cpu_median_ms": statistics.median(cpu[name]),
+            "cpu_over_floor_ms": statistics.median(cpu[name]) - cpu_floor,
+        }
+        for name, values in times.items()
+    }
+    worst = max(r["over_floor_ms"] for n, r in results.items() if n.startswith("hook"))
+    if args.json:
+        print(json.dumps({"runs": args.runs, "results": results, "worst_over_floor_ms": worst,
+                          "imports_mcp": mcp_imported}, indent=2))  # fmt: skip
+        return 0
+    print(_common.machine_line(_common.machine()))
+    print(f"{args.runs} runs of each, interleaved; milliseconds\n")
+    rows = [["command", "median", "best", "over floor", "CPU median", "CPU over floor"]]
+    for name, r in results.items():
+        rows.append([name, f"{r['median_ms']:.1f}", f"{r['best_ms']:.1f}",
+                     f"{r['over_floor_ms']:+.1f}", f"{r['cpu_median_ms']:.1f}",
+                     f"{r['cpu_over_floor_ms']:+.1f}"])  # fmt: skip
+    print(_common.table(rows))
+    print()
+    print(_common.check_line(worst <= TARGET_MS, "hook within 40 ms of the floor",
+                             f"worst median {worst:+.1f} ms"))  # fmt: skip
+    print(_common.check_line(not mcp_imported, "the hook never imports mcp",
+                             "imported" if mcp_imported else "not imported"))  # fmt: skip
+    return 0 if not mcp_imported else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
