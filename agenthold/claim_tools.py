@@ -382,6 +382,15 @@ class ClaimHandlers:
             return got
 
         async def look() -> tuple[Reply | None, Iterable[tuple[str, ...]], float | None]:
+            live = coordinator.principal_live
+            if call.by is not None and live is not None and not live(call.by):
+                # its token was revoked while it waited: it leaves the queue (finally, below),
+                # and a claim handed to it goes back
+                raise ToolError(
+                    f"the token of {call.by} was revoked while this wait was in line",
+                    "Ask for a new token; this wait left the queue and holds no claim.",
+                    kind="forbidden",
+                )
             first = seq is None
             step = await self.app.write(look_once, max(0.0, timeout - (time.monotonic() - start)))
             if first:  # the first look passed the owner check: only now is the agent this

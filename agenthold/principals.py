@@ -503,6 +503,12 @@ class TokenTable:
             return None
         return (s.st_ino, s.st_dev, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
 
+    def knows(self, name: str) -> bool:
+        """Whether a principal called ``name`` still has a token (the file is read again if it
+        changed); False while the file cannot be used, as for a request."""
+        table = self.current()
+        return table is not None and any(p.name == name for p in table.principals)
+
     def current(self) -> Table | None:
         signature = self._stat()
         changed = signature != self._signature
