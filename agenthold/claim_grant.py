@@ -212,7 +212,7 @@ def serve(
         return queue
     fetch, at, left = fetch_in(conn), utc_iso(now), list[Queued]()
     for w in queue:
-        if not queued_in_way(left, w.target, w.mode, w.agent_id):
+        if not w.parked and not queued_in_way(left, w.target, w.mode, w.agent_id):
             result, info = may_claim(fetch, w.target, w.agent_id, now, mode=w.mode)
             if result.status != "busy":
                 if result.status == "claimed":

@@ -249,9 +249,10 @@ class Queued:
     agent_id: str
     mode: str
     since: str
-    until: float
+    until: float  # when it changes: its deadline, or (parked) the end of its kept place
     name: str | None
     principal: str | None
+    parked: bool = False  # timed out, its place kept for its agent's next wait (``park``)
 
     def holder(self, asked: str) -> Holder:
         held_as = None if self.target.uri == asked else self.target.uri
@@ -277,7 +278,19 @@ def enqueue(
     liveness: float = LIVENESS,
 ) -> int:
     """Put a wait for ``target`` at the end of the queue, alive for ``liveness`` seconds unless
-    it looks again (``renew``); returns its seq."""
+    it looks again (``renew``), or give it back the place its agent's last wait for the same
+    target and mode kept (``park``); returns its seq."""
+    kept = conn.execute(
+        "SELECT seq FROM claim_waiters WHERE agent_id = ? AND resource = ? AND mode = ? AND "
+        "granted IS NULL AND until < ? AND alive_until >= ? ORDER BY seq LIMIT 1",
+        (agent_id, target.key, mode, now, now),
+    ).fetchone()
+    if kept is not None:  # its last wait timed out a moment ago: it takes its place back
+        conn.execute(
+            "UPDATE claim_waiters SET until = ?, alive_until = ? WHERE seq = ?",
+            (until, now + liveness, kept[0]),
+        )
+        return int(kept[0])
     scope = target.scope if isinstance(target, Pattern) else None
     file_id = target.file_id if isinstance(target, Resource) else None
     row = conn.execute(
@@ -287,6 +300,16 @@ def enqueue(
          now + liveness),
     ).fetchone()  # fmt: skip
     return int(row[0])
+
+
+def park(conn: Any, seq: int, now: float, keep: float) -> None:
+    """The wait ``seq`` timed out: keep its place in line for ``keep`` seconds, for its agent's
+    next wait (``enqueue``). Parked, it is handed nothing (nobody listens for it), but the waits
+    behind it stay behind it; unclaimed, it dies like any row nobody renews."""
+    conn.execute(
+        "UPDATE claim_waiters SET until = ?, alive_until = ? WHERE seq = ? AND granted IS NULL",
+        (now - 1.0, now + keep, seq),  # past its deadline: parked, not live (see waiting)
+    )
 
 
 def renew(conn: Any, seq: int, alive_until: float) -> None:
@@ -332,7 +355,8 @@ def waiting(
     conn: Any, changed: list[Topic], now: float, live: PrincipalLive | None = None
 ) -> list[Queued]:
     """The live waits not yet granted, oldest first (one due now still counts: a wait of 0
-    seconds gets its one look). Dead ones are removed: past their deadline, no longer renewed
+    seconds gets its one look), parked ones (timed out, their place kept) included. Dead ones
+    are removed: past their deadline, no longer renewed
     by their waiter (``alive_until``), their agent's lease ended or their agent gone, or their
     agent's principal no longer ``live``. A granted row nobody came to read in time (or whose
     principal is gone) gives its claim back (``give_back``) and is removed."""
@@ -354,17 +378,15 @@ def waiting(
                           utc_iso(now))  # fmt: skip
                 dead.append((seq,))
             continue
-        if (
-            until < now
-            or alive < now
-            or revoked
-            or name is None
-            or (lease_end is not None and lease_end <= now)
-        ):
+        if alive < now or revoked or name is None or (lease_end is not None and lease_end <= now):
             dead.append((seq,))
             continue
+        parked = until < now  # its wait timed out; alive: its place is kept (``park``)
         target = _target_of(key, uri, scope, file_id)
-        live_rows.append(Queued(seq, target, agent_id, mode, since, until, name, principal))
+        live_rows.append(
+            Queued(seq, target, agent_id, mode, since, alive if parked else until, name,
+                   principal, parked)
+        )  # fmt: skip
     if dead:
         conn.executemany("DELETE FROM claim_waiters WHERE seq = ?", dead)
     return live_rows

@@ -375,10 +375,12 @@ class ClaimHandlers:
             seq, seen = step.seq, step.result
             return step
 
+        parked = False  # timed out and left its place kept: nothing to give back
+
         def leave_once(place: int) -> ClaimResult | None:
-            nonlocal seen
+            nonlocal seen, parked
             got = coordinator.leave_queue(place)
-            seen = got or seen
+            seen, parked = got or seen, got is None
             return got
 
         async def look() -> tuple[Reply | None, Iterable[tuple[str, ...]], float | None]:
@@ -421,7 +423,7 @@ class ClaimHandlers:
             out = answer
             return out
         finally:
-            if seq is not None and out.get("version") is None:  # no claim told: leave
+            if seq is not None and out.get("version") is None and not parked:  # no claim told
                 unheard = Unheard(resource, agent_id, mode, call.by, seen)
                 with anyio.CancelScope(shield=True):  # also when cancelled, or disconnected
                     await self.app.write(coordinator.leave_queue, seq, unheard)

@@ -59,6 +59,7 @@ from agenthold.claim_queue import (
     give_back,
     handed,
     leave,
+    park,
     queued_in_way,
     renew,
     shared_status,
@@ -601,16 +602,21 @@ class Coordinator:
             return QueueLook(seq, None, True, frozenset(topics), min(ends, default=None))
 
     def leave_queue(self, seq: int, unheard: Unheard | None = None) -> ClaimResult | None:
-        """Take a wait with claim out of the queue (it timed out); the claim it was handed
-        meanwhile, if any, which its agent then holds. With ``unheard``, nobody will read the
-        wait's answer (it was cancelled): a claim it was handed is given back, and the waits
-        behind it are served, in the same transaction."""
+        """End a wait with claim that timed out: the claim it was handed meanwhile, if any,
+        which its agent then holds; else its place in line is kept ``waiter_liveness`` seconds
+        for the agent's next wait for the same target (claim_queue.park). With ``unheard``,
+        nobody will read the wait's answer (it was cancelled): it leaves the queue, a claim it
+        was handed is given back, and the waits behind it are served, in the same
+        transaction."""
         with self.db.write() as (conn, changed):
             now = self.db.serialize(conn, CLAIMS_LOCK)
-            got = leave(conn, seq)
             if unheard is not None:
-                give_back(conn, changed, unheard, got, utc_iso(now))
+                give_back(conn, changed, unheard, leave(conn, seq), utc_iso(now))
                 got = None
+            else:
+                _, got = handed(conn, seq)
+                if got is None:  # timed out: its place is kept for a moment (claim_queue.park)
+                    park(conn, seq, now, self.waiter_liveness)
             if got is None:
                 self._serve(conn, changed, now)  # the waits behind it may go now
             return got

@@ -16,13 +16,14 @@ import os
 import signal
 import sqlite3
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from support import StdioPipes, agenthold_args, reply_of, token_server
+from support import StdioPipes, agenthold_args, in_process_client, reply_of, token_server
 from test_claim_queue import Waits, agents, queued, until
 
 from agenthold import claims
@@ -295,3 +296,95 @@ def test_a_claims_schema_of_version_6_migrates_and_keeps_its_queued_rows(
         new.release("custom://lock", h)
         held = new.status("custom://lock")
         assert held.holder is not None and held.holder.agent_id == w  # its deadline is ahead
+
+
+def first_in_line(coord: Coordinator) -> str:
+    return str(coord.db.fetchone("SELECT agent_id FROM claim_waiters ORDER BY seq LIMIT 1")[0])
+
+
+@pytest.mark.backends
+def test_a_timed_out_wait_keeps_its_place_for_its_agents_next_wait(
+    opened: Callable[..., Coordinator],
+) -> None:
+    coord = opened(5.0)  # the place is kept 5 s: the next wait comes well within that
+    h, w1, w2 = agents(coord, "h", "w1", "w2")
+    coord.claim("src/a.py", h)
+    timed_out = coord.wait("src/a.py", 0.1, agent_id=w1, claim=True)
+    assert timed_out.status == "timeout" and queued(coord) == 1
+    waits = Waits(coord)
+    waits.start("w2", "src/a.py", w2, timeout=30)
+    behind = coord.claim("src/a.py", w2)  # the kept place is in line: nobody jumps it
+    assert behind.status == "busy" and behind.holder is not None
+    assert behind.holder.agent_id == h
+    seq = coord.db.fetchone("SELECT min(seq) FROM claim_waiters")[0]
+    back = threading.Thread(
+        target=lambda: waits.results.update(w1=coord.wait("src/a.py", 30, agent_id=w1, claim=True))
+    )
+    back.start()
+    waits.threads.append(back)
+    live = "SELECT count(*) FROM claim_waiters WHERE seq = ? AND until > ?"
+    until(lambda: coord.db.fetchone(live, (seq, coord.db.now()))[0] == 1)  # its place back
+    assert queued(coord) == 2 and first_in_line(coord) == w1
+    coord.release("src/a.py", h)
+    until(lambda: "w1" in waits.results)
+    assert waits.results["w1"].status == "claimed" and "w2" not in waits.results
+    coord.release("src/a.py", w1)
+    waits.join()
+    assert waits.results["w2"].status == "claimed"
+
+
+@pytest.mark.backends
+def test_a_kept_place_nobody_comes_back_for_ends_and_the_next_waiter_goes(
+    coord: Coordinator,
+) -> None:
+    h, w1, w2 = agents(coord, "h", "w1", "w2")
+    coord.claim("src/a.py", h)
+    assert coord.wait("src/a.py", 0.1, agent_id=w1, claim=True).status == "timeout"
+    waits = Waits(coord)
+    waits.start("w2", "src/a.py", w2, timeout=30)
+    coord.release("src/a.py", h)  # w1's kept place is first: handed nothing, it holds w2
+    waits.join()
+    assert waits.results["w2"].status == "claimed"
+    assert events_of(coord, w1) == [] and queued(coord) == 0
+    # a wait for another mode or target does not take the place: it joins the end
+    coord.release("src/a.py", w2)
+
+
+@pytest.mark.backends
+@pytest.mark.anyio
+async def test_a_wait_over_mcp_that_times_out_keeps_its_place_for_the_next_call(
+    opened: Callable[..., Coordinator],
+) -> None:
+    coord = opened(5.0)
+    h, w2 = agents(coord, "h", "w2")
+    coord.claim("src/a.py", h)
+    async with in_process_client(coord, tools="standard") as (_, client):
+        w = reply_of(await client.call_tool("agenthold_register", {"name": "w"}))["agent_id"]
+        args = {"resource": "src/a.py", "agent_id": w, "claim": True, "timeout_seconds": 0.1}
+        first = reply_of(await client.call_tool("agenthold_wait", args))
+        assert first["status"] == "timeout" and queued(coord) == 1
+        seq = coord.db.fetchone("SELECT seq FROM claim_waiters")[0]
+        waits = Waits(coord)
+        waits.start("w2", "src/a.py", w2, timeout=30)
+        replies: list[dict[str, Any]] = []
+
+        async def wait_again() -> None:
+            again = {**args, "timeout_seconds": 30}
+            replies.append(reply_of(await client.call_tool("agenthold_wait", again)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_again)
+            with anyio.fail_after(30):  # its row is live again, still first
+                while (
+                    coord.db.fetchone(
+                        "SELECT count(*) FROM claim_waiters WHERE seq = ? AND until > ?",
+                        (seq, coord.db.now()),
+                    )[0]
+                    == 0
+                ):
+                    await anyio.sleep(0.01)
+            coord.release("src/a.py", h)
+        assert replies[0]["status"] == "claimed"
+        coord.release("src/a.py", w)
+        await anyio.to_thread.run_sync(waits.join)
+        assert waits.results["w2"].status == "claimed"
