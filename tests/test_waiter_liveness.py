@@ -23,7 +23,14 @@ from typing import Any
 
 import anyio
 import pytest
-from support import StdioPipes, agenthold_args, in_process_client, reply_of, token_server
+from support import (
+    StdioPipes,
+    agenthold_args,
+    another_process_holds_the_write_lock,
+    in_process_client,
+    reply_of,
+    token_server,
+)
 from test_claim_queue import Waits, agents, queued, until
 
 from agenthold import claims
@@ -388,3 +395,44 @@ async def test_a_wait_over_mcp_that_times_out_keeps_its_place_for_the_next_call(
         coord.release("src/a.py", w)
         await anyio.to_thread.run_sync(waits.join)
         assert waits.results["w2"].status == "claimed"
+
+
+@pytest.mark.anyio
+async def test_a_wait_answered_unavailable_leaves_no_row_that_a_release_hands_the_claim(
+    tmp_path: Path, root: Path
+) -> None:
+    """The database stops taking writes while a wait with claim is in line over MCP (another
+    process holds SQLite's write lock): the wait answers "unavailable" and cannot take its row
+    out. Once writes work again, the holder's release hands the row nothing: the claim is free
+    and the agent holds nothing it never heard of."""
+    path = tmp_path / "outage.db"
+    with StateStore(path, busy_timeout=0.2) as store:
+        coord = Coordinator(store, resolver=Resolver([Workspace("default", str(root))]))
+        coord.waiter_liveness = SHORT
+        h, w = agents(coord, "h", "w")
+        coord.claim("src/a.py", h)
+        async with in_process_client(coord, tools="standard") as (_, client):
+            replies: list[dict[str, Any]] = []
+
+            async def wait() -> None:
+                args = {"resource": "src/a.py", "agent_id": w, "claim": True,
+                        "timeout_seconds": 60}  # fmt: skip
+                replies.append(reply_of(await client.call_tool("agenthold_wait", args)))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(wait)
+                with anyio.fail_after(30):
+                    while queued(coord) == 0:
+                        await anyio.sleep(0.01)
+                with another_process_holds_the_write_lock(path):
+                    with anyio.fail_after(30):  # its next look (within SHORT / 3) fails
+                        while not replies:
+                            await anyio.sleep(0.01)
+            (answer,) = replies
+            assert answer["status"] == "unavailable", answer
+            assert queued(coord) == 1  # its row stayed: the lock refused its leaving too
+            row = coord.db.fetchone("SELECT alive_until FROM claim_waiters")
+            past(coord, float(row[0]))
+            coord.release("src/a.py", h)
+            assert coord.status("src/a.py").status == "available"
+            assert queued(coord) == 0 and events_of(coord, w) == []
