@@ -505,9 +505,11 @@ class TokenTable:
 
     def knows(self, name: str) -> bool:
         """Whether a principal called ``name`` still has a token (the file is read again if it
-        changed); False while the file cannot be used, as for a request."""
+        changed). False only when the file, read fine, no longer lists it: a file that cannot
+        be used says nothing either way (requests are refused meanwhile, and what a principal
+        has in flight, a wait in line, goes on)."""
         table = self.current()
-        return table is not None and any(p.name == name for p in table.principals)
+        return table is None or any(p.name == name for p in table.principals)
 
     def current(self) -> Table | None:
         signature = self._stat()

@@ -37,7 +37,7 @@ from agenthold import claims
 from agenthold.claim_queue import LIVENESS, Unheard
 from agenthold.claim_schema import CLAIMS_SCHEMA
 from agenthold.claims import Coordinator
-from agenthold.principals import revoke
+from agenthold.principals import TokenTable, add_token, revoke
 from agenthold.store import Component, StateStore
 from agenthold.uris import Resolver, Workspace
 
@@ -436,3 +436,17 @@ async def test_a_wait_answered_unavailable_leaves_no_row_that_a_release_hands_th
             coord.release("src/a.py", h)
             assert coord.status("src/a.py").status == "available"
             assert queued(coord) == 0 and events_of(coord, w) == []
+
+
+def test_a_token_table_knows_a_principal_until_a_readable_file_drops_it(tmp_path: Path) -> None:
+    """What the queue asks of a token file (TokenTable.knows): a revoked principal is no longer
+    known; a file that cannot be read says nothing either way, so waits in line go on."""
+    path = tmp_path / "tokens.json"
+    add_token(path, "alice")
+    add_token(path, "bob")
+    table = TokenTable(path)
+    assert table.knows("alice") and table.knows("bob") and not table.knows("carol")
+    revoke(path, "alice")
+    assert not table.knows("alice") and table.knows("bob")
+    path.write_text("{ not json")
+    assert table.knows("alice") and table.knows("bob")
