@@ -18,8 +18,9 @@ Decisions behind it:
   has not ended, and it is still listening: each look of the wait pushes ``alive_until``
   (``LIVENESS`` seconds ahead; a wait looks at least every ``LIVENESS / 3``), so the row of a
   process that was killed, lost its connection or left on an error dies within ``LIVENESS``.
-  The others are skipped and removed by the next pass. A wait that ends, by answer, timeout,
-  cancel or closed connection, removes its own row.
+  The others are skipped and removed by the next pass. A wait that ends, by answer, cancel or
+  closed connection, removes its own row; one that times out keeps its place for its agent's
+  next wait for ``LIVENESS`` seconds (``park``), handed nothing meanwhile.
 - A claim handed to a row that nobody reads in time (its waiter died after its last look, or
   answered with an error) is given back by the next pass, as a cancelled wait gives back its
   own (``give_back``): nobody holds a claim it was never told of. A row whose agent's principal
@@ -356,10 +357,10 @@ def waiting(
 ) -> list[Queued]:
     """The live waits not yet granted, oldest first (one due now still counts: a wait of 0
     seconds gets its one look), parked ones (timed out, their place kept) included. Dead ones
-    are removed: past their deadline, no longer renewed
-    by their waiter (``alive_until``), their agent's lease ended or their agent gone, or their
-    agent's principal no longer ``live``. A granted row nobody came to read in time (or whose
-    principal is gone) gives its claim back (``give_back``) and is removed."""
+    are removed: no longer renewed by their waiter (``alive_until``), their agent's lease ended
+    or their agent gone, or their agent's principal no longer ``live``. A granted row nobody
+    came to read in time (or whose principal is gone) gives its claim back (``give_back``) and
+    is removed."""
     live_rows: list[Queued] = []
     dead: list[tuple[int]] = []
     for row in conn.execute(_WAITER_ROW + "ORDER BY w.seq").fetchall():
