@@ -301,7 +301,7 @@ def test_the_first_waiter_is_handed_a_claim_whose_holders_lease_ran_out(
 def test_a_free_resource_is_claimed_at_once_and_a_timed_out_waiter_is_skipped(
     coord: Coordinator,
 ) -> None:
-    coord.waiter_liveness = 0.5  # how long a timed-out wait's place is kept
+    coord.waiter_liveness = 1.5  # how long a timed-out wait's place is kept
     h, w1, w2 = agents(coord, "h", "w1", "w2")
     at_once = coord.wait("src/a.py", 5, agent_id=h, claim=True)
     assert (at_once.status, at_once.version, at_once.previous) == ("claimed", 1, None)

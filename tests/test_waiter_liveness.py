@@ -41,7 +41,7 @@ from agenthold.principals import TokenTable, add_token, revoke
 from agenthold.store import Component, StateStore
 from agenthold.uris import Resolver, Workspace
 
-SHORT = 0.5  # seconds: the liveness of the library tests' queued rows
+SHORT = 1.5  # seconds: the liveness of the library tests' queued rows (a look every 0.5 s)
 
 
 @pytest.fixture
@@ -146,7 +146,7 @@ def test_a_waiter_that_keeps_looking_stays_in_line_past_its_liveness(coord: Coor
     waits = Waits(coord)
     waits.start("w", "src/a.py", w, timeout=30)
     start = coord.db.now()
-    past(coord, start + 4 * SHORT)  # four liveness periods: only its renewals keep it
+    past(coord, start + 3 * SHORT)  # three liveness periods: only its renewals keep it
     assert "w" not in waits.results and queued(coord) == 1
     coord.release("src/a.py", h)
     waits.join()
