@@ -2142,8 +2142,8 @@ def test_a_schema_version_1_database_gains_the_claims_file_id_column(tmp_path: P
     assert dict(conn.execute("SELECT component, version FROM agenthold_components")) == {
         "store": 2,
         # v4: directory and glob claims; v5: shared claims, the wait queue (issue 15); v6: the
-        # held patterns' token
-        "claims": 6,
+        # held patterns' token; v7: a queued wait's liveness (issue 27)
+        "claims": 7,
     }
     conn.close()
 
