@@ -10,6 +10,7 @@ Decisions behind it:
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -40,7 +41,7 @@ from agenthold.claim_types import (
 )
 from agenthold.claims import MAX_SET, Coordinator, waited
 from agenthold.principals import require_claim
-from agenthold.store import utc_iso
+from agenthold.store import AgentholdError, utc_iso
 from agenthold.toolkit import WAIT_TIMEOUT, App, Param, Reply, ToolCall, ToolError, ToolSpec, short
 from agenthold.uris import Resource
 
@@ -426,7 +427,12 @@ class ClaimHandlers:
             if seq is not None and out.get("version") is None and not parked:  # no claim told
                 unheard = Unheard(resource, agent_id, mode, call.by, seen)
                 with anyio.CancelScope(shield=True):  # also when cancelled, or disconnected
-                    await self.app.write(coordinator.leave_queue, seq, unheard)
+                    try:
+                        await self.app.write(coordinator.leave_queue, seq, unheard)
+                    except AgentholdError:  # the database is down: leave once it is back
+                        leave = functools.partial(coordinator.leave_queue, seq, unheard)
+                        self.app.write_later(leave, coordinator.waiter_liveness)
+                        raise
 
 
 def one_or_many(tool: str, args: dict[str, Any], *, strings: bool) -> list[Any]:

@@ -38,7 +38,7 @@ from agenthold.claim_queue import LIVENESS, Unheard
 from agenthold.claim_schema import CLAIMS_SCHEMA
 from agenthold.claims import Coordinator
 from agenthold.principals import TokenTable, add_token, revoke
-from agenthold.store import Component, StateStore
+from agenthold.store import AgentholdError, Component, StateStore
 from agenthold.uris import Resolver, Workspace
 
 SHORT = 1.5  # seconds: the liveness of the library tests' queued rows (a look every 0.5 s)
@@ -431,11 +431,39 @@ async def test_a_wait_answered_unavailable_leaves_no_row_that_a_release_hands_th
             (answer,) = replies
             assert answer["status"] == "unavailable", answer
             assert queued(coord) == 1  # its row stayed: the lock refused its leaving too
-            row = coord.db.fetchone("SELECT alive_until FROM claim_waiters")
-            past(coord, float(row[0]))
+            # the server's next write that works takes it out, long before its liveness ends
+            reply_of(await client.call_tool("agenthold_register", {"name": "next"}))
+            assert queued(coord) == 0
             coord.release("src/a.py", h)
             assert coord.status("src/a.py").status == "available"
-            assert queued(coord) == 0 and events_of(coord, w) == []
+            assert events_of(coord, w) == []
+
+
+@pytest.mark.anyio
+async def test_a_deferred_write_refused_again_is_kept_and_one_past_its_time_is_dropped(
+    tmp_path: Path, root: Path
+) -> None:
+    """What write_later keeps: a write refused again waits for the next write that succeeds;
+    one whose time is up is not run at all."""
+    with StateStore(tmp_path / "later.db") as store:
+        coord = Coordinator(store, resolver=Resolver([Workspace("default", str(root))]))
+        async with in_process_client(coord, tools="standard") as (app, client):
+            tries: list[int] = []
+            late: list[int] = []
+
+            def refused_once() -> None:
+                tries.append(1)
+                if len(tries) == 1:
+                    raise AgentholdError("the database refused it again")
+
+            app.write_later(refused_once, 60)
+            app.write_later(lambda: late.append(1), 0)  # its time is up at once
+            reply_of(await client.call_tool("agenthold_register", {"name": "a"}))
+            assert tries == [1] and late == []
+            reply_of(await client.call_tool("agenthold_register", {"name": "b"}))
+            assert tries == [1, 1] and late == []
+            reply_of(await client.call_tool("agenthold_register", {"name": "c"}))
+            assert tries == [1, 1]  # done: not run again
 
 
 def test_a_token_table_knows_a_principal_until_a_readable_file_drops_it(tmp_path: Path) -> None:
