@@ -17,7 +17,9 @@ from typing import Any
 
 from agenthold.claim_match import Pattern
 from agenthold.claim_queue import (
+    LIVENESS,
     Batch,
+    PrincipalLive,
     Queued,
     drop_shares,
     mark_granted,
@@ -194,15 +196,23 @@ def release_one(
     return ReleaseResult("already_free", info.uri, info.version, ended=ended)
 
 
-def serve(conn: Any, changed: list[Topic], now: float) -> list[Queued]:
+def serve(
+    conn: Any,
+    changed: list[Topic],
+    now: float,
+    live: PrincipalLive | None = None,
+    liveness: float = LIVENESS,
+) -> list[Queued]:
     """Grant what can be granted to the waits in the queue, oldest first: one that conflicts
-    with an older wait still in line stays. Returns the waits still in line."""
-    queue = waiting(conn, now)
+    with an older wait still in line stays; a grant is kept for its waiter to read for
+    ``liveness`` seconds. ``live``: whether a waiter's principal may still call (see
+    claim_queue.waiting). Returns the waits still in line."""
+    queue = waiting(conn, changed, now, live)
     if not queue:
         return queue
     fetch, at, left = fetch_in(conn), utc_iso(now), list[Queued]()
     for w in queue:
-        if not queued_in_way(left, w.target, w.mode, w.agent_id):
+        if not w.parked and not queued_in_way(left, w.target, w.mode, w.agent_id):
             result, info = may_claim(fetch, w.target, w.agent_id, now, mode=w.mode)
             if result.status != "busy":
                 if result.status == "claimed":
@@ -210,7 +220,7 @@ def serve(conn: Any, changed: list[Topic], now: float) -> list[Queued]:
                     result = grant_claim(conn, batch, w.target, info, w.agent_id, at,
                                          w.principal, w.mode)  # fmt: skip
                     batch.run(conn, changed)
-                mark_granted(conn, w.seq, result, previous_of(info))
+                mark_granted(conn, w.seq, result, previous_of(info), now + liveness)
                 continue
         left.append(w)
     return left

@@ -14,16 +14,24 @@ Decisions behind it:
   ends is served by the next write, or by the waiters, who wake at that lease end.
 - A new claim is busy behind a queued waiter it conflicts with (an exclusive one on either
   side), so a stream of new readers never starves a queued writer, and nobody jumps the line.
-- A waiter is live while its ``until`` (the database's clock) is ahead and its agent's lease
-  has not ended; the others are skipped and removed by the next pass. A wait that ends, by
-  answer, timeout, cancel or closed connection, removes its own row.
+- A waiter is live while its ``until`` (the database's clock) is ahead, its agent's lease
+  has not ended, and it is still listening: each look of the wait pushes ``alive_until``
+  (``LIVENESS`` seconds ahead; a wait looks at least every ``LIVENESS / 3``), so the row of a
+  process that was killed, lost its connection or left on an error dies within ``LIVENESS``.
+  The others are skipped and removed by the next pass. A wait that ends, by answer, cancel or
+  closed connection, removes its own row; one that times out keeps its place for its agent's
+  next wait for ``LIVENESS`` seconds (``park``), handed nothing meanwhile.
+- A claim handed to a row that nobody reads in time (its waiter died after its last look, or
+  answered with an error) is given back by the next pass, as a cancelled wait gives back its
+  own (``give_back``): nobody holds a claim it was never told of. A row whose agent's principal
+  is no longer known (its token revoked) is dropped the same way.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
@@ -45,7 +53,11 @@ from agenthold.store import InvalidInputError, Topic, utc_iso
 from agenthold.uris import Resource
 
 Target = Resource | Pattern
-GRANTED_KEPT = 60.0  # seconds past its deadline a granted row waits for its waiter to read it
+# Seconds a queued row stays alive past its waiter's last look. The waiter looks again at least
+# every LIVENESS / 3, so a live one is never dropped for being slow to renew; a dead one holds
+# its place (or a claim handed to it) for at most this long.
+LIVENESS = 10.0
+PrincipalLive = Callable[[str], bool]  # whether a principal (by name) may still call
 
 _INSERT = (
     "INSERT INTO claims (resource, uri, holder, claimed_at, version, file_id, scope) "
@@ -71,7 +83,8 @@ _SHARE_ROW = (
 )
 _WAITER_ROW = (
     "SELECT w.seq, w.resource, w.uri, w.scope, w.file_id, w.agent_id, w.mode, w.since, w.until, "
-    "w.granted, a.name, a.lease_ends_at, a.principal FROM claim_waiters AS w "
+    "w.granted, w.alive_until, w.granted_as, w.prev_outcome, w.prev_holder, w.prev_at, "
+    "w.prev_moved_to, a.name, a.lease_ends_at, a.principal FROM claim_waiters AS w "
     "LEFT JOIN agents AS a ON a.agent_id = w.agent_id "
 )
 
@@ -237,9 +250,10 @@ class Queued:
     agent_id: str
     mode: str
     since: str
-    until: float
+    until: float  # when it changes: its deadline, or (parked) the end of its kept place
     name: str | None
     principal: str | None
+    parked: bool = False  # timed out, its place kept for its agent's next wait (``park``)
 
     def holder(self, asked: str) -> Holder:
         held_as = None if self.target.uri == asked else self.target.uri
@@ -255,16 +269,56 @@ def _target_of(key: str, uri: str, scope: str | None, file_id: str | None) -> Ta
     return Resource(uri, key, "custom", None, None)
 
 
-def enqueue(conn: Any, target: Target, agent_id: str, mode: str, now: float, until: float) -> int:
-    """Put a wait for ``target`` at the end of the queue; returns its seq."""
+def enqueue(
+    conn: Any,
+    target: Target,
+    agent_id: str,
+    mode: str,
+    now: float,
+    until: float,
+    liveness: float = LIVENESS,
+) -> int:
+    """Put a wait for ``target`` at the end of the queue, alive for ``liveness`` seconds unless
+    it looks again (``renew``), or give it back the place its agent's last wait for the same
+    target and mode kept (``park``); returns its seq."""
+    kept = conn.execute(
+        "SELECT seq FROM claim_waiters WHERE agent_id = ? AND resource = ? AND mode = ? AND "
+        "granted IS NULL AND until < ? AND alive_until >= ? ORDER BY seq LIMIT 1",
+        (agent_id, target.key, mode, now, now),
+    ).fetchone()
+    if kept is not None:  # its last wait timed out a moment ago: it takes its place back
+        conn.execute(
+            "UPDATE claim_waiters SET until = ?, alive_until = ? WHERE seq = ?",
+            (until, now + liveness, kept[0]),
+        )
+        return int(kept[0])
     scope = target.scope if isinstance(target, Pattern) else None
     file_id = target.file_id if isinstance(target, Resource) else None
     row = conn.execute(
-        "INSERT INTO claim_waiters (resource, uri, scope, file_id, agent_id, mode, since, until) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
-        (target.key, target.uri, scope, file_id, agent_id, mode, utc_iso(now), until),
-    ).fetchone()
+        "INSERT INTO claim_waiters (resource, uri, scope, file_id, agent_id, mode, since, until, "
+        "alive_until) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+        (target.key, target.uri, scope, file_id, agent_id, mode, utc_iso(now), until,
+         now + liveness),
+    ).fetchone()  # fmt: skip
     return int(row[0])
+
+
+def park(conn: Any, seq: int, now: float, keep: float) -> None:
+    """The wait ``seq`` timed out: keep its place in line for ``keep`` seconds, for its agent's
+    next wait (``enqueue``). Parked, it is handed nothing (nobody listens for it), but the waits
+    behind it stay behind it; unclaimed, it dies like any row nobody renews."""
+    conn.execute(
+        "UPDATE claim_waiters SET until = ?, alive_until = ? WHERE seq = ? AND granted IS NULL",
+        (now - 1.0, now + keep, seq),  # past its deadline: parked, not live (see waiting)
+    )
+
+
+def renew(conn: Any, seq: int, alive_until: float) -> None:
+    """Keep the wait ``seq`` alive until ``alive_until``: its waiter is still listening."""
+    conn.execute(
+        "UPDATE claim_waiters SET alive_until = ? WHERE seq = ? AND granted IS NULL",
+        (alive_until, seq),
+    )
 
 
 class Activity(NamedTuple):
@@ -298,34 +352,58 @@ def check_wait_to_claim(agent_id: object, mode: object) -> None:
     check_mode(mode)
 
 
-def waiting(conn: Any, now: float) -> list[Queued]:
+def waiting(
+    conn: Any, changed: list[Topic], now: float, live: PrincipalLive | None = None
+) -> list[Queued]:
     """The live waits not yet granted, oldest first (one due now still counts: a wait of 0
-    seconds gets its one look). Dead ones (past their deadline, or whose agent's lease ended or
-    whose agent is gone) are removed, and so are granted rows nobody came to read."""
-    live: list[Queued] = []
+    seconds gets its one look), parked ones (timed out, their place kept) included. Dead ones
+    are removed: no longer renewed by their waiter (``alive_until``), their agent's lease ended
+    or their agent gone, or their agent's principal no longer ``live``. A granted row nobody
+    came to read in time (or whose principal is gone) gives its claim back (``give_back``) and
+    is removed."""
+    live_rows: list[Queued] = []
     dead: list[tuple[int]] = []
     for row in conn.execute(_WAITER_ROW + "ORDER BY w.seq").fetchall():
-        found = _queued(row, now)
-        if isinstance(found, Queued):
-            live.append(found)
-        elif found:
+        if row[9] is not None:  # granted
+            seq, key, uri, scope, file_id, agent_id, mode, _since, until, granted = row[:10]
+            alive_until, granted_as, p_outcome, p_holder, p_at, p_moved = row[10:16]
+            principal = row[18]
+            alive = until if alive_until is None else alive_until
+            revoked = principal is not None and live is not None and not live(principal)
+            if alive < now or revoked:  # handed a claim, and its waiter never came for it
+                target = _target_of(key, uri, scope, file_id)
+                previous = None if p_outcome is None else Previous(p_outcome, p_holder, p_at,
+                                                                   p_moved)  # fmt: skip
+                got = ClaimResult(granted_as, uri, int(granted), previous)
+                give_back(conn, changed, Unheard(target, agent_id, mode, principal), got,
+                          utc_iso(now))  # fmt: skip
+                dead.append((seq,))
+            continue
+        found = _queued(row, now, live)
+        if found is None:
             dead.append((row[0],))
+        else:
+            live_rows.append(found)
     if dead:
         conn.executemany("DELETE FROM claim_waiters WHERE seq = ?", dead)
-    return live
+    return live_rows
 
 
-def _queued(row: Sequence[Any], now: float) -> Queued | bool:
-    """A ``_WAITER_ROW`` as a live wait in line; else whether it is dead (True) or granted and
-    kept for its waiter to read (False)."""
-    seq, key, uri, scope, file_id, agent_id, mode, since, until, granted = row[:10]
-    name, lease_end, principal = row[10:]
-    if granted is not None:
-        return bool(until + GRANTED_KEPT < now)
-    if until < now or name is None or (lease_end is not None and lease_end <= now):
-        return True
+def _queued(row: Sequence[Any], now: float, live: PrincipalLive | None = None) -> Queued | None:
+    """A ``_WAITER_ROW`` not yet granted as a wait in line (parked, its place kept, included), or
+    None when it is dead: no longer renewed by its waiter (``alive_until``), its agent's lease
+    ended or its agent gone, or its agent's principal no longer ``live``."""
+    seq, key, uri, scope, file_id, agent_id, mode, since, until = row[:9]
+    alive_until = row[10]
+    name, lease_end, principal = row[16:]
+    alive = until if alive_until is None else alive_until
+    revoked = principal is not None and live is not None and not live(principal)
+    if alive < now or revoked or name is None or (lease_end is not None and lease_end <= now):
+        return None
+    parked = until < now  # its wait timed out; alive: its place is kept (``park``)
     target = _target_of(key, uri, scope, file_id)
-    return Queued(seq, target, agent_id, mode, since, until, name, principal)
+    return Queued(seq, target, agent_id, mode, since, alive if parked else until, name, principal,
+                  parked)  # fmt: skip
 
 
 def conflict(a: Target, a_mode: str, b: Target, b_mode: str) -> bool:
@@ -355,12 +433,15 @@ def queued_in_way(
     ]
 
 
-def mark_granted(conn: Any, seq: int, result: ClaimResult, previous: Previous | None) -> None:
-    """Record that the wait ``seq`` was handed its claim (``result``), for its waiter to read."""
+def mark_granted(
+    conn: Any, seq: int, result: ClaimResult, previous: Previous | None, read_by: float
+) -> None:
+    """Record that the wait ``seq`` was handed its claim (``result``), for its waiter to read
+    by ``read_by`` (then it goes back: see ``waiting``)."""
     p = previous or Previous("", None, None)
     conn.execute(
         "UPDATE claim_waiters SET granted = ?, granted_as = ?, prev_outcome = ?, prev_holder = ?, "
-        "prev_at = ?, prev_moved_to = ? WHERE seq = ?",
+        "prev_at = ?, prev_moved_to = ?, alive_until = ? WHERE seq = ?",
         (
             result.version,
             result.status,
@@ -368,8 +449,20 @@ def mark_granted(conn: Any, seq: int, result: ClaimResult, previous: Previous | 
             p.holder,
             p.at,
             p.moved_to,
+            read_by,
             seq,
         ),
+    )
+
+
+def adopt(conn: Any, agent_id: str, keys: Sequence[str]) -> None:
+    """The agent's own claim of ``keys`` was just told "already_claimed": a claim its queued
+    wait was handed is now one it has heard of, so that wait, cancelled, gives nothing back."""
+    marks = ", ".join("?" * len(keys))
+    conn.execute(
+        "UPDATE claim_waiters SET granted_as = 'already_claimed' WHERE agent_id = ? AND "
+        f"granted IS NOT NULL AND resource IN ({marks})",
+        (agent_id, *keys),
     )
 
 
@@ -494,8 +587,9 @@ class QueueLook:
 def live_queue(fetch: Fetch, now: float) -> list[Queued]:
     """The waits in line, oldest first, as ``waiting`` finds them, but read only: the dead ones
     are passed over, not removed (the next claim write removes them)."""
-    found = (_queued(row, now) for row in fetch(_WAITER_ROW + "ORDER BY w.seq", ()))
-    return [w for w in found if isinstance(w, Queued)]
+    rows = fetch(_WAITER_ROW + "ORDER BY w.seq", ())
+    found = (_queued(row, now) for row in rows if row[9] is None)
+    return [w for w in found if w is not None]
 
 
 def live_shares(fetch: Fetch, now: float) -> list[ClaimInfo]:

@@ -248,10 +248,18 @@ _POSTGRES_V6 = """
     OLD.resource)) EXECUTE FUNCTION claim_patterns_changed();
 """
 
+# A wait in the queue is alive only while its server keeps listening for it: ``alive_until``
+# (the database's clock) is pushed ahead by each of its looks, and a row whose waiter stopped
+# looking (its process killed, its connection lost, its answer an error) is dropped, or, if it
+# was handed a claim meanwhile, gives that claim back (agenthold.claim_queue.waiting). NULL (a
+# row left by an older server): alive until its ``until``, as before.
+_SQLITE_V7 = "ALTER TABLE claim_waiters ADD COLUMN alive_until REAL;"
+_POSTGRES_V7 = "ALTER TABLE claim_waiters ADD COLUMN alive_until DOUBLE PRECISION;"
+
 # The host process of the client a stdio server served when the agent registered (agenthold.hooks
 # .ancestry: "boot id:pid:start time", read from /proc), so that an edit hook run by that same
 # host process knows the agent as its own; NULL over HTTP and where /proc cannot say.
-_V7 = """
+_V8 = """
     ALTER TABLE agents ADD COLUMN host TEXT;
     CREATE INDEX agents_by_host ON agents (host) WHERE host IS NOT NULL;
 """
@@ -259,8 +267,17 @@ _V7 = """
 CLAIMS_SCHEMA = Component(
     "claims",
     {
-        "sqlite": (_SQLITE_V1, _V2, _V3, _SQLITE_V4, _SQLITE_V5, _SQLITE_V6, _V7),
-        "postgresql": (_POSTGRES_V1, _V2, _V3, _POSTGRES_V4, _POSTGRES_V5, _POSTGRES_V6, _V7),
+        "sqlite": (_SQLITE_V1, _V2, _V3, _SQLITE_V4, _SQLITE_V5, _SQLITE_V6, _SQLITE_V7, _V8),
+        "postgresql": (
+            _POSTGRES_V1,
+            _V2,
+            _V3,
+            _POSTGRES_V4,
+            _POSTGRES_V5,
+            _POSTGRES_V6,
+            _POSTGRES_V7,
+            _V8,
+        ),
     },
 )
 

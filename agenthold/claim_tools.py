@@ -10,6 +10,7 @@ Decisions behind it:
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -40,7 +41,7 @@ from agenthold.claim_types import (
 )
 from agenthold.claims import MAX_SET, Coordinator, waited
 from agenthold.principals import require_claim
-from agenthold.store import utc_iso
+from agenthold.store import AgentholdError, utc_iso
 from agenthold.toolkit import (
     PAGE_BYTES,
     WAIT_TIMEOUT,
@@ -402,13 +403,24 @@ class ClaimHandlers:
             seq, seen = step.seq, step.result
             return step
 
+        parked = False  # timed out and left its place kept: nothing to give back
+
         def leave_once(place: int) -> ClaimResult | None:
-            nonlocal seen
+            nonlocal seen, parked
             got = coordinator.leave_queue(place)
-            seen = got or seen
+            seen, parked = got or seen, got is None
             return got
 
         async def look() -> tuple[Reply | None, Iterable[tuple[str, ...]], float | None]:
+            live = coordinator.principal_live
+            if call.by is not None and live is not None and not live(call.by):
+                # its token was revoked while it waited: it leaves the queue (finally, below),
+                # and a claim handed to it goes back
+                raise ToolError(
+                    f"the token of {call.by} was revoked while this wait was in line",
+                    "Ask for a new token; this wait left the queue and holds no claim.",
+                    kind="forbidden",
+                )
             first = seq is None
             step = await self.app.write(look_once, max(0.0, timeout - (time.monotonic() - start)))
             if first:  # the first look passed the owner check: only now is the agent this
@@ -439,10 +451,15 @@ class ClaimHandlers:
             out = answer
             return out
         finally:
-            if seq is not None and out.get("version") is None:  # no claim told: leave
+            if seq is not None and out.get("version") is None and not parked:  # no claim told
                 unheard = Unheard(resource, agent_id, mode, call.by, seen)
                 with anyio.CancelScope(shield=True):  # also when cancelled, or disconnected
-                    await self.app.write(coordinator.leave_queue, seq, unheard)
+                    try:
+                        await self.app.write(coordinator.leave_queue, seq, unheard)
+                    except AgentholdError:  # the database is down: leave once it is back
+                        leave = functools.partial(coordinator.leave_queue, seq, unheard)
+                        self.app.write_later(leave, coordinator.waiter_liveness)
+                        raise
 
 
 def one_or_many(tool: str, args: dict[str, Any], *, strings: bool) -> list[Any]:

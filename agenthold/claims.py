@@ -42,14 +42,17 @@ from agenthold.claim_grant import (
 from agenthold.claim_index import HeldPatterns, held_patterns
 from agenthold.claim_match import Pattern
 from agenthold.claim_queue import (
+    LIVENESS,
     Activity,
     Batch,
     InTheWay,
+    PrincipalLive,
     Queued,
     QueueLook,
     Unheard,
     activity,
     activity_of,
+    adopt,
     check_wait_to_claim,
     claim_waited,
     drop_shares,
@@ -60,7 +63,9 @@ from agenthold.claim_queue import (
     leave,
     live_queue,
     live_shares,
+    park,
     queued_in_way,
+    renew,
     shared_status,
     waited,
 )
@@ -186,6 +191,11 @@ class Coordinator:
                     f"claim_ttl must be a positive number of seconds, got {claim_ttl}"
                 )
         self.claim_ttl = claim_ttl
+        # Seconds a queued wait stays alive past its last look (claim_queue.LIVENESS).
+        self.waiter_liveness = LIVENESS
+        # Whether a principal (by name) may still call: set by a server with a token file, so
+        # that the queue hands no claim to a waiter whose token was revoked (None: all may).
+        self.principal_live: PrincipalLive | None = None
         self._held: HeldPatterns | None = None  # the held patterns, as the last claim saw them
         # read-only, a database that only a store ever used has no claims tables: nothing to read
         self._tables = self.db.ensure(CLAIMS_SCHEMA, required=False) > 0
@@ -339,7 +349,8 @@ class Coordinator:
             now = self.db.serialize(conn, CLAIMS_LOCK)
             check_owner(conn, agent_id, principal)
             found = self._touch(conn, changed, agent_id, now)
-            queue = serve(conn, changed, now) if found.waits else []
+            waits = found.waits
+            queue = self._serve(conn, changed, now) if waits else []
             if changed:  # a lapse or a hand-off was written: what it changed counts
                 found = activity(conn)
             shares = found.shares
@@ -364,6 +375,9 @@ class Coordinator:
                 for t, (r, info) in zip(targets, looks, strict=True)
             )  # fmt: skip
             batch.run(conn, changed)
+            if waits and (told := [t.key for t, (r, _) in zip(targets, looks, strict=True)
+                                   if r.status == "already_claimed"]):  # fmt: skip
+                adopt(conn, agent_id, told)  # a claim its own wait was handed: now heard of
         return ClaimSetResult("claimed", results)
 
     def _targets(self, resources: Sequence[str | Resource | Pattern]) -> list[Resource | Pattern]:
@@ -410,7 +424,7 @@ class Coordinator:
             )
             batch.run(conn, changed)
             if waits:
-                serve(conn, changed, now)  # hand what was freed to the queue, oldest first
+                self._serve(conn, changed, now)  # hand what was freed to the queue, oldest first
         return ReleaseSetResult(results)
 
     def status(self, resource: str | Resource | Pattern) -> StatusResult:
@@ -583,6 +597,7 @@ class Coordinator:
         with self.db.write() as (conn, changed):
             now = self.db.serialize(conn, CLAIMS_LOCK)
             check_owner(conn, agent_id, principal)
+            alive_until = now + self.waiter_liveness
             if seq is not None:
                 lease = conn.execute(
                     "SELECT lease_ends_at FROM agents WHERE agent_id = ?", (agent_id,)
@@ -593,10 +608,12 @@ class Coordinator:
                 if not in_line or lease is None or (lease[0] is not None and lease[0] <= now):
                     leave(conn, seq)  # its agent's lease ended: it was skipped
                     return QueueLook(seq, None, in_line=False)
+                renew(conn, seq, alive_until)  # still listening
             self._touch(conn, changed, agent_id, now)
             if seq is None:
-                seq = enqueue(conn, target, agent_id, check_mode(mode), now, now + seconds)
-            queue = serve(conn, changed, now)
+                seq = enqueue(conn, target, agent_id, check_mode(mode), now, now + seconds,
+                              self.waiter_liveness)  # fmt: skip
+            queue = self._serve(conn, changed, now)
             _, got = handed(conn, seq)
             if got is not None:
                 return QueueLook(seq, got)
@@ -611,23 +628,29 @@ class Coordinator:
             topics.update(agent_topic(w.agent_id) for w in ahead)
             ends = [i.lease_ends_at for i in infos if i.lease_ends_at is not None]
             ends += [w.until for w in ahead]
+            ends.append(now + self.waiter_liveness / 3)  # look again in time to stay alive
             if self.claim_ttl is not None:  # look again in time to renew its own lease
                 ends.append(now + self.claim_ttl / 2)
             return QueueLook(seq, None, True, frozenset(topics), min(ends, default=None))
 
     def leave_queue(self, seq: int, unheard: Unheard | None = None) -> ClaimResult | None:
-        """Take a wait with claim out of the queue (it timed out); the claim it was handed
-        meanwhile, if any, which its agent then holds. With ``unheard``, nobody will read the
-        wait's answer (it was cancelled): a claim it was handed is given back, and the waits
-        behind it are served, in the same transaction."""
+        """End a wait with claim that timed out: the claim it was handed meanwhile, if any,
+        which its agent then holds; else its place in line is kept ``waiter_liveness`` seconds
+        for the agent's next wait for the same target (claim_queue.park). With ``unheard``,
+        nobody will read the wait's answer (it was cancelled): it leaves the queue, a claim it
+        was handed is given back, and the waits behind it are served, in the same
+        transaction."""
         with self.db.write() as (conn, changed):
             now = self.db.serialize(conn, CLAIMS_LOCK)
-            got = leave(conn, seq)
             if unheard is not None:
-                give_back(conn, changed, unheard, got, utc_iso(now))
+                give_back(conn, changed, unheard, leave(conn, seq), utc_iso(now))
                 got = None
+            else:
+                _, got = handed(conn, seq)
+                if got is None:  # timed out: its place is kept for a moment (claim_queue.park)
+                    park(conn, seq, now, self.waiter_liveness)
             if got is None:
-                serve(conn, changed, now)  # the waits behind it may go now
+                self._serve(conn, changed, now)  # the waits behind it may go now
             return got
 
     # -- leases --------------------------------------------------------------------------------
@@ -675,7 +698,7 @@ class Coordinator:
                 )
                 changed.append(resource_topic(key))
             shared = drop_shares(conn, changed, agent_id, outcome, at)
-            serve(conn, changed, self.db.now())
+            self._serve(conn, changed, self.db.now())
         return sorted([uri for _, uri, _ in rows] + shared)
 
     def reap_idle_agents(self, older_than: float) -> list[str]:
@@ -712,6 +735,10 @@ class Coordinator:
         return reaped
 
     # -- inside a write transaction ------------------------------------------------------------
+
+    def _serve(self, conn: Any, changed: list[Topic], now: float) -> list[Queued]:
+        """Serve the queue (claim_grant.serve) with this Coordinator's liveness and principals."""
+        return serve(conn, changed, now, self.principal_live, self.waiter_liveness)
 
     def _touch(self, conn: Any, changed: list[Topic], agent_id: str, now: float) -> Activity:
         """Check that ``agent_id`` exists and renew its lease (and last-seen time). If its lease

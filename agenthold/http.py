@@ -57,7 +57,7 @@ from agenthold.limits import (
     connection_limit,
     descriptor_limit,
 )
-from agenthold.principals import Principal, TokenTable
+from agenthold.principals import SHARED, Principal, TokenTable
 from agenthold.rpc_id import top_level_id
 from agenthold.server import SHUTDOWN_GRACE, Agenthold, SignalSource, build_server, report_if_asked
 from agenthold.sessions import SessionLimits
@@ -570,6 +570,12 @@ def _has_port(host: str) -> bool:
     return bool(colon) and (port == "*" or port.isdigit()) and bracketed_or_plain
 
 
+def principal_live(table: TokenTable) -> Callable[[str], bool]:
+    """Whether a principal may still call: one of ``table`` that still has a token, or the
+    shared token's (which lives as long as the server)."""
+    return lambda name: name == SHARED.name or table.knows(name)
+
+
 def http_app(app: Agenthold, opts: HttpOptions) -> ASGIApp:
     """The whole HTTP application: bearer tokens first, then the MCP endpoint."""
     return _http_stack(app, opts)[0]
@@ -580,6 +586,8 @@ def _http_stack(app: Agenthold, opts: HttpOptions) -> tuple[ASGIApp, CancelOnDis
     tokens, then the bound on each principal's sessions, the Host and Origin checks, and the
     layer that ends requests, around the SDK's app."""
     app.transport = "http"
+    if opts.auth_file is not None:  # a revoked principal's waits are handed no claim
+        app.coordinator.principal_live = principal_live(opts.auth_file)
     report_of = session_progress if opts.json_response else report_if_asked
     server = build_server(app, session_connection(app), report_of, principal_of)
     starlette_app = server.streamable_http_app(

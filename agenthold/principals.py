@@ -503,6 +503,14 @@ class TokenTable:
             return None
         return (s.st_ino, s.st_dev, s.st_size, s.st_mtime_ns, s.st_ctime_ns)
 
+    def knows(self, name: str) -> bool:
+        """Whether a principal called ``name`` still has a token (the file is read again if it
+        changed). False only when the file, read fine, no longer lists it: a file that cannot
+        be used says nothing either way (requests are refused meanwhile, and what a principal
+        has in flight, a wait in line, goes on)."""
+        table = self.current()
+        return table is None or any(p.name == name for p in table.principals)
+
     def current(self) -> Table | None:
         signature = self._stat()
         changed = signature != self._signature

@@ -152,6 +152,10 @@ class Agenthold:
         # seconds a lease end the database refuses is retried (see end_leases)
         self.exit_patience = exit_patience(os.environ.get("AGENTHOLD_EXIT_PATIENCE"))
         self._wakers: set[Callable[[], None]] = set()
+        # writes that failed and are worth one more try once the database takes writes again
+        # (a wait's leaving the queue): (monotonic deadline, the write), see write_later
+        self._later: list[tuple[float, Callable[[], Any]]] = []
+        self._deferring = False  # _write_deferred is running: its own writes do not recurse
         self._bus: MessageBus | None = None
         self.read_limiter = anyio.CapacityLimiter(16)
         self.write_limiter = anyio.CapacityLimiter(8)
@@ -193,9 +197,34 @@ class Agenthold:
                     "(busy_timeout); retry in a moment"
                 ) from None
         try:
-            return await anyio.to_thread.run_sync(fn, *args, limiter=self._write_threads)
+            done = await anyio.to_thread.run_sync(fn, *args, limiter=self._write_threads)
         finally:
             self.write_limiter.release()
+        if self._later and not self._deferring:
+            await self._write_deferred()
+        return done
+
+    def write_later(self, fn: Callable[[], Any], seconds: float) -> None:
+        """Run the write ``fn``, which just failed (the database refused it), after the next
+        write that succeeds, if that comes within ``seconds``. A wait that could not leave the
+        queue so leaves it as soon as the database is back, rather than when its row's
+        liveness runs out."""
+        self._later = [(d, f) for d, f in self._later if d > time.monotonic()]
+        self._later.append((time.monotonic() + seconds, fn))
+
+    async def _write_deferred(self) -> None:
+        later, self._later, self._deferring = self._later, [], True
+        try:
+            for deadline, fn in later:
+                if deadline <= time.monotonic():
+                    continue
+                try:
+                    await self.write(fn)
+                except AgentholdError as exc:  # still refused: kept for the next write
+                    log.info("a deferred write failed again: %s", exc)
+                    self._later.append((deadline, fn))
+        finally:
+            self._deferring = False
 
     # -- dispatch ------------------------------------------------------------------------------
 

@@ -2450,16 +2450,18 @@ class SQLiteDatabase:
                 except AttributeError:
                     cursor, use = self._thread_cursor()
                 # held while the statement runs, so close() never closes the connection under
-                # it; a connection close() has closed raises, which _error calls "closed"
-                use.acquire()  # not a with-statement: half the cost, on the hottest path
-                try:
-                    return cursor.execute(sql, params).fetchone()
-                except sqlite3.OperationalError as exc:
-                    if not str(exc).startswith(_NOT_UTF8):
-                        raise
-                    return _fetch_one(cursor, sql, params)  # text that is not UTF-8
-                finally:
-                    use.release()
+                # it; a connection close() has closed raises, which _error calls "closed". A
+                # with-statement, not acquire() and a try: the interpreter runs signal handlers
+                # (Ctrl-C) as a call returns, so a KeyboardInterrupt could land between
+                # acquire() and the try and leave the lock held, while one raised right after a
+                # with's __enter__ is already inside its block (and a with costs no more)
+                with use:
+                    try:
+                        return cursor.execute(sql, params).fetchone()
+                    except sqlite3.OperationalError as exc:
+                        if not str(exc).startswith(_NOT_UTF8):
+                            raise
+                        return _fetch_one(cursor, sql, params)  # text that is not UTF-8
             with self._mem_lock:  # the shared connection's lock (not _in_use: a hot path)
                 return _fetch_one(self._live_shared().cursor(), sql, params)
         except sqlite3.Error as exc:
@@ -2473,16 +2475,14 @@ class SQLiteDatabase:
                     cursor, use = self._local.reader
                 except AttributeError:
                     cursor, use = self._thread_cursor()
-                use.acquire()  # as in fetchone
-                try:
-                    rows: list[Any] = cursor.execute(sql, params).fetchall()
-                    return rows
-                except sqlite3.OperationalError as exc:
-                    if not str(exc).startswith(_NOT_UTF8):
-                        raise
-                    return _fetch_all(cursor.connection, sql, params)  # text that is not UTF-8
-                finally:
-                    use.release()
+                with use:  # as in fetchone
+                    try:
+                        rows: list[Any] = cursor.execute(sql, params).fetchall()
+                        return rows
+                    except sqlite3.OperationalError as exc:
+                        if not str(exc).startswith(_NOT_UTF8):
+                            raise
+                        return _fetch_all(cursor.connection, sql, params)  # not UTF-8
             with self._mem_lock:  # as in fetchone
                 return _fetch_all(self._live_shared(), sql, params)
         except sqlite3.Error as exc:

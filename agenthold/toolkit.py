@@ -289,6 +289,10 @@ class App(Protocol):
     async def write(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a short database write in a worker thread."""
 
+    def write_later(self, fn: Callable[[], Any], seconds: float) -> None:
+        """Run the write ``fn``, which just failed, after the next write that succeeds, if
+        that comes within ``seconds`` (after that it is moot)."""
+
     async def wait_for(
         self,
         look: Look,

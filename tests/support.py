@@ -210,7 +210,7 @@ class TokenServer:
 
     url: str
     tokens: dict[str, str]
-    db: Path
+    db: Path | str
     auth_file: Path
     shared: str = "shared-token-for-everyone"
 
@@ -227,17 +227,19 @@ async def token_server(
     tools: str,
     resolver: Resolver,
     disconnect_grace: float | None = None,
+    db: Path | str | None = None,
 ) -> AsyncIterator[TokenServer]:
     """Serve ``tools`` over HTTP on 127.0.0.1 with a token file that gives each principal of
-    ``scoped`` a token and its scopes (None: every scope), on a fresh database. A session that
-    ends ends its agents' leases after ``disconnect_grace`` seconds (None: never)."""
+    ``scoped`` a token and its scopes (None: every scope), on ``db`` (None: a fresh file). A
+    session that ends ends its agents' leases after ``disconnect_grace`` seconds (None:
+    never)."""
     from agenthold.cli import ServeOptions
     from agenthold.http import http_app
     from agenthold.principals import TokenTable, add_token
 
     auth_file = tmp_path / "tokens.json"
     tokens = {name: add_token(auth_file, name, scopes)[0] for name, scopes in scoped.items()}
-    db = tmp_path / "state.db"
+    db = tmp_path / "state.db" if db is None else db
     with StateStore(db) as store:
         app = Agenthold(
             Coordinator(store, resolver=resolver), tools=tools, disconnect_grace=disconnect_grace

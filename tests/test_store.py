@@ -2142,8 +2142,9 @@ def test_a_schema_version_1_database_gains_the_claims_file_id_column(tmp_path: P
     assert dict(conn.execute("SELECT component, version FROM agenthold_components")) == {
         "store": 2,
         # v4: directory and glob claims; v5: shared claims, the wait queue (issue 15); v6: the
-        # held patterns' token; v7: the host process of an agent's client (issue 25)
-        "claims": 7,
+        # held patterns' token; v7: a queued wait's liveness (issue 27); v8: the host process of
+        # an agent's client (issue 25)
+        "claims": 8,
     }
     conn.close()
 
@@ -2192,3 +2193,41 @@ def test_opening_a_second_store_on_a_file_keeps_the_locks_of_the_first(tmp_path:
             with StateStore(path) as second:
                 assert second.get("ns", "k").value == 1
                 assert shared_lock_seen_from_another_process(path)  # still held
+
+
+@pytest.mark.parametrize("method", ["fetchone", "fetchall"])
+def test_a_keyboard_interrupt_right_after_a_read_takes_its_lock_lets_go_of_it(
+    db_path: Path, method: str
+) -> None:
+    """Ctrl-C lands as a call returns: raised at the first instruction after the read took
+    its connection's lock (an opcode tracer raises it there), the interrupt still leaves the
+    lock free, so close() from another thread does not wait on it."""
+    with StateStore(db_path) as store:
+        store.set("ns", "k", 1, updated_by="t")
+        read = getattr(store.db, method)
+        read("SELECT 1")
+        _, use = store.db._local.reader
+        code = getattr(type(store.db), method).__code__
+        raised: list[int] = []
+
+        def tracer(frame: Any, event: str, arg: Any) -> Any:
+            if frame.f_code is not code:
+                return None
+            frame.f_trace_opcodes = True
+            if event == "opcode" and use._is_owned() and not raised:
+                raised.append(frame.f_lasti)
+                raise KeyboardInterrupt
+            return tracer
+
+        before = sys.gettrace()
+        sys.settrace(tracer)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                read("SELECT count(*) FROM state")
+        finally:
+            sys.settrace(before)
+        assert raised and not use._is_owned()
+        closer = threading.Thread(target=store.close)  # would wait the busy timeout on it
+        closer.start()
+        closer.join(store.db.busy_timeout / 2)
+        assert not closer.is_alive()
