@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agenthold.claim_match import DEEP, Pattern, ancestors, covers_file
+from agenthold.claim_match import ancestors, covers_file, tail_of
 
 __all__ = ["HeldPatterns", "held_patterns"]
 
@@ -96,19 +96,4 @@ def held_patterns(conn: Any, token: str | None, kept: HeldPatterns | None) -> He
 def _tail_of(key: str, scope: str) -> str:
     """The literal characters a file's name must end with to match the pattern ``key`` at
     ``scope`` ("" if any name may: its last segment is ``**`` or ends with a wildcard)."""
-    last = Pattern.from_key("", key, scope).rest[-1]
-    if last == DEEP:
-        return ""
-    start, i = 0, 0
-    while i < len(last):  # walked as claim_match._segment_regex reads a segment
-        if last[i] in "*?":
-            start = i + 1
-        elif last[i] == "[":
-            begin = i + 2 if last[i + 1 : i + 2] == "!" else i + 1
-            end = last.find("]", begin + 1)
-            if end < 0:  # pragma: no cover - parse_pattern refuses an unclosed class
-                return ""
-            i = start = end + 1
-            continue
-        i += 1
-    return last[start:]
+    return tail_of(key, scope)

@@ -40,8 +40,8 @@ from agenthold.claim_types import (
     check_mode,
 )
 from agenthold.claims import MAX_SET, Coordinator, waited
-from agenthold.principals import require_claim
-from agenthold.store import AgentholdError, utc_iso
+from agenthold.principals import ForbiddenError, require_claim
+from agenthold.store import AgentholdError, InvalidInputError, utc_iso
 from agenthold.toolkit import (
     PAGE_BYTES,
     WAIT_TIMEOUT,
@@ -314,7 +314,7 @@ class ClaimHandlers:
         if call.principal is not None:  # resolved once here, for the scope check and the claim
             wanted = [self.coordinator.target(r) for r in named]
             for found in wanted:
-                require_claim(call.principal, found.uri, found.workspace)
+                await self._require_scope(call, found)
         done = await self.app.write(
             lambda: self.coordinator.claim_many(
                 wanted, a["agent_id"], mode=a["mode"], principal=call.by
@@ -322,6 +322,38 @@ class ClaimHandlers:
         )
         self.app.note_agent(call.connection, a["agent_id"])
         return reply(done if a["resources"] is not None else done.results[0])
+
+    async def _require_scope(self, call: ToolCall, target: Resource | Pattern) -> None:
+        """ForbiddenError unless the caller's claim scopes allow ``target`` under every name it
+        has: a hard link inside the scopes to a file outside them would let a claim block the
+        file for everyone. Other names are looked for only when scopes limit claims and the
+        file has several links; when they cannot all be found, the claim is refused."""
+        require_claim(call.principal, target.uri, target.workspace)
+        assert call.principal is not None
+        if not isinstance(target, Resource) or target.file_id is None:
+            return
+        if call.principal.scopes.claim is None:
+            return
+        resolver = self.coordinator.resolver
+        names = await self.app.read(resolver.names_of, target)
+        if names is None:
+            raise ForbiddenError(
+                f"claim:{target.uri}",
+                f"{target.uri} is a file with several names (hard links), and not all of them "
+                "could be found inside the workspaces to check against its scopes",
+            )
+        for path in names[1:]:
+            try:
+                other = resolver.resolve(path, follow_links=False)
+            except InvalidInputError:  # pragma: no cover - names_of looks inside workspaces
+                other = None
+            if other is None or not call.principal.scopes.may_claim(other.uri, other.workspace):
+                shown = path if other is None else other.uri
+                raise ForbiddenError(
+                    f"claim:{shown}",
+                    f"{target.uri} is another name (a hard link) of {shown}, which it may "
+                    "not claim",
+                )
 
     async def release(self, call: ToolCall) -> Reply:
         a = call.args
@@ -365,7 +397,7 @@ class ClaimHandlers:
         resource = self.coordinator.target(a["resource"])
         if a["claim"]:
             if call.principal is not None:
-                require_claim(call.principal, resource.uri, resource.workspace)
+                await self._require_scope(call, resource)
             return await self._wait_to_claim(call, resource)
         timeout = a["timeout_seconds"]
         start = time.monotonic()

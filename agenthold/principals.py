@@ -15,6 +15,12 @@ A principal is a name with one or more bearer tokens and a set of scopes. Decisi
   changed, it is read again, so a revoked or added token counts from the next request on. A file
   that can no longer be read as a token file refuses every request until it is fixed: an edit
   that breaks it must not leave a revoked token working.
+- ``token add`` and ``token revoke`` each read, change and write the whole file. Two run at
+  once would each write what they read, and one's change would be lost (a revoke undone, an
+  add dropped), so each holds an exclusive ``flock`` on a lock file beside it (``PATH.lock``,
+  mode 0600) for its whole read-modify-write, and writes the file whole through a temporary
+  file in the same directory, fsync and rename, so a server reading it sees the old file or
+  the new one, never a half.
 - Scopes are strings such as ``write:team-a/*``. Each kind limits one thing; a kind a
   principal has none of is not limited (``tools:`` is the coarse switch that shuts a whole kind
   off), so a principal without scopes may do everything.
@@ -22,6 +28,7 @@ A principal is a name with one or more bearer tokens and a set of scopes. Decisi
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import hashlib
 import hmac
@@ -34,7 +41,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -377,6 +384,38 @@ def _write(path: Path, entries: Sequence[Entry]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _sync_directory(path.parent)
+
+
+def _sync_directory(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (where directories can be opened and synced)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - a directory that cannot be opened (Windows)
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover - a file system that cannot sync a directory
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Hold the exclusive lock of the token file ``path`` (on ``PATH.lock``, created with mode
+    0600 if missing): one read-modify-write at a time, whichever process runs it."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows: no flock; one command at a time there
+        yield
+        return
+    fd = os.open(f"{os.fspath(path)}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _entries_or_empty(path: Path) -> list[Entry]:
@@ -393,31 +432,33 @@ def add_token(
     if scopes is not None:
         Scopes.parse(scopes)
     file = Path(path)
-    entries = _entries_or_empty(file)
     token = new_token()
     record = {
         "sha256": digest(token.encode()).hex(),
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    entry = next((e for e in entries if e.name == name), None)
-    if entry is None:
-        entries.append(Entry(name, [record], list(scopes or [])))
-    else:
-        entry.tokens.append(record)
-        if scopes is not None:
-            entry.scopes = list(scopes)
-    _write(file, entries)
+    with _locked(file):
+        entries = _entries_or_empty(file)
+        entry = next((e for e in entries if e.name == name), None)
+        if entry is None:
+            entries.append(Entry(name, [record], list(scopes or [])))
+        else:
+            entry.tokens.append(record)
+            if scopes is not None:
+                entry.scopes = list(scopes)
+        _write(file, entries)
     return token, entry is None
 
 
 def revoke(path: str | os.PathLike[str], name: str) -> int:
     """Remove principal ``name`` and every token of it; returns how many tokens went."""
     file = Path(path)
-    entries = load_file(file)
-    entry = next((e for e in entries if e.name == name), None)
-    if entry is None:
-        raise AuthFileError(f"{os.fspath(path)}: there is no principal named {name!r}")
-    _write(file, [e for e in entries if e is not entry])
+    with _locked(file):
+        entries = load_file(file)
+        entry = next((e for e in entries if e.name == name), None)
+        if entry is None:
+            raise AuthFileError(f"{os.fspath(path)}: there is no principal named {name!r}")
+        _write(file, [e for e in entries if e is not entry])
     return len(entry.tokens)
 
 

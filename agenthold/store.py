@@ -615,6 +615,22 @@ _STRICT = json.JSONDecoder(parse_constant=_refuse_constant)
 _scan: Callable[[str, int], tuple[Any, int]] = _STRICT.scan_once  # type: ignore[attr-defined]
 
 
+def _finite_float(text: str) -> float:
+    number = float(text)
+    if math.isinf(number):
+        raise _NotJson(f"it holds the number {_excerpt(text, 40)}, too large for a float")
+    return number
+
+
+# A number too large for a float (1e999) reads as infinity, which no reply can carry. Only a
+# number with an exponent of three digits or an integer part of 200 digits can be that large
+# (10**(199 + 99) is well within range), so the fast scan above stays, and a text in which
+# _HUGE finds such a run (perhaps inside a string: then merely read twice) is read again with
+# every float checked.
+_HUGE = re.compile(r"[eE]\+?\d{3}|\d{200}")
+_FINITE = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
 def _decode(text: str | None) -> Any:
     """The value of a stored JSON text (None for a tombstone's NULL). Raises _NotJson for text
     that is not strict JSON (a row written by another tool, a damaged one).
@@ -643,6 +659,8 @@ def _decode(text: str | None) -> Any:
         raise _NotJson("it is nested too deeply to read") from None
     except ValueError as exc:  # an integer past sys.get_int_max_str_digits()
         raise _NotJson(str(exc).split(";")[0]) from None
+    if _HUGE.search(text) is not None:
+        _FINITE.decode(text)  # raises _NotJson for a number that overflows
     if "\\u" in text:  # an escaped lone surrogate reads as a string no reply can carry
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")

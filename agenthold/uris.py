@@ -17,7 +17,9 @@ the file and every parent are followed, and the resource is named where it ends 
 workspace (its uri and key then name the resolved path, so every alias of one file is one claim),
 or nowhere, which is refused, so a link inside a workspace cannot reach ``/etc``. A file that
 exists also carries ``file_id`` (device and inode), which claims compare so that hard links to one
-file share a claim. A path that does not exist yet is named as written; if it later becomes a
+file share a claim; ``Resolver.names_of`` finds a file's other names by a bounded walk of the
+workspaces, only for a file of several links, so that a claim scope can judge each of them. A
+path that does not exist yet is named as written; if it later becomes a
 symlink, later calls resolve through the link, and a claim taken earlier stays on the name it was
 taken under (docs/claims.md says what that means for its holder).
 """
@@ -63,6 +65,8 @@ RESOURCE_HINT = (
     "inside a workspace, file://<workspace>/<path>, or custom://<name> for things that are "
     "not files."
 )
+NAMES_SEARCHED = 100_000
+"""Directory entries ``Resolver.names_of`` looks at, at most, for the other names of a file."""
 _NAMES_KEPT = 4096  # names as written whose resolution a Resolver keeps (see _named)
 _SHOWN_LENGTH = 160  # characters of a bad input quoted back in an error message
 _DOT_SEGMENTS = (
@@ -331,6 +335,41 @@ class Resolver:
         if len(followed.uri) > MAX_INPUT_LENGTH:
             return named, self.resolve(text)  # pragma: no cover - raises the length error
         return named, followed
+
+    def names_of(self, resource: Resource, *, limit: int = NAMES_SEARCHED) -> list[str] | None:
+        """Every path inside the workspaces that is a name of ``resource``'s file (hard links
+        of it; its own path first), or None if they are not all found: the file has more
+        links than the walk of the workspaces met within ``limit`` entries, or than lie inside
+        them. A file of one link costs one stat; only a file of several walks the workspaces.
+        A resource with no file (no ``file_id``) has only its own name."""
+        own = None if resource.workspace is None else self.filesystem_path(resource)
+        if own is None or resource.file_id is None:
+            return [] if own is None else [own]
+        try:
+            found = os.stat(own)
+        except (OSError, ValueError):  # pragma: no cover - removed since it was resolved
+            return [own]
+        if found.st_nlink <= 1:
+            return [own]
+        names = [own]
+        seen = 0
+        for real in dict.fromkeys(self._real_roots.values()):
+            for directory, subdirectories, files in os.walk(real):  # links are not followed
+                seen += len(subdirectories) + len(files)
+                if seen > limit:
+                    return None
+                for name in files:
+                    path = os.path.join(directory, name)
+                    try:
+                        there = os.lstat(path)
+                    except OSError:  # pragma: no cover - removed during the walk
+                        continue
+                    same = (there.st_dev, there.st_ino) == (found.st_dev, found.st_ino)
+                    if same and os.path.realpath(path) != os.path.realpath(own):
+                        names.append(path)
+                if len(names) >= found.st_nlink:
+                    return names
+        return None
 
     def filesystem_path(self, resource: Resource) -> str | None:
         """The absolute path on disk of a file resource; None for a custom resource.

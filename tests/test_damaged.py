@@ -32,6 +32,9 @@ DAMAGE = {
     "surrogate": ('"\\ud800"', "lone surrogate"),
     "huge-integer": ("9" * 5000, "integer string conversion"),
     "too-deep": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    # numbers past the largest float read as infinity, which JSON does not have either
+    "overflow": ("[1e999]", "'1e999', too large"),
+    "overflow-digits": ('{"x": -' + "9" * 400 + ".5}", "too large for a float"),
 }
 
 
@@ -244,6 +247,32 @@ async def test_over_mcp_a_damaged_key_is_an_error_and_list_and_export_report_it(
         assert again["record_count"] == 4 and [d["version"] for d in again["damaged"]] == [1]
         fine = reply_of(await c.call_tool("agenthold_list", {"namespace": "ns"}))
         assert fine["count"] == 4 and "damaged" not in fine and "hint" not in fine
+
+
+@pytest.mark.backends
+async def test_a_stored_number_too_large_for_a_float_is_a_damaged_record_over_mcp(
+    store: StateStore, backend: str, db_url: str, tmp_path: Path
+) -> None:
+    fill(store)
+    # what must not be mistaken for one: text that merely looks like it, and large finite floats
+    store.set(
+        "ns", "c", {"s": "1e999 " + "7" * 300, "big": 1.5e308, "small": 1e-999}, updated_by="t"
+    )
+    damage(backend, db_url, "b", "[1e999]")
+    async with in_process_client(coordinator_at(store, tmp_path), tools="advanced") as (_, c):
+        got = await c.call_tool("agenthold_get", {"namespace": "ns", "key": "b"})
+        assert got.is_error and reply_of(got)["error"] == "damaged_record"
+        assert "1e999" in reply_of(got)["message"] and reply_of(got)["hint"]
+        listed = reply_of(await c.call_tool("agenthold_list", {"namespace": "ns"}))
+        assert [r["key"] for r in listed["records"]] == ["a", "c", "d"]
+        assert [d["key"] for d in listed["damaged"]] == ["b"]
+        assert listed["records"][1]["value"] == {
+            "s": "1e999 " + "7" * 300,
+            "big": 1.5e308,
+            "small": 0.0,
+        }
+        exported = reply_of(await c.call_tool("agenthold_export", {"namespace": "ns"}))
+        assert exported["record_count"] == 3 and [d["key"] for d in exported["damaged"]] == ["b"]
 
 
 def test_the_inspector_shows_damaged_values_flagged_and_everything_else(

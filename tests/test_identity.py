@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator
@@ -47,6 +48,7 @@ SCOPED = {
     "team-a": ["write:team-a/*", "read:shared"],
     "repo-only": ["claim:repo"],
     "locks": ["claim:custom://deploy-*"],
+    "team-a-claims": ["claim:file://repo/team-a/*"],
 }
 
 
@@ -433,6 +435,84 @@ async def test_claim_scopes_limit_which_resources_a_principal_may_claim(
                     timeout_seconds=0,
                 )  # fmt: skip
                 assert not failed and reply["status"] == "already_claimed", reply
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_claim_scope_judges_every_name_of_a_hard_linked_file(
+    tmp_path: Path, mode: str
+) -> None:
+    """A hard link inside a principal's claim scope to a file outside it is refused: the claim
+    would block the file under its other name too. A link between two names in scope, and a
+    file of one name, are claimed as before."""
+    async with serving(tmp_path) as server:
+        repo = tmp_path / "repo"
+        (repo / "team-a").mkdir()
+        (repo / "team-b").mkdir()
+        (repo / "team-b" / "secret.py").write_text("b\n")
+        os.link(repo / "team-b" / "secret.py", repo / "team-a" / "hl")
+        (repo / "team-a" / "own.py").write_text("a\n")
+        os.link(repo / "team-a" / "own.py", repo / "team-a" / "own-too.py")
+        (repo / "team-a" / "plain.py").write_text("a\n")
+        (tmp_path / "elsewhere.py").write_text("x\n")  # a name outside every workspace
+        os.link(tmp_path / "elsewhere.py", repo / "team-a" / "far.py")
+        async with server.client("team-a-claims", mode) as c:
+            _, registered = await call(c, "agenthold_register", name="a")
+            agent = registered["agent_id"]
+            for tool, extra in (("agenthold_claim", {}), ("agenthold_wait", {
+                "claim": True, "timeout_seconds": 0,
+            })):  # fmt: skip
+                failed, reply = await call(
+                    c, tool, resource="file://repo/team-a/hl", agent_id=agent, **extra
+                )
+                assert failed and reply["error"] == "forbidden", reply
+                assert "file://repo/team-b/secret.py" in reply["message"], reply
+                assert "hard link" in reply["message"] and reply["hint"]
+            failed, reply = await call(
+                c,
+                "agenthold_claim",
+                resources=["file://repo/team-a/plain.py", "file://repo/team-a/hl"],
+                agent_id=agent,
+            )
+            assert failed and reply["error"] == "forbidden", reply  # a set: none of it
+            failed, reply = await call(
+                c, "agenthold_claim", resource="file://repo/team-a/far.py", agent_id=agent
+            )
+            assert failed and reply["error"] == "forbidden", reply
+            assert "not all of them could be found" in reply["message"], reply
+            for name in (
+                "file://repo/team-a/own.py", "file://repo/team-a/plain.py",
+                "file://repo/team-a/new.py", "file://repo/team-a/*.md",
+            ):  # fmt: skip
+                failed, reply = await call(c, "agenthold_claim", resource=name, agent_id=agent)
+                assert not failed and reply["status"] == "claimed", (name, reply)
+        async with server.client("alice", mode) as c:  # nothing of the refused claims holds
+            _, registered = await call(c, "agenthold_register", name="alice")
+            failed, reply = await call(
+                c, "agenthold_claim", resource="file://repo/team-b/secret.py",
+                agent_id=registered["agent_id"],
+            )  # fmt: skip
+            assert not failed and reply["status"] == "claimed", reply
+
+
+def test_the_other_names_of_a_file_are_found_or_the_search_says_it_could_not(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "w"
+    (root / "d").mkdir(parents=True)
+    (root / "one.py").write_text("1")
+    (root / "two.py").write_text("2")
+    os.link(root / "two.py", root / "d" / "again.py")
+    os.link(root / "two.py", tmp_path / "outside.py")  # a name no workspace holds
+    (root / "three.py").write_text("3")
+    os.link(root / "three.py", root / "d" / "three.py")
+    resolver = Resolver([Workspace("w", str(root))])
+    one = resolver.resolve("one.py")
+    assert resolver.names_of(one) == [str(root / "one.py")]
+    assert resolver.names_of(resolver.resolve("missing.py")) == [str(root / "missing.py")]
+    assert resolver.names_of(resolver.resolve("two.py")) is None  # one name is outside
+    three = resolver.names_of(resolver.resolve("three.py"))
+    assert three == [str(root / "three.py"), os.path.join(os.path.realpath(root), "d", "three.py")]
+    assert resolver.names_of(resolver.resolve("three.py"), limit=1) is None  # walk cut short
 
 
 # --------------------------------------------------------------------------------------------

@@ -570,3 +570,95 @@ def test_a_token_file_changed_within_a_timestamp_tick_is_read_again(tmp_path: Pa
     os.utime(path, (old, old))
     table.current()
     assert not table._is_racy(table._signature)  # an old file costs one stat again
+
+
+# What each racing process runs: its own principals added and every other one of them revoked,
+# and a token added to one principal that every process shares, through the real command
+# (``agenthold token …``'s code, in-process, to spare an interpreter start per command). It
+# waits for "go" on stdin so that all start together, and prints what each command reported.
+RACER = r"""
+import contextlib, io, sys
+from agenthold.cli import main
+
+path, me, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sys.stdin.readline()
+for r in range(rounds):
+    for name in (f"{me}-{r}", "shared"):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+            status = main(["token", "add", name, "--auth-file", path])
+        assert status == 0, status
+        print("add", name, out.getvalue().split()[-1], flush=True)
+    if r % 2:
+        with contextlib.redirect_stderr(io.StringIO()):
+            status = main(["token", "revoke", f"{me}-{r - 1}", "--auth-file", path])
+        assert status == 0, status
+        print("revoke", f"{me}-{r - 1}", flush=True)
+"""
+
+
+def race_token_commands(path: Path, processes: int, rounds: int) -> list[list[str]]:
+    """Run ``processes`` racers of ``rounds`` rounds at once; the lines each one reported."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    racers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(path), f"p{n}", str(rounds)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for n in range(processes)
+    ]
+    for racer in racers:  # each is importing agenthold meanwhile; the first "go" starts it
+        assert racer.stdin is not None
+        racer.stdin.write("go\n")
+        racer.stdin.flush()
+    reported = []
+    for racer in racers:
+        out, err = racer.communicate(timeout=300)
+        assert racer.returncode == 0, err
+        reported.append([line for line in out.splitlines() if line])
+    return reported
+
+
+async def test_token_adds_and_revokes_racing_in_several_processes_all_hold(
+    tmp_path: Path,
+) -> None:
+    """Concurrent ``token add`` and ``token revoke`` commands serialise on the file's lock:
+    every reported add is there at the end, every reported revoke is gone, and a running
+    server refuses each revoked token and accepts each remaining one."""
+    path = tmp_path / "tokens.json"
+    seed, _ = add_token(path, "seed")
+    processes, rounds = 4, 30
+    async with serving(tmp_path, path) as url, httpx2.AsyncClient(timeout=30) as http:
+        assert await status_with(http, url, seed) == 200
+        reported = await anyio.to_thread.run_sync(race_token_commands, path, processes, rounds)
+        added: dict[str, list[str]] = {}
+        revoked: dict[str, list[str]] = {}
+        for lines in reported:
+            assert len(lines) == rounds * 2 + rounds // 2  # every command reported
+            for line in lines:
+                verb, name, *token = line.split()
+                if verb == "add":
+                    added.setdefault(name, []).append(token[0])
+                else:
+                    revoked[name] = added[name]
+        entries = {e.name: e for e in load_file(path)}
+        assert set(entries) == {"seed", *added} - set(revoked)
+        for name, tokens in added.items():
+            if name not in revoked:
+                stored = {t["sha256"] for t in entries[name].tokens}
+                assert stored == {digest(t.encode()).hex() for t in tokens}, name
+        assert len(entries["shared"].tokens) == processes * rounds
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(Path(f"{path}.lock").stat().st_mode) == 0o600
+        for name, tokens in revoked.items():
+            assert await status_with(http, url, tokens[0]) == 401, name
+        for name in ("seed", "shared", "p0-29", "p3-29"):
+            token = seed if name == "seed" else added[name][-1]
+            assert await status_with(http, url, token) == 200, name
+        assert sorted(os.listdir(tmp_path)) == sorted(
+            ["tokens.json", "tokens.json.lock", *(p.name for p in tmp_path.glob("state.db*"))]
+        )  # no temporary file left behind
