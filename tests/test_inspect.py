@@ -675,7 +675,7 @@ def test_a_missing_file_is_an_error_and_is_not_created(
 ) -> None:
     for command in (["agents"], ["claims", "--all"], ["keys", "a"], ["log", "--follow"]):
         result = run_cli(capsys, *command, "--db", str(tmp_path / "missing.db"))
-        assert_one_line_error(result, 1, "no database at", "never creates")
+        assert_one_line_error(result, 2, "no database at", "never creates")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -685,7 +685,7 @@ def test_a_file_that_is_not_sqlite_is_an_error(
     path = tmp_path / "notes.txt"
     path.write_text("hello\n")
     result = run_cli(capsys, "claims", "--db", str(path))
-    assert_one_line_error(result, 1, "is not a SQLite database")
+    assert_one_line_error(result, 2, "is not a SQLite database")
     assert path.read_text() == "hello\n"
 
 
@@ -746,6 +746,7 @@ def files(directory: Path) -> dict[str, str]:
 
 
 EVERY_COMMAND = [
+    ["status"],
     ["agents"],
     ["claims"],
     ["claims", "--all"],
