@@ -81,6 +81,9 @@ def agenthold_on_a_terminal(tmp_path: Path) -> Iterator[Terminal]:
     master, slave = os.openpty()
 
     def controlling_terminal() -> None:  # in the child, before exec
+        # a terminal's shell starts its foreground job with SIGINT at its default, even when
+        # this suite runs as a background job with SIGINT ignored
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
