@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import fcntl
+import functools
 import json
 import logging
 import math
@@ -42,7 +43,7 @@ import signal
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -63,6 +64,7 @@ HELLO_TIMEOUT = 5.0  # seconds a connection may take to say hello and pass its p
 SERVED = "serving this call"  # what a warm server says, on the call's stderr and in its log
 UNOPENED = "the database cannot be opened"  # in its log, when it ends before serving
 TAKEN = "its socket was taken over before it could serve"  # likewise
+STOPPED = "stopped by a signal before it served"  # likewise
 READY_TIMEOUT = 10.0  # seconds a call that waits for its warm server (AGENTHOLD_WARM=wait) waits
 STOPPING = {signal.SIGTERM, signal.SIGINT}  # what stops a warm server (as cli.STOP_SIGNALS)
 _session_stderr: contextvars.ContextVar[int] = contextvars.ContextVar("stderr", default=2)
@@ -158,9 +160,11 @@ class WarmServer:
         if self._waiting is not None:
             self._waiting.cancel()
 
-    async def run(self) -> None:
+    async def run(self, arriving: AsyncIterator[int]) -> None:
+        """Serve until idle, stale or stopped; ``arriving``: the stop signals (already heard
+        since the start-up, see ``_life``)."""
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._signals, tg.cancel_scope)
+            tg.start_soon(self._signals, arriving)
             if self.lock is not None:
                 os.close(self.lock)
                 self.lock = None
@@ -201,14 +205,12 @@ class WarmServer:
                 await anyio.sleep(0.05)
             tg.cancel_scope.cancel()
 
-    async def _signals(self, scope: anyio.CancelScope) -> None:
-        with self.signals() as arriving:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)  # one held back arrives now
-            async for signum in arriving:
-                log.info("%s: stopping", signal.Signals(signum).name)
-                self.stop_accepting()
-                for session in list(self.sessions):
-                    session.cancel()
+    async def _signals(self, arriving: AsyncIterator[int]) -> None:
+        async for signum in arriving:
+            log.info("%s: stopping", signal.Signals(signum).name)
+            self.stop_accepting()
+            for session in list(self.sessions):
+                session.cancel()
 
     def _session_ended(self) -> None:
         if not self.sessions:  # the idle time starts again when the last session ends,
@@ -225,6 +227,7 @@ class WarmServer:
             with anyio.move_on_after(HELLO_TIMEOUT):
                 fds = await self._handshake(conn)
             if len(fds) == 3:
+                status = 0  # also when this server's stop signal ends it, as for a stdio server
                 with scope:
                     status = await self._session(conn, fds, scope)
                 with contextlib.suppress(OSError):
@@ -474,8 +477,77 @@ def _become_warm(
         return
     listener, lock, inode = listening
     os.ftruncate(1, 0)
-    select.select([turn, listener.fileno()], [], [])  # the call's end, or a call waiting for us
-    os.close(turn)
+    start = functools.partial(_life, opts, warnings, found, ready, turn, opener, setup, logs)
+    try:
+        anyio.run(start, signals, listener, lock, inode)
+    except Exception:  # pragma: no cover - a bug: say what it was in the log
+        log.exception("the warm server failed")
+
+
+async def _turn_or_stop(turn: int, listener: socket.socket, arriving: AsyncIterator[int]) -> bool:
+    """Wait for this server's turn to start (the call that forked it has exited, or a call is
+    waiting at the socket); False if a stop signal came first."""
+    stopped = [False]
+    async with anyio.create_task_group() as tg:
+
+        async def readable(fd: int) -> None:
+            await anyio.wait_readable(fd)
+            tg.cancel_scope.cancel()
+
+        async def stop() -> None:
+            async for _ in arriving:
+                stopped[0] = True
+                tg.cancel_scope.cancel()
+
+        tg.start_soon(readable, turn)
+        tg.start_soon(readable, listener.fileno())
+        tg.start_soon(stop)
+    return not stopped[0]
+
+
+async def _life(
+    opts: Any,
+    warnings: list[str],
+    found: Plan,
+    ready: int,
+    turn: int,
+    opener: Callable[[Any], Coordinator],
+    setup: Callable[[Agenthold], None],
+    logs: Callable[[logging.Handler], None],
+    signals: SignalSource,
+    listener: socket.socket,
+    lock: int,
+    inode: int,
+) -> None:
+    """The warm server from its socket on: its stop signals are heard from here to its end,
+    so SIGTERM stops it at any point, also while it waits for its turn to start."""
+    with signals() as arriving:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)  # one held back arrives now
+        if not await _turn_or_stop(turn, listener, arriving):
+            os.close(turn)
+            with contextlib.suppress(OSError):
+                os.write(2, f"warm server {os.getpid()}: {STOPPED}\n".encode())
+            _give_up(found, listener, inode, lock, ready)
+            return
+        os.close(turn)
+        await _serve(opts, warnings, found, ready, opener, setup, logs, signals, listener, lock,
+                     inode, arriving)  # fmt: skip
+
+
+async def _serve(
+    opts: Any,
+    warnings: list[str],
+    found: Plan,
+    ready: int,
+    opener: Callable[[Any], Coordinator],
+    setup: Callable[[Agenthold], None],
+    logs: Callable[[logging.Handler], None],
+    signals: SignalSource,
+    listener: socket.socket,
+    lock: int,
+    inode: int,
+    arriving: AsyncIterator[int],
+) -> None:
     try:
         coordinator = opener(opts)  # cli.open_coordinator
     except SystemExit:  # the call itself says why
@@ -510,9 +582,7 @@ def _become_warm(
         os.write(ready, b"1")
     os.close(ready)
     try:
-        anyio.run(server.run)
-    except Exception:  # pragma: no cover - a bug: say what it was in the log
-        log.exception("the warm server failed")
+        await server.run(arriving)
     finally:
         server.stop_accepting()
         coordinator.store.close()
