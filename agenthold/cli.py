@@ -455,11 +455,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = _leave_warm_server(argv, opts, warnings)
         if status is not None:
             return status
+    if opts.transport == "stdio" and os.isatty(0):
+        print(TERMINAL_BANNER, file=sys.stderr, flush=True)
+        if not _first_input():  # looked, and quit: no database made for that
+            return 0
     coordinator = open_coordinator(opts)
     for line in warnings:  # once nothing can fail any more: a failure is one line alone
         print(f"agenthold: {line}", file=sys.stderr)
-    if opts.transport == "stdio" and os.isatty(0):
-        print(TERMINAL_BANNER, file=sys.stderr, flush=True)
     return serve(opts, coordinator, sock)
 
 
@@ -516,6 +518,31 @@ def ctrl_c_stops() -> None:
         return
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _first_input() -> bool:
+    """On a terminal, wait for the first line before the database is opened, so that typing
+    ``agenthold`` to see what it is makes no database (the per-user one included): False if
+    input ends (Ctrl-D) or Ctrl-C comes before anything was typed. The SDK is imported
+    meanwhile, as the server needs it next."""
+    try:
+        from agenthold import server  # noqa: F401 - the import the server makes anyway
+
+        if os.name != "posix":  # pragma: no cover - no select() on a console there
+            return True
+        import fcntl
+        import select
+        import struct
+        import termios
+
+        select.select([0], [], [])
+    except KeyboardInterrupt:  # Ctrl-C, as the banner says: quit
+        return False
+    try:  # readable with nothing to read: the end of input
+        waiting = fcntl.ioctl(0, termios.FIONREAD, b"\0\0\0\0")
+    except OSError:  # pragma: no cover - a terminal that will not say
+        return True
+    return bool(struct.unpack("i", waiting)[0])
 
 
 #: What someone who typed ``agenthold`` in a shell reads: it looks hung otherwise.

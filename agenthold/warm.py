@@ -65,6 +65,7 @@ SERVED = "serving this call"  # what a warm server says, on the call's stderr an
 UNOPENED = "the database cannot be opened"  # in its log, when it ends before serving
 TAKEN = "its socket was taken over before it could serve"  # likewise
 STOPPED = "stopped by a signal before it served"  # likewise
+STALE_AFTER = 60.0  # seconds: the files of a key no server has, this old, are a gone one's
 READY_TIMEOUT = 10.0  # seconds a call that waits for its warm server (AGENTHOLD_WARM=wait) waits
 STOPPING = {signal.SIGTERM, signal.SIGINT}  # what stops a warm server (as cli.STOP_SIGNALS)
 _session_stderr: contextvars.ContextVar[int] = contextvars.ContextVar("stderr", default=2)
@@ -437,13 +438,70 @@ def _own_socket(found: Plan, inode: int) -> bool:
 
 
 def _give_up(found: Plan, listener: socket.socket, inode: int, lock: int, ready: int) -> None:
-    """End before serving: the socket file goes if it is still this server's."""
+    """End before serving: the socket file goes if it is still this server's, and the key's
+    lock and log if no other server has the key."""
     listener.close()
     if _own_socket(found, inode):
         with contextlib.suppress(OSError):  # gone meanwhile
             os.unlink(found.socket)
     os.close(lock)
     os.close(ready)
+    tidy(found.directory, found.key)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # pragma: no cover - another user's: not ours to judge
+        return True
+    return True
+
+
+def tidy(directory: str, key: str, names: list[str] | None = None, older: float = 0.0) -> bool:
+    """Remove the files of ``key`` in the runtime directory (socket, pid files, lock, log)
+    when no server has the key: none of its pid files names a living process, and its lock
+    is free (taken here without waiting: a server starting under it holds it). ``names``: the
+    directory's listing, when sweeping (see ``sweep``); else this server is ending and has
+    removed its own socket, so a socket there is another's, which keeps them all. ``older``:
+    and the lock is at least this many seconds old (one opened a moment ago may be taken
+    next). Whether it removed them."""
+    base = os.path.join(directory, key)
+    if names is None and os.path.lexists(base + ".sock"):
+        return False
+    listed = os.listdir(directory) if names is None else names
+    pids = [n for n in listed if n.startswith(key + ".") and n.endswith(".pid")]
+    if any(_alive(int(n.split(".")[1])) for n in pids if n.split(".")[1].isdigit()):
+        return False
+    try:
+        fd: int | None = os.open(base + ".lock", os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        fd = None
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            if time.time() - os.fstat(fd).st_mtime < older:
+                return False
+        for name in [*pids, key + ".sock", key + ".log", key + ".lock"]:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(directory, name))
+        return True
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def sweep(directory: str, own: str) -> list[str]:
+    """Remove what warm servers that are gone left in the runtime directory (see ``tidy``),
+    other than key ``own``'s: those that exited leave nothing, but a killed one leaves its
+    files. The keys removed."""
+    names = os.listdir(directory)
+    keys = {n.split(".", 1)[0] for n in names if n.endswith((".lock", ".log", ".sock", ".pid"))}
+    return [k for k in sorted(keys - {own}) if tidy(directory, k, names, older=STALE_AFTER)]
 
 
 def _become_warm(
@@ -477,6 +535,8 @@ def _become_warm(
         return
     listener, lock, inode = listening
     os.ftruncate(1, 0)
+    with contextlib.suppress(OSError):  # a runtime directory we cannot list: nothing to tidy
+        sweep(found.directory, found.key)
     start = functools.partial(_life, opts, warnings, found, ready, turn, opener, setup, logs)
     try:
         anyio.run(start, signals, listener, lock, inode)
@@ -588,3 +648,4 @@ async def _serve(
         coordinator.store.close()
         with contextlib.suppress(OSError):
             os.unlink(pid_file)
+        tidy(found.directory, found.key)  # unless another server has taken the key
