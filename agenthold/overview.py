@@ -87,7 +87,7 @@ def collect(inspector: Any) -> dict[str, Any]:
         held_by[info.holder] = held_by.get(info.holder, 0) + 1
         claims.append(
             {
-                "resource": info.resource,
+                "resource": info.uri,  # as `agenthold claims` shows it
                 "mode": info.mode,
                 "agent_id": info.holder,
                 "agent_name": info.holder_name,
