@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agenthold.tables import Column, age, by_whom, clean, clock, table
+from agenthold.tables import Column, age, by_whom, clean, table
 
 SHOWN = 6  # rows of each section on the screen (and in the JSON); the subcommands list all
 
@@ -81,6 +81,7 @@ def collect(inspector: Any) -> dict[str, Any]:
             size = os.path.getsize(store.path)
         except OSError:  # pragma: no cover - removed since it was opened
             size = None
+    every = coordinator.list_agents()  # [] also where the claims tables were never made
     held_by: dict[str, int] = {}
     claims: list[dict[str, Any]] = []
     for info in coordinator.list_claims():
@@ -96,7 +97,7 @@ def collect(inspector: Any) -> dict[str, Any]:
         )
     queue: list[dict[str, Any]] = []
     with store.db.snapshot() as conn:
-        if coordinator.list_agents() or claims:  # the claims tables are there
+        if every:  # the claims tables are there (a claim, a share or a wait has an agent)
             for uri, agent_id, name, since, lease_end in conn.execute(_SHARED).fetchall():
                 if lease_end is not None and lease_end <= now:
                     continue  # its lease ended: it holds nothing
@@ -134,7 +135,6 @@ def collect(inspector: Any) -> dict[str, Any]:
         )
         thread["unread"][member] = behind
     agents = []
-    every = coordinator.list_agents()
     for agent in every:
         end = agent.lease_ends_at
         if end is not None and end <= now:
@@ -165,13 +165,17 @@ def _iso(moment: float) -> str:
 
 
 def _size(size: int | None) -> str:
+    """ ", 54.0 KiB": a file's size for the database line ("" for none)."""
     if size is None:
         return ""
-    for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f", {size:.0f} {unit}" if unit == "bytes" else f", {size:.1f} {unit}"
-        size = size / 1024  # type: ignore[assignment]
-    raise AssertionError("unreachable")  # pragma: no cover
+    if size < 1024:
+        return f", {size} bytes"
+    shown, unit = size / 1024, "KiB"
+    for bigger in ("MiB", "GiB"):
+        if shown < 1024:
+            break
+        shown, unit = shown / 1024, bigger
+    return f", {shown:.1f} {unit}"
 
 
 def lines(inspector: Any, status: dict[str, Any]) -> list[str]:
@@ -244,7 +248,7 @@ def lines(inspector: Any, status: dict[str, Any]) -> list[str]:
     section(
         f"latest events: {len(events)}" if events else "latest events: none yet",
         EVENT_COLUMNS,
-        [[clock(e["at"]), *inspector.log_row(e)[1:3], inspector.log_row(e)[4]] for e in events],
+        [_event_row(inspector.log_row(e)) for e in events],
         len(events),
         "",
     )
@@ -267,6 +271,12 @@ def lines(inspector: Any, status: dict[str, Any]) -> list[str]:
         "'agenthold threads' lists every thread",
     )
     return out
+
+
+def _event_row(logged: list[str]) -> list[str]:
+    """TIME, ACTOR, EVENT and WHAT of a row of `agenthold log` (its VERSION left out)."""
+    at, actor, event, _, what = logged
+    return [at, actor, event, what]
 
 
 def _clean(rows: list[list[str]], width: int) -> list[list[str]]:

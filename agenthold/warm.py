@@ -12,13 +12,19 @@ closing its connection would then delete the WAL under the child). A database th
 opened ends the child quietly; the call then reports it as ever. It then lives in a
 session of its own (a client that ends its server's process group does not end it), listens on
 a Unix socket in this user's runtime directory, and exits after IDLE_SECONDS without a client
-(AGENTHOLD_WARM_IDLE), on SIGTERM or SIGINT, and once it is stale: the code on disk is no
+(AGENTHOLD_WARM_IDLE), on SIGTERM or SIGINT (heard from the moment it has its socket, the
+wait for its turn included), and once it is stale: the code on disk is no
 longer the code it runs, or its database file or a workspace directory was replaced or removed.
 A call's hello finds that at once; without calls, the server looks for itself every
 CHECK_SECONDS (AGENTHOLD_WARM_CHECK, for tests). A timer rather than file events: it covers the
 code and the workspaces as well as the database, with one rule on every platform, and events on
 the database's directory would wake it on every commit of every other process, whereas a look
 is a few stat calls (a tenth of a millisecond) every CHECK_SECONDS.
+
+An exiting server takes its files with it (socket, pid file, lock, and its log unless that
+holds a warning or an error) unless another server has its key meanwhile; a killed one
+cannot, so each new server removes what gone ones left (``sweep``): a key whose pid files
+name no living process and whose lock nobody holds.
 
 Each accepted connection is one stdio session: the front's stdin, stdout and stderr, served by
 the same pieces as ``agenthold`` on stdio (the SDK's server, agenthold's pipe reader and writer
@@ -450,13 +456,20 @@ def _give_up(found: Plan, listener: socket.socket, inode: int, lock: int, ready:
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a living process: not gone, and (where /proc says) not a zombie, as
+    a killed warm server is until init reaps it (the double fork made init its parent)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:  # pragma: no cover - another user's: not ours to judge
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[:1]
+    except OSError:  # no /proc (macOS, the BSDs), or gone meanwhile
+        return True
+    return state not in ([b"Z"], [b"X"])
 
 
 def tidy(directory: str, key: str, names: list[str] | None = None, older: float = 0.0) -> bool:
@@ -486,13 +499,28 @@ def tidy(directory: str, key: str, names: list[str] | None = None, older: float 
                 return False
             if time.time() - os.fstat(fd).st_mtime < older:
                 return False
+        kept = [key + ".log"] if _worth_reading(base + ".log") else []
         for name in [*pids, key + ".sock", key + ".log", key + ".lock"]:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(os.path.join(directory, name))
+            if name not in kept:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(directory, name))
         return True
     finally:
         if fd is not None:
             os.close(fd)
+
+
+def _worth_reading(log_path: str) -> bool:
+    """Whether a warm server's log says something went wrong (a warning, an error, a
+    traceback), which is kept for a person to read; lines of calls served and INFO are not."""
+    try:
+        with open(log_path, "rb") as f:
+            text = f.read(1 << 20)
+    except OSError:
+        return False
+    return any(
+        word in text for word in (b": WARNING: ", b": ERROR: ", b": CRITICAL: ", b"Traceback")
+    )
 
 
 def sweep(directory: str, own: str) -> list[str]:
