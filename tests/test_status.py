@@ -46,6 +46,7 @@ def populate(db: str) -> dict[str, Any]:
         coord.claim("custom://chapter-1", editor)
         coord.claim("custom://spec", reviewer, mode="shared")
         coord.claim("custom://old", gone)
+        coord.claim("custom://spec", gone, mode="shared")  # a share ends with its lease too
         coord.end_lease(gone, 0.0)
         waiter = coord.register("waiter").agent_id
         line = coord.queue_look(coord.target("custom://chapter-1"), waiter, "exclusive", None, 600)
@@ -188,6 +189,13 @@ def test_status_never_imports_mcp(db_url: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == "False"
+
+
+def test_the_size_of_a_database_file_is_shown_in_the_largest_whole_unit() -> None:
+    from agenthold.overview import _size
+
+    shown = [_size(n) for n in (None, 512, 55_296, 5 * 2**20, 3 * 2**30, 2**42)]
+    assert shown == ["", ", 512 bytes", ", 54.0 KiB", ", 5.0 MiB", ", 3.0 GiB", ", 4096.0 GiB"]
 
 
 def test_help_points_at_status_first(capsys: pytest.CaptureFixture[str]) -> None:
