@@ -5,10 +5,8 @@ Decisions behind it:
   fails with one line naming it and a non-zero exit, never a traceback.
 - Nothing here imports ``mcp`` (half a second): the server module is imported only to serve,
   and the inspector subcommands never import it, so ``--help`` and the inspector start fast.
-- One database per user by default, in the platform's state directory (``database_path``), not
-  in the current directory: hosts start servers in different directories, and servers that
-  silently opened different files would never coordinate. The server and the inspector resolve
-  it the same way; only the server creates its directory.
+- One database per user by default (locations.py's ``database_path``); the server and the
+  inspector resolve it the same way; only the server creates its directory.
 """
 
 from __future__ import annotations
@@ -29,7 +27,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from agenthold.backup import add_backup_command, run_backup
+from agenthold.completion import add_completion_command
 from agenthold.limits import Bounds, add_arguments, bounds_from
+from agenthold.locations import (  # noqa: F401 - DB_*, state_directory: importable from here too
+    DB_ENV,
+    DB_FILE,
+    UsageError,
+    check_db,
+    database_path,
+    state_directory,
+    workspace_spec,
+)
 from agenthold.token_commands import CommandFailed, add_token_commands, run_token_command
 
 if TYPE_CHECKING:
@@ -37,8 +45,6 @@ if TYPE_CHECKING:
     from agenthold.principals import TokenTable
     from agenthold.uris import Workspace
 
-DB_FILE = "agenthold.db"
-DB_ENV = "AGENTHOLD_DB"
 DEFAULT_PORT = 8417
 DEFAULT_DISCONNECT_GRACE = 300.0
 DEFAULT_REAP_IDLE = 86_400.0
@@ -73,10 +79,6 @@ class ServeOptions:
     log_level: str = "warning"
 
 
-class UsageError(Exception):
-    """A bad command-line value: printed as one line, exit status 2."""
-
-
 def _seconds(
     text: str,
     *,
@@ -98,61 +100,6 @@ def _seconds(
     if value > maximum:
         raise UsageError(f"{flag}: {text!r} is too long; the most is {maximum:.0f} seconds")
     return value
-
-
-def state_directory(environ: dict[str, str], platform: str = sys.platform) -> str:
-    """Where agenthold keeps per-user state: $XDG_STATE_HOME/agenthold (or
-    ~/.local/state/agenthold) on Linux and other Unix, ~/Library/Application Support/agenthold
-    on macOS, %LOCALAPPDATA%\\agenthold on Windows."""
-    home = os.path.expanduser("~")
-    if platform == "win32":
-        base = environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
-    elif platform == "darwin":
-        base = os.path.join(home, "Library", "Application Support")
-    else:
-        base = environ.get("XDG_STATE_HOME", "")
-        if not os.path.isabs(base):  # the XDG spec says to ignore a relative value
-            base = os.path.join(home, ".local", "state")
-    return os.path.join(base, "agenthold")
-
-
-def database_path(given: str | None, environ: dict[str, str]) -> tuple[str, bool]:
-    """The database file to use and whether it is the per-user default: ``--db`` if given,
-    else $AGENTHOLD_DB if set and not empty, else agenthold.db in ``state_directory``. A
-    leading ``~`` is expanded (JSON host configurations have no shell to do it)."""
-    if given is None:
-        given = environ.get(DB_ENV) or None
-        flag = DB_ENV
-    else:
-        flag = "--db"
-    if given is None:
-        return os.path.join(state_directory(environ), DB_FILE), True
-    if not given.strip():
-        raise UsageError(
-            f"{flag}: an empty path; give a database file, or leave it out for the "
-            f"per-user default ({os.path.join(state_directory(environ), DB_FILE)})"
-        )
-    path = given if given == ":memory:" else os.path.expanduser(given)
-    for name in (path, path + "-wal"):  # SQLite also needs the write-ahead log's name
-        try:
-            os.stat(name)
-        except OSError as exc:
-            if exc.errno == errno.ENAMETOOLONG:
-                raise UsageError(
-                    f"{flag}: {path!r} is longer than this system allows for a path or one of "
-                    "its names (with the '-wal' suffix SQLite adds); use a shorter path"
-                ) from None
-        except ValueError:
-            raise UsageError(f"{flag}: {path!r} contains a NUL character") from None
-    return path, False
-
-
-def workspace_spec(spec: str) -> str:
-    """``spec`` with a leading ``~`` of its path expanded, in NAME=~/dir as in ~/dir."""
-    name, equals, path = spec.partition("=")
-    if equals and path.startswith("~") and "/" not in name and "\\" not in name:
-        return f"{name}={os.path.expanduser(path)}"
-    return os.path.expanduser(spec) if spec.startswith("~") else spec
 
 
 # The tool sets of tools.TOOL_SETS, named here because tools.py imports mcp (half a second) and
@@ -187,11 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Shared, versioned state and resource claims for AI agents. With no subcommand, "
             "serve MCP (stdio by default); with a subcommand, show what is in a database "
-            "(read-only)."
+            "(read-only). Start with 'agenthold status': the database, its agents, claims, "
+            "queues, latest events and unread messages on one screen."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=(
             "examples:\n"
+            "  agenthold status                               start here: what the database "
+            "holds\n"
             "  agenthold --db ./state.db                      serve the five standard tools\n"
             "  agenthold --db ./state.db --tools advanced     serve the state-store tools\n"
             "  agenthold --tools standard,messages            claims and the message bus\n"
@@ -338,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
         "('agenthold hook install HOST' wires it in; see docs/hooks.md)",
         add_help=False,
     )
+    add_completion_command(subcommands)
     return parser
 
 
@@ -351,6 +302,8 @@ def serve_options(
 
     warnings: list[str] = []
     db, default = database_path(args.db, environ)
+    if not default:  # the default's directory is made when the database is
+        check_db(db, creates=True)
     opts = ServeOptions(db=db, create_db_dir=default, tools=args.tools, transport=args.transport)
     if args.claim_ttl is not None:
         opts.claim_ttl = _seconds(args.claim_ttl, flag="--claim-ttl")
@@ -478,11 +431,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_token_command(args)
         except CommandFailed as exc:
             _fail(str(exc), code=exc.status)
+    if args.command == "completion":
+        from agenthold.completion import script
+
+        print(script(parser, args.shell), end="")
+        return 0
     if args.command is not None:
         from agenthold import inspect as inspector
 
         try:
-            args.db = database_path(args.db, dict(os.environ))[0]
+            args.db, default = database_path(args.db, dict(os.environ))
+            if not default:  # a per-user database not made yet is not a usage error
+                check_db(args.db, creates=False)
         except UsageError as exc:
             _fail(str(exc))
         if args.command == "backup":
@@ -491,8 +451,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             from agenthold.web import run as run_web
 
             return run_web(args, args.db, workspace_spec, listen, stop_signals)
-        with _terminate_as_interrupt(getattr(args, "follow", False)):
+        follow = getattr(args, "follow", False)
+        if follow:
+            ctrl_c_stops()
+        with _terminate_as_interrupt(follow):
             return inspector.run(args)
+    ctrl_c_stops()  # before the SDK's import: Ctrl-C while starting stops it too
     try:
         opts, warnings = serve_options(args, dict(os.environ))
     except UsageError as exc:
@@ -508,11 +472,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         status = _leave_warm_server(argv, opts, warnings)
         if status is not None:
             return status
+    if opts.transport == "stdio" and os.isatty(0):
+        print(TERMINAL_BANNER, file=sys.stderr, flush=True)
+        if not _first_input():  # looked, and quit: no database made for that
+            return 0
     coordinator = open_coordinator(opts)
     for line in warnings:  # once nothing can fail any more: a failure is one line alone
         print(f"agenthold: {line}", file=sys.stderr)
-    if opts.transport == "stdio" and os.isatty(0):
-        print(TERMINAL_BANNER, file=sys.stderr, flush=True)
     return serve(opts, coordinator, sock)
 
 
@@ -555,6 +521,45 @@ def _terminate_as_interrupt(wanted: bool) -> Iterator[None]:
 
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
+
+
+def ctrl_c_stops() -> None:
+    """Give SIGINT back its default handling (KeyboardInterrupt) if this process was started
+    with it ignored, as a shell without job control starts its background jobs. A server
+    listens for SIGINT itself (``stop_signals``) and stopped on it either way, while ``log
+    --follow`` and a server still starting went on: now each of them stops on Ctrl-C and
+    SIGINT however it was started."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _first_input() -> bool:
+    """On a terminal, wait for the first line before the database is opened, so that typing
+    ``agenthold`` to see what it is makes no database (the per-user one included): False if
+    input ends (Ctrl-D) or Ctrl-C comes before anything was typed. The SDK is imported
+    meanwhile, as the server needs it next."""
+    try:
+        from agenthold import server  # noqa: F401 - the import the server makes anyway
+
+        if os.name != "posix":  # pragma: no cover - no select() on a console there
+            return True
+        import fcntl
+        import select
+        import struct
+        import termios
+
+        select.select([0], [], [])
+    except KeyboardInterrupt:  # Ctrl-C, as the banner says: quit
+        return False
+    try:  # readable with nothing to read: the end of input
+        waiting = fcntl.ioctl(0, termios.FIONREAD, b"\0\0\0\0")
+    except OSError:  # pragma: no cover - a terminal that will not say
+        return True
+    return bool(struct.unpack("i", waiting)[0])
 
 
 #: What someone who typed ``agenthold`` in a shell reads: it looks hung otherwise.

@@ -52,6 +52,7 @@ from agenthold.tables import (
     MIN_CUT,
     Column,
     age,
+    by_whom,
     clean,
     clock,
     compact_json,
@@ -101,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
                 "log": inspector.log,
                 "threads": inspector.threads,
                 "messages": inspector.messages,
+                "status": inspector.status,
             }
             return commands[args.command](args, limit)
         finally:
@@ -185,12 +187,14 @@ HISTORY_COLUMNS = (
     Column("WHEN"),
     Column("VALUE", cut=1),
 )
+LOG_ACTOR_WIDTH = (16, 24)  # the ACTOR column is fixed at start: this wide at least, at most
+LOG_WHAT_WIDTH = 36  # a long value gives way first, but a resource keeps this much first
 LOG_COLUMNS = (
     Column("TIME (UTC)"),
-    Column("ACTOR", cut=2),
+    Column("ACTOR", cut=2, least=LOG_ACTOR_WIDTH[0]),
     Column("EVENT"),
     Column("VERSION", right=True),
-    Column("WHAT", cut=1),
+    Column("WHAT", cut=1, least=LOG_WHAT_WIDTH),
 )
 THREAD_COLUMNS = (
     Column("THREAD"),
@@ -216,12 +220,6 @@ EVENT_NAMES = (
     "reaped",
     "appended",
 )
-LOG_ACTOR_WIDTH = (16, 24)  # the ACTOR column is fixed at start: this wide at least, at most
-
-
-def by_whom(actor: str, principal: str | None) -> str:
-    """An actor as the tables show it: with the principal that made the call, if one did."""
-    return actor if principal is None else f"{actor} ({principal})"
 
 
 class Inspector:
@@ -363,6 +361,11 @@ class Inspector:
             left = f"ends in {span(end - self.now)}"
             return left + " (disconnected)" if outcome == "abandoned" else left
         return f"ended {span(self.now - end)} ago ({outcome})"
+
+    def status(self, args: argparse.Namespace, limit: int) -> int:
+        from agenthold.overview import status
+
+        return status(self)
 
     # -- claims ----------------------------------------------------------------------------------
 

@@ -10,7 +10,8 @@ import argparse
 DEFAULT_LIMIT = 20  # lines of `history` and `log` when --limit is not given
 MAX_LIMIT = 2**62  # larger limits are treated as "everything" (SQLite takes 64-bit integers)
 
-COMMANDS = ("agents", "claims", "namespaces", "keys", "history", "log", "threads", "messages")
+COMMANDS: tuple[str, ...] = ("status", "agents", "claims", "namespaces", "keys", "history")
+COMMANDS += ("log", "threads", "messages")
 
 
 def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,6 +41,14 @@ def add_subcommands(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         )
         return parser
 
+    add(
+        "status",
+        "start here: the database, live agents, claims and queues, latest events, unread",
+        "One screen about the database: which one it is (path and backend), the agents whose "
+        "lease is live, the claims held and the waits queued to claim, the latest events, "
+        "and the message-bus threads where someone has unread messages. Each section shows "
+        "its first rows and names the subcommand that lists them all.",
+    )
     add(
         "agents",
         "who is registered, their leases and how many claims they hold",

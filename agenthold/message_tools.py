@@ -32,6 +32,7 @@ from agenthold.message_types import (
     NotParticipantError,
     ReadState,
     UnknownThreadError,
+    past_the_end,
     thread_id_of,
     unknown_thread,
 )
@@ -253,11 +254,18 @@ class MessageHandlers:
         await self.in_scope(call, tid, write=False)
         start = time.monotonic()
         topics = [thread_topic(tid)]
+        looked = False
 
         poll = functools.partial(self.bus.poll, max_bytes=PAGE_BYTES)
 
         async def look() -> tuple[Reply | None, Iterable[tuple[str, ...]], float | None]:
+            nonlocal looked
             page = await self.app.read(poll, tid, after)
+            if not page and not looked:  # before it waits: a seq past the end never comes
+                info = await self.app.read(self.bus.get_thread_info, tid)  # (as mark_read
+                if info is not None and after > info.last_seq:  # says, refused at once)
+                    raise past_the_end(info.thread_id, after, info.last_seq)
+            looked = True
             if not page:
                 return None, topics, None
             reply = page_reply(page, tid)

@@ -314,6 +314,18 @@ def unknown_thread(thread_id: str) -> UnknownThreadError:
     )
 
 
+def past_the_end(thread_id: str, after_seq: int, last_seq: int) -> InvalidInputError:
+    """A wait for a message after ``after_seq`` on a thread that ends before it: no message
+    would ever be the next one (seqs go 1, 2, ...), so it is refused at once, as marking such
+    a seq read is."""
+    error = InvalidInputError(
+        f"cannot wait for a message after seq {after_seq}: thread {thread_id!r} ends at seq "
+        f"{last_seq}; wait after the seq of the last message you processed"
+    )
+    error.hint = f"Pass an after_seq from 0 to {last_seq}: the last seq you processed."
+    return error
+
+
 def unknown_agent(what: str) -> UnknownAgentError:
     error = UnknownAgentError(
         f"unknown agent {what}: no bus agent has this name or id in this database"

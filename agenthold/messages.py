@@ -82,6 +82,7 @@ from agenthold.message_types import (
     check_name,
     check_thread_name,
     message_of,
+    past_the_end,
     thread_id_of,
     unknown_agent,
     unknown_thread,
@@ -478,14 +479,16 @@ class MessageBus:
         seconds. Returns at once if there is one.
         Woken by commits (this process at once, another within milliseconds), not by polling
         the thread. UnknownThreadError if the thread does not exist (or is deleted meanwhile,
-        in this process)."""
+        in this process); InvalidInputError at once for an ``after_seq`` past its last seq."""
         tid = thread_id_of(thread_id)
         check_int("after_seq", after_seq, maximum=MAX_SQL_INT)
         seconds = check_seconds("timeout", timeout, maximum=MAX_WAIT_SECONDS)
         limit = check_limit(limit)
         check_int("max_bytes", max_bytes, minimum=1)
-        if not self._ready:
+        if (row := self._fetchone(THREAD_INFO, (tid,))) is None:
             raise unknown_thread(tid)
+        if after_seq > row[1]:  # no message would ever come next: refused, as mark_read does
+            raise past_the_end(tid, after_seq, row[1])
         topics = (thread_topic(tid),)
 
         def look() -> tuple[MessagePage | None, Iterable[Topic], None]:

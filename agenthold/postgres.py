@@ -398,10 +398,11 @@ class PostgresDatabase:
         database is one clear error at start."""
         try:
             conn = psycopg.connect(self.url, **_connect_options(self.url))
-        except psycopg.Error as exc:
-            raise UnavailableError(
-                f"cannot connect to PostgreSQL at {self.path}: {_first_line(exc, self.url)}"
-            ) from None
+        except psycopg.Error as exc:  # a password missing or wrong: say where libpq looks
+            why = _first_line(exc, self.url)
+            if "no password supplied" in why or "password authentication failed" in why:
+                why += "; give the password in PGPASSWORD, in ~/.pgpass (or PGPASSFILE) or the URL"
+            raise UnavailableError(f"cannot connect to PostgreSQL at {self.path}: {why}") from None
         conn.close()
 
     def _connection_class(self) -> type[psycopg.Connection[Any]]:
@@ -473,10 +474,11 @@ class PostgresDatabase:
                     "ORDER BY tablename"
                 )
             ]
-            if tables or self.read_only:
-                held = f"it holds tables {', '.join(tables[:5])}" if tables else "it is empty"
+            if tables or self.read_only:  # a read never creates them: a server does
+                held = f"is not an agenthold database (it holds tables {', '.join(tables[:5])})"
+                empty = "has no agenthold tables yet: start a server on it first"
                 raise IncompatibleDatabaseError(
-                    f"{self.path} is not an agenthold database ({held}); give another --db"
+                    f"{self.path} {held}; give another --db" if tables else f"{self.path} {empty}"
                 )
             return {}
         rows = conn.execute("SELECT component, version FROM agenthold_components").fetchall()

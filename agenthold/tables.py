@@ -90,6 +90,14 @@ def shown_value(record: dict[str, Any]) -> str:
     return DAMAGED if record.get("damaged") else compact_json(record["value"])
 
 
+def by_whom(actor: str, principal: str | None) -> str:
+    """An actor as the tables show it: with the principal that made the call, if one did, in
+    parentheses (a name in parentheses already, such as the shared token's, is shown as is)."""
+    if principal is None:
+        return actor
+    return f"{actor} {principal}" if principal.startswith("(") else f"{actor} ({principal})"
+
+
 def parse_time(iso: str) -> float | None:
     """Unix time of an ISO-8601 string the store wrote, or None if it is not one."""
     from datetime import datetime
@@ -138,11 +146,13 @@ def clock(iso: str) -> str:
 class Column(NamedTuple):
     """A table column. One with a ``cut`` rank may be cut short (with "…") when the table is
     wider than the terminal: rank 1 first, down to MIN_CUT cells, then rank 2, and so on. A
-    ``right`` column is right-aligned (numbers)."""
+    ``right`` column is right-aligned (numbers); ``least`` keeps it this wide while cutting
+    the columns of the later ranks (down to their own ``least``) makes the table fit."""
 
     header: str
     cut: int = 0
     right: bool = False
+    least: int = 0  # cut no narrower than this while the other columns can give way
 
 
 MIN_CUT = 12  # a column is never cut narrower than this (or its header)
@@ -167,22 +177,30 @@ def _escape(char: str) -> str:
 
 def layout(columns: Sequence[Column], rows: Sequence[Sequence[str]], total: int) -> list[int]:
     """Column widths: each as wide as its widest cell; then, while the table is wider than
-    ``total`` cells, the widest column of the lowest cut rank that can still shrink loses one."""
+    ``total`` cells, the widest column of the lowest cut rank that can still shrink loses one:
+    first down to each column's ``least``, then, if that was not enough, to MIN_CUT."""
     widths = [text_width(c.header) for c in columns]
     for row in rows:
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], text_width(printable(cell)))
     excess = sum(widths) + len(GAP) * (len(columns) - 1) - total
-    for rank in sorted({c.cut for c in columns if c.cut}):
-        members = [i for i, c in enumerate(columns) if c.cut == rank]
-        floors = {i: min(widths[i], max(MIN_CUT, text_width(columns[i].header))) for i in members}
-        while excess > 0:
-            shrinkable = [i for i in members if widths[i] > floors[i]]
-            if not shrinkable:
-                break
-            widest = max(shrinkable, key=lambda i: widths[i])
-            widths[widest] -= 1
-            excess -= 1
+    for keep_least in (True, False):  # a column's ``least`` goes only if nothing else fits
+        for rank in sorted({c.cut for c in columns if c.cut}):
+            members = [i for i, c in enumerate(columns) if c.cut == rank]
+            floors = {
+                i: min(
+                    widths[i],
+                    max(MIN_CUT, text_width(columns[i].header), columns[i].least * keep_least),
+                )
+                for i in members
+            }
+            while excess > 0:
+                shrinkable = [i for i in members if widths[i] > floors[i]]
+                if not shrinkable:
+                    break
+                widest = max(shrinkable, key=lambda i: widths[i])
+                widths[widest] -= 1
+                excess -= 1
     return widths
 
 

@@ -12,13 +12,19 @@ closing its connection would then delete the WAL under the child). A database th
 opened ends the child quietly; the call then reports it as ever. It then lives in a
 session of its own (a client that ends its server's process group does not end it), listens on
 a Unix socket in this user's runtime directory, and exits after IDLE_SECONDS without a client
-(AGENTHOLD_WARM_IDLE), on SIGTERM or SIGINT, and once it is stale: the code on disk is no
+(AGENTHOLD_WARM_IDLE), on SIGTERM or SIGINT (heard from the moment it has its socket, the
+wait for its turn included), and once it is stale: the code on disk is no
 longer the code it runs, or its database file or a workspace directory was replaced or removed.
 A call's hello finds that at once; without calls, the server looks for itself every
 CHECK_SECONDS (AGENTHOLD_WARM_CHECK, for tests). A timer rather than file events: it covers the
 code and the workspaces as well as the database, with one rule on every platform, and events on
 the database's directory would wake it on every commit of every other process, whereas a look
 is a few stat calls (a tenth of a millisecond) every CHECK_SECONDS.
+
+An exiting server takes its files with it (socket, pid file, lock, and its log unless that
+holds a warning or an error) unless another server has its key meanwhile; a killed one
+cannot, so each new server removes what gone ones left (``sweep``): a key whose pid files
+name no living process and whose lock nobody holds.
 
 Each accepted connection is one stdio session: the front's stdin, stdout and stderr, served by
 the same pieces as ``agenthold`` on stdio (the SDK's server, agenthold's pipe reader and writer
@@ -33,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import fcntl
+import functools
 import json
 import logging
 import math
@@ -42,7 +49,7 @@ import signal
 import socket
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -64,6 +71,8 @@ HELLO_TIMEOUT = 5.0  # seconds a connection may take to say hello and pass its p
 SERVED = "serving this call"  # what a warm server says, on the call's stderr and in its log
 UNOPENED = "the database cannot be opened"  # in its log, when it ends before serving
 TAKEN = "its socket was taken over before it could serve"  # likewise
+STOPPED = "stopped by a signal before it served"  # likewise
+STALE_AFTER = 60.0  # seconds: the files of a key no server has, this old, are a gone one's
 READY_TIMEOUT = 10.0  # seconds a call that waits for its warm server (AGENTHOLD_WARM=wait) waits
 STOPPING = {signal.SIGTERM, signal.SIGINT}  # what stops a warm server (as cli.STOP_SIGNALS)
 _session_stderr: contextvars.ContextVar[int] = contextvars.ContextVar("stderr", default=2)
@@ -177,9 +186,11 @@ class WarmServer:
         if self._waiting is not None:
             self._waiting.cancel()
 
-    async def run(self) -> None:
+    async def run(self, arriving: AsyncIterator[int]) -> None:
+        """Serve until idle, stale or stopped; ``arriving``: the stop signals (already heard
+        since the start-up, see ``_life``)."""
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._signals, tg.cancel_scope)
+            tg.start_soon(self._signals, arriving)
             if self.lock is not None:
                 os.close(self.lock)
                 self.lock = None
@@ -220,14 +231,12 @@ class WarmServer:
                 await anyio.sleep(0.05)
             tg.cancel_scope.cancel()
 
-    async def _signals(self, scope: anyio.CancelScope) -> None:
-        with self.signals() as arriving:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)  # one held back arrives now
-            async for signum in arriving:
-                log.info("%s: stopping", signal.Signals(signum).name)
-                self.stop_accepting()
-                for session in list(self.sessions):
-                    session.cancel()
+    async def _signals(self, arriving: AsyncIterator[int]) -> None:
+        async for signum in arriving:
+            log.info("%s: stopping", signal.Signals(signum).name)
+            self.stop_accepting()
+            for session in list(self.sessions):
+                session.cancel()
 
     def _session_ended(self) -> None:
         if not self.sessions:  # the idle time starts again when the last session ends,
@@ -244,6 +253,7 @@ class WarmServer:
             with anyio.move_on_after(HELLO_TIMEOUT):
                 fds = await self._handshake(conn)
             if len(fds) == 3:
+                status = 0  # also when this server's stop signal ends it, as for a stdio server
                 with scope:
                     status = await self._session(conn, fds, scope)
                 with contextlib.suppress(OSError):
@@ -454,13 +464,92 @@ def _own_socket(found: Plan, inode: int) -> bool:
 
 
 def _give_up(found: Plan, listener: socket.socket, inode: int, lock: int, ready: int) -> None:
-    """End before serving: the socket file goes if it is still this server's."""
+    """End before serving: the socket file goes if it is still this server's, and the key's
+    lock and log if no other server has the key."""
     listener.close()
     if _own_socket(found, inode):
         with contextlib.suppress(OSError):  # gone meanwhile
             os.unlink(found.socket)
     os.close(lock)
     os.close(ready)
+    tidy(found.directory, found.key)
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a living process: not gone, and (where /proc says) not a zombie, as
+    a killed warm server is until init reaps it (the double fork made init its parent)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # pragma: no cover - another user's: not ours to judge
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[:1]
+    except OSError:  # no /proc (macOS, the BSDs), or gone meanwhile
+        return True
+    return state not in ([b"Z"], [b"X"])
+
+
+def tidy(directory: str, key: str, names: list[str] | None = None, older: float = 0.0) -> bool:
+    """Remove the files of ``key`` in the runtime directory (socket, pid files, lock, log)
+    when no server has the key: none of its pid files names a living process, and its lock
+    is free (taken here without waiting: a server starting under it holds it). ``names``: the
+    directory's listing, when sweeping (see ``sweep``); else this server is ending and has
+    removed its own socket, so a socket there is another's, which keeps them all. ``older``:
+    and the lock is at least this many seconds old (one opened a moment ago may be taken
+    next). Whether it removed them."""
+    base = os.path.join(directory, key)
+    if names is None and os.path.lexists(base + ".sock"):
+        return False
+    listed = os.listdir(directory) if names is None else names
+    pids = [n for n in listed if n.startswith(key + ".") and n.endswith(".pid")]
+    if any(_alive(int(n.split(".")[1])) for n in pids if n.split(".")[1].isdigit()):
+        return False
+    try:
+        fd: int | None = os.open(base + ".lock", os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        fd = None
+    try:
+        if fd is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            if time.time() - os.fstat(fd).st_mtime < older:
+                return False
+        kept = [key + ".log"] if _worth_reading(base + ".log") else []
+        for name in [*pids, key + ".sock", key + ".log", key + ".lock"]:
+            if name not in kept:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(directory, name))
+        return True
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _worth_reading(log_path: str) -> bool:
+    """Whether a warm server's log says something went wrong (a warning, an error, a
+    traceback), which is kept for a person to read; lines of calls served and INFO are not."""
+    try:
+        with open(log_path, "rb") as f:
+            text = f.read(1 << 20)
+    except OSError:
+        return False
+    return any(
+        word in text for word in (b": WARNING: ", b": ERROR: ", b": CRITICAL: ", b"Traceback")
+    )
+
+
+def sweep(directory: str, own: str) -> list[str]:
+    """Remove what warm servers that are gone left in the runtime directory (see ``tidy``),
+    other than key ``own``'s: those that exited leave nothing, but a killed one leaves its
+    files. The keys removed."""
+    names = os.listdir(directory)
+    keys = {n.split(".", 1)[0] for n in names if n.endswith((".lock", ".log", ".sock", ".pid"))}
+    return [k for k in sorted(keys - {own}) if tidy(directory, k, names, older=STALE_AFTER)]
 
 
 def _become_warm(
@@ -494,8 +583,79 @@ def _become_warm(
         return
     listener, lock, inode = listening
     os.ftruncate(1, 0)
-    select.select([turn, listener.fileno()], [], [])  # the call's end, or a call waiting for us
-    os.close(turn)
+    with contextlib.suppress(OSError):  # a runtime directory we cannot list: nothing to tidy
+        sweep(found.directory, found.key)
+    start = functools.partial(_life, opts, warnings, found, ready, turn, opener, setup, logs)
+    try:
+        anyio.run(start, signals, listener, lock, inode)
+    except Exception:  # pragma: no cover - a bug: say what it was in the log
+        log.exception("the warm server failed")
+
+
+async def _turn_or_stop(turn: int, listener: socket.socket, arriving: AsyncIterator[int]) -> bool:
+    """Wait for this server's turn to start (the call that forked it has exited, or a call is
+    waiting at the socket); False if a stop signal came first."""
+    stopped = [False]
+    async with anyio.create_task_group() as tg:
+
+        async def readable(fd: int) -> None:
+            await anyio.wait_readable(fd)
+            tg.cancel_scope.cancel()
+
+        async def stop() -> None:
+            async for _ in arriving:
+                stopped[0] = True
+                tg.cancel_scope.cancel()
+
+        tg.start_soon(readable, turn)
+        tg.start_soon(readable, listener.fileno())
+        tg.start_soon(stop)
+    return not stopped[0]
+
+
+async def _life(
+    opts: Any,
+    warnings: list[str],
+    found: Plan,
+    ready: int,
+    turn: int,
+    opener: Callable[[Any], Coordinator],
+    setup: Callable[[Agenthold], None],
+    logs: Callable[[logging.Handler], None],
+    signals: SignalSource,
+    listener: socket.socket,
+    lock: int,
+    inode: int,
+) -> None:
+    """The warm server from its socket on: its stop signals are heard from here to its end,
+    so SIGTERM stops it at any point, also while it waits for its turn to start."""
+    with signals() as arriving:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)  # one held back arrives now
+        if not await _turn_or_stop(turn, listener, arriving):
+            os.close(turn)
+            with contextlib.suppress(OSError):
+                os.write(2, f"warm server {os.getpid()}: {STOPPED}\n".encode())
+            _give_up(found, listener, inode, lock, ready)
+            return
+        os.close(turn)
+        await _serve(opts, warnings, found, ready, opener, setup, logs, signals, listener, lock,
+                     inode, arriving)  # fmt: skip
+
+
+async def _serve(
+    opts: Any,
+    warnings: list[str],
+    found: Plan,
+    ready: int,
+    opener: Callable[[Any], Coordinator],
+    setup: Callable[[Agenthold], None],
+    logs: Callable[[logging.Handler], None],
+    signals: SignalSource,
+    listener: socket.socket,
+    lock: int,
+    inode: int,
+    arriving: AsyncIterator[int],
+) -> None:
     try:
         coordinator = opener(opts)  # cli.open_coordinator
     except SystemExit:  # the call itself says why
@@ -530,11 +690,10 @@ def _become_warm(
         os.write(ready, b"1")
     os.close(ready)
     try:
-        anyio.run(server.run)
-    except Exception:  # pragma: no cover - a bug: say what it was in the log
-        log.exception("the warm server failed")
+        await server.run(arriving)
     finally:
         server.stop_accepting()
         coordinator.store.close()
         with contextlib.suppress(OSError):
             os.unlink(pid_file)
+        tidy(found.directory, found.key)  # unless another server has taken the key

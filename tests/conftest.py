@@ -63,9 +63,10 @@ def stdio_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     try:
         yield str(request.param)
     finally:
-        killed = stop_warm_servers(Path(directory))
+        # read before they stop: a warm server that exits removes its log (warm.tidy)
         logged = list(Path(directory).glob("*.log"))  # one per warm server forked
         logs = "".join(p.read_text(errors="replace") for p in logged)
+        killed = stop_warm_servers(Path(directory))
         shutil.rmtree(directory, ignore_errors=True)
         assert not killed, f"warm servers {killed} did not stop on SIGTERM"
     # calls that forked a warm server must have gone through one, not quietly served cold

@@ -522,6 +522,37 @@ def test_history_and_log_show_the_principal_beside_the_actor(
     ]
 
 
+@pytest.mark.backends
+def test_the_shared_token_is_named_once_and_a_resource_keeps_its_width_at_100_columns(
+    capsys: pytest.CaptureFixture[str], db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shared token's principal is named "(shared token)" already: shown as such beside
+    the actor, not in a second pair of parentheses. At 100 columns the log's WHAT keeps the
+    resource whole (36 cells) and the actor with its principal gives way first."""
+    from agenthold.principals import SHARED
+
+    resource = "custom://pg-demo-1/chapter-one.md"  # 33 cells
+    with StateStore(db_url) as store:
+        coord = Coordinator(store)
+        agent = coord.register("pg-editor", principal=SHARED.name).agent_id
+        coord.claim(resource, agent, principal=SHARED.name)
+        store.set("ns", "k", "v" * 300, updated_by="pg-editor", principal=SHARED.name)
+    monkeypatch.setenv("COLUMNS", "200")
+    wide = run_cli(capsys, "log", "--db", db_url)
+    assert ["pg-editor (shared token)", "claimed"] in [cells(line)[1:3] for line in wide.lines]
+    assert "((" not in wide.out
+    agents = run_cli(capsys, "agents", "--db", db_url)
+    assert "pg-editor (shared token)" in agents.out and "((" not in agents.out
+    monkeypatch.setenv("COLUMNS", "100")
+    for command in (["log"], ["status"]):
+        narrow = run_cli(capsys, *command, "--db", db_url)
+        claimed = next(line for line in narrow.lines if " claimed " in line)
+        assert claimed.rstrip().endswith(resource), narrow.out  # whole, not cut
+        assert all(len(line) <= 100 for line in narrow.lines[1:]), narrow.out
+        write = next(line for line in narrow.lines if " write " in line)
+        assert write.endswith("…")  # a long value is still cut to fit
+
+
 def test_history_of_a_deleted_key_shows_its_tombstone(
     capsys: pytest.CaptureFixture[str], demo: Demo
 ) -> None:
@@ -675,7 +706,7 @@ def test_a_missing_file_is_an_error_and_is_not_created(
 ) -> None:
     for command in (["agents"], ["claims", "--all"], ["keys", "a"], ["log", "--follow"]):
         result = run_cli(capsys, *command, "--db", str(tmp_path / "missing.db"))
-        assert_one_line_error(result, 1, "no database at", "never creates")
+        assert_one_line_error(result, 2, "no database at", "never creates")
     assert list(tmp_path.iterdir()) == []
 
 
@@ -685,7 +716,7 @@ def test_a_file_that_is_not_sqlite_is_an_error(
     path = tmp_path / "notes.txt"
     path.write_text("hello\n")
     result = run_cli(capsys, "claims", "--db", str(path))
-    assert_one_line_error(result, 1, "is not a SQLite database")
+    assert_one_line_error(result, 2, "is not a SQLite database")
     assert path.read_text() == "hello\n"
 
 
@@ -746,6 +777,7 @@ def files(directory: Path) -> dict[str, str]:
 
 
 EVERY_COMMAND = [
+    ["status"],
     ["agents"],
     ["claims"],
     ["claims", "--all"],

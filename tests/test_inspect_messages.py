@@ -202,6 +202,10 @@ def test_log_shows_appends_beside_writes(capsys: pytest.CaptureFixture[str], cha
     assert [e["event"] for e in json.loads(out)] == ["write"]  # a namespace has no appends
 
 
+def _default_sigint() -> None:  # pragma: no cover - runs in the child
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # even if this suite's shell ignores it
+
+
 @posix_only
 @pytest.mark.backends
 def test_log_follow_shows_an_append_by_another_process(chat: Any) -> None:
@@ -212,6 +216,7 @@ def test_log_follow_shows_an_append_by_another_process(chat: Any) -> None:
         stderr=subprocess.PIPE,
         encoding="utf-8",
         cwd=REPO,
+        preexec_fn=_default_sigint,  # the test sends SIGINT: as a terminal would start it
     )
     try:
         assert json.loads(follow.next_line())["event"] == "write"

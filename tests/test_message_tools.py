@@ -171,6 +171,38 @@ async def test_wait_messages_is_woken_by_an_append_and_reports_progress(
         assert at_once["status"] == "ok" and at_once["elapsed_seconds"] < 1
 
 
+@pytest.mark.backends
+async def test_wait_messages_past_the_threads_end_is_an_error_at_once_as_mark_read_is(
+    tmp_path: Path, db_url: str
+) -> None:
+    """A wait after a seq the thread has not reached would wait its whole timeout for a
+    message that can never be the next one; it is refused at once, naming the last seq, as
+    mark_read past the end is. At the end itself a wait still waits."""
+    async with served(tmp_path, db=db_url) as (_, client):
+        tid = (await call(client, "agenthold_create_thread", participant_names=["a", "b"]))[
+            "thread_id"
+        ]
+        for n in range(2):
+            await call(client, "agenthold_append", thread_id=tid, sender_name="a", content=f"{n}")
+        started = time.monotonic()
+        waited = await call(
+            client, "agenthold_wait_messages", thread_id=tid, after_seq=5, timeout_seconds=60
+        )
+        assert time.monotonic() - started < 30  # at once, not after the 60 s timeout
+        assert waited["status"] == "error" and "ends at seq 2" in waited["message"], waited
+        assert "0 to 2" in waited["hint"]
+        marked = await call(client, "agenthold_mark_read", thread_id=tid, agent_name="b", seq=5)
+        assert marked["status"] == "error" and "ends at seq 2" in marked["message"]
+        at_end = await call(
+            client, "agenthold_wait_messages", thread_id=tid, after_seq=2, timeout_seconds=0.2
+        )
+        assert at_end["status"] == "timeout"  # the next message may still come
+        behind = await call(
+            client, "agenthold_wait_messages", thread_id=tid, after_seq=1, timeout_seconds=5
+        )
+        assert [m["seq"] for m in behind["messages"]] == [2]
+
+
 @pytest.mark.parametrize(
     ("tool", "arguments", "fragment"),
     [

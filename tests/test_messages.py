@@ -362,6 +362,16 @@ def test_poll_pages_through_a_long_thread(pair: Any) -> None:
     assert not bus.poll(tid, 240, limit=10).more
 
 
+def test_a_wait_past_the_threads_end_is_refused_at_once(pair: Any) -> None:
+    bus, alice, _, tid = pair
+    bus.append(tid, alice, "m0")
+    started = time.monotonic()
+    with pytest.raises(InvalidInputError, match="ends at seq 1") as caught:
+        bus.wait(tid, after_seq=2, timeout=60)
+    assert time.monotonic() - started < 30 and "0 to 1" in str(caught.value.hint)
+    assert list(bus.wait(tid, after_seq=1, timeout=0.05)) == []  # at the end: waits, times out
+
+
 def test_mark_read_moves_only_forward_and_never_past_the_end(pair: Any) -> None:
     bus, alice, bob, tid = pair
     for n in range(3):

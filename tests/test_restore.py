@@ -301,7 +301,7 @@ def test_the_backup_command_fails_in_one_line_and_never_imports_mcp(tmp_path: Pa
         (("backup", "x.db", "--db", "postgresql://u@h/d"), 2, "pg_dump"),
         (("backup", "x.db", "--db", ""), 2, "empty path"),
         (("backup", "", "--db", str(db)), 2, "DEST is empty"),
-        (("backup", "x.db", "--db", str(tmp_path / "none.db")), 1, "no database at"),
+        (("backup", "x.db", "--db", str(tmp_path / "none.db")), 2, "no database at"),
         (("backup", "x.db", "--db", ":memory:"), 2, "':memory:' has none"),
         (
             ("backup", str(tmp_path / ("a" * 300 + ".db")), "--db", str(db)),

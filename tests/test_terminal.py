@@ -81,6 +81,9 @@ def agenthold_on_a_terminal(tmp_path: Path) -> Iterator[Terminal]:
     master, slave = os.openpty()
 
     def controlling_terminal() -> None:  # in the child, before exec
+        # a terminal's shell starts its foreground job with SIGINT at its default, even when
+        # this suite runs as a background job with SIGINT ignored
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
@@ -142,3 +145,33 @@ def test_ctrl_c_while_it_is_still_starting_ends_it_without_a_traceback(tmp_path:
         # 130 if the interrupt landed in the import, 0 if the server's own handler took it
         assert status in (130, 0) and elapsed < PROMPT_STOP, status
         assert b"Traceback" not in terminal.seen, terminal.seen.decode(errors="replace")
+
+
+@pytest.mark.parametrize("key", [b"\x04", b"\x03"], ids=["ctrl-d", "ctrl-c"])
+def test_typed_in_a_shell_it_makes_no_database_until_something_is_typed(
+    tmp_path: Path, key: bytes
+) -> None:
+    """Someone who types ``agenthold`` to see what it is and quits gets no database: it is
+    opened (and made) on the first line typed, not before."""
+    db = tmp_path / "typed.db"
+    with agenthold_on_a_terminal(tmp_path) as terminal:
+        terminal.read_until("Ctrl-C quits")
+        terminal.wait_in_the_foreground()
+        time.sleep(0.2)  # would it make the file while it waits? (a chance to, not a verdict)
+        assert not db.exists()
+        terminal.type(key)  # at the start of a line: the end of input, or the interrupt
+        status, elapsed = terminal.wait()
+        assert status == 0 and elapsed < PROMPT_STOP, (status, terminal.seen)
+        assert b"Traceback" not in terminal.seen
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_typed_in_a_shell_the_first_line_opens_the_database(tmp_path: Path) -> None:
+    with agenthold_on_a_terminal(tmp_path) as terminal:
+        terminal.read_until("Ctrl-C quits")
+        terminal.type(b"hello\n")
+        terminal.read_until('"code":-32700')  # served: the database is open
+        assert (tmp_path / "typed.db").exists()
+        terminal.type(b"\x04")
+        status, _ = terminal.wait()
+        assert status == 0

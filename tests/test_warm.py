@@ -110,7 +110,7 @@ def test_a_call_leaves_a_warm_server_that_serves_the_next_calls_and_exits_when_i
     assert warm_pids(runtime) == [pid]
     assert plan_of(tmp_path).key != plan_of(tmp_path, "--tools", "advanced").key
     wait_for(lambda: not warm_pids(runtime), timeout=20)  # idle for 5 s: gone
-    assert [p.suffix for p in runtime.iterdir()] in ([".lock", ".log"], [".log", ".lock"])
+    wait_for(lambda: not list(runtime.iterdir()))  # with its socket, lock and log
 
 
 @pytest.mark.parametrize("how", ["flag", "variable"])
@@ -455,6 +455,8 @@ def test_a_warm_server_without_a_client_notices_by_itself_that_it_is_stale_and_e
     _, err = one_call(tmp_path, env=env)
     (pid,) = warm_pids(runtime)
     assert f"warm server {pid}: {SERVED}" in err
+    (log_path,) = runtime.glob("*.log")  # the one warm server of this test: open, it can be
+    log = log_path.open(errors="replace")  # read after the server removed it as it exited
     db = tmp_path / "warm.db"
     if change == "removed":
         for suffix in ("", "-wal", "-shm"):
@@ -468,9 +470,11 @@ def test_a_warm_server_without_a_client_notices_by_itself_that_it_is_stale_and_e
         os.utime(module, ns=(later, later))
     wait_for(lambda: not warm_pids(runtime), timeout=check + 9.5)  # gone without a call
     why = "the code on disk has changed" if change == "upgraded" else f"{db} was replaced or"
-    (log,) = runtime.glob("*.log")  # the one warm server of this test
-    assert f"stale, exiting: {why}" in log.read_text()
-    assert not list(runtime.glob("*.sock"))  # it took its socket with it
+    with log:
+        assert f"stale, exiting: {why}" in log.read()
+    # it took its socket, pid file and lock with it (and its log, unless the replaced
+    # database made it write a warning there, which is kept for a person to read)
+    wait_for(lambda: [p.suffix for p in runtime.iterdir()] in ([], [".log"]))
 
 
 def test_the_idle_time_starts_again_after_a_session_longer_than_it(
@@ -603,3 +607,133 @@ def test_a_warm_server_whose_socket_was_taken_while_it_started_ends_and_leaves_i
     finally:
         listener.close()
         os.unlink(found.socket)
+
+
+# --------------------------------------------------------------------------------------------
+# What warm servers leave in the runtime directory, and stop signals at any point
+# --------------------------------------------------------------------------------------------
+
+
+def _warm_starting(runtime: Path, front_pid: int) -> int:
+    """The pid of the warm server a call forked, while it still waits for its turn (no pid
+    file yet): the process started with this runtime directory that is not the call."""
+    from support import _born_in
+
+    deadline = time.monotonic() + 15
+    while True:
+        found = [pid for pid in _born_in(runtime) if pid != front_pid]
+        if len(found) == 1 and list(runtime.glob("*.sock")):
+            return found[0]
+        assert time.monotonic() < deadline, "no warm server started"
+        time.sleep(0.01)
+
+
+def _gone(pid: int) -> bool:
+    from support import _zombie
+
+    entry = Path(f"/proc/{pid}")
+    return not entry.exists() or _zombie(entry)
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds processes in /proc")
+def test_a_starting_warm_server_stops_on_sigterm_at_once(tmp_path: Path, runtime: Path) -> None:
+    """The warm server a long session forked waits for that session's end before it opens
+    the database; SIGTERM in that wait stops it now, and takes its files with it, while the
+    session (served by the call itself) goes on."""
+    import signal
+
+    proc = initialized_front(tmp_path, "long session")
+    try:
+        pid = _warm_starting(runtime, proc.pid)
+        assert warm_pids(runtime) == []  # still starting: no pid file yet
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: _gone(pid))  # at once, not when the session ends
+        assert proc.poll() is None  # the session goes on
+        wait_for(lambda: not list(runtime.iterdir()))  # socket, lock and log gone
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.close()
+        assert proc.wait(timeout=15) == 0
+    finally:
+        if proc.poll() is None:  # pragma: no cover - only when the test failed
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def test_a_warm_session_ended_by_sigterm_to_its_server_exits_0_as_a_cold_one(
+    tmp_path: Path, runtime: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+
+    monkeypatch.setenv(front.WARM, "wait")  # this session too goes through the warm server
+    proc = initialized_front(tmp_path, "stopped by its server")
+    try:
+        (pid,) = warm_pids(runtime)
+        os.kill(pid, signal.SIGTERM)  # as a shutdown or stop_warm_servers would
+        assert proc.wait(timeout=15) == 0
+        assert proc.stderr is not None
+        err = proc.stderr.read().decode()
+        assert "ended without finishing" not in err and SERVED in err
+        wait_for(lambda: not list(runtime.iterdir()))
+    finally:
+        if proc.poll() is None:  # pragma: no cover - only when the test failed
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def test_an_exited_warm_server_leaves_nothing_behind(tmp_path: Path, runtime: Path) -> None:
+    import signal
+
+    for flags in ((), ("--tools", "advanced"), ("--tools", "messages")):  # three keys
+        one_call(tmp_path, *flags, env={front.WARM: "wait"})
+    pids = warm_pids(runtime)
+    assert len(pids) == 3 and len(list(runtime.glob("*.log"))) == 3
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: not list(runtime.iterdir()))
+
+
+def test_a_new_warm_server_removes_what_killed_ones_left(tmp_path: Path, runtime: Path) -> None:
+    """A warm server killed (SIGKILL, a crash) leaves its socket, pid file, lock and log; the
+    next warm server to start removes them (and pairs of lock and log), once a minute old and
+    with no living process and no lock held; it leaves whatever has a server."""
+    import fcntl
+    import signal
+
+    from agenthold.warm import STALE_AFTER
+
+    one_call(tmp_path, "--tools", "advanced", env={front.WARM: "wait"})
+    (killed,) = warm_pids(runtime)
+    os.kill(killed, signal.SIGKILL)
+    wait_for(lambda: _gone(killed))
+    left = sorted(p.name for p in runtime.iterdir())
+    assert sorted(n.rsplit(".", 1)[-1] for n in left) == ["lock", "log", "pid", "sock"]
+    old = time.time() - STALE_AFTER - 5
+    pairs = [f"{n:016x}" for n in range(5)]
+    for key in pairs:  # what clean exits of older versions left: 166 pairs seen in one place
+        for suffix in (".lock", ".log"):
+            (runtime / (key + suffix)).write_text("")
+    fresh, held = "f" * 16, "e" * 16
+    for key in (fresh, held):
+        (runtime / f"{key}.lock").write_text("")
+    for path in runtime.iterdir():
+        if not path.name.startswith(fresh):
+            os.utime(path, (old, old))
+    holder = os.open(runtime / f"{held}.lock", os.O_RDONLY)  # as a server starting under it
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        _, err = one_call(tmp_path, env={front.WARM: "wait"})  # a server of another key starts
+        assert SERVED in err
+        (serving,) = warm_pids(runtime)
+        names = {p.name for p in runtime.iterdir()}
+        assert not any(n.startswith(tuple(pairs)) for n in names)
+        assert not any(n.startswith(left[0].split(".")[0]) for n in names)  # the killed one's
+        assert {f"{fresh}.lock", f"{held}.lock"} <= names  # too new; held
+        assert f"{plan_of(tmp_path).key}.{serving}.pid" in names  # its own, untouched
+    finally:
+        os.close(holder)
