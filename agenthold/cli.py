@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from agenthold.backup import add_backup_command, run_backup
 from agenthold.limits import Bounds, add_arguments, bounds_from
+from agenthold.retention_commands import add_retention_commands, run_retention_command
 from agenthold.token_commands import CommandFailed, add_token_commands, run_token_command
 
 if TYPE_CHECKING:
@@ -329,6 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     inspector.add_subcommands(subcommands)
     add_backup_command(subcommands)
     add_token_commands(subcommands)
+    add_retention_commands(subcommands)
     return parser
 
 
@@ -474,6 +476,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _fail(str(exc))
         if args.command == "backup":
             return run_backup(args.db, args.dest)
+        if args.command in ("retention", "compact"):
+            return run_retention_command(args)
         with _terminate_as_interrupt(getattr(args, "follow", False)):
             return inspector.run(args)
     try:
