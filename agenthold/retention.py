@@ -26,6 +26,8 @@ let go. Decisions behind it:
 from __future__ import annotations
 
 import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -276,6 +278,7 @@ class CompactReport:
     batches: int = 0
     pages_freed: int = 0
     space: str = ""
+    stopped: bool = False  # ``stop`` ended the pass before it was done
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -288,6 +291,7 @@ class CompactReport:
             "batches": self.batches,
             "pages_freed": self.pages_freed,
             "space": self.space,
+            "stopped": self.stopped,
         }
 
 
@@ -395,11 +399,13 @@ def compact(
     dry_run: bool = False,
     batch: int = DEFAULT_BATCH,
     vacuum_step: int = VACUUM_STEP,
+    stop: Callable[[], bool] | None = None,
 ) -> CompactReport:
     """Remove what the stored rules no longer keep (``dry_run``: only count it), walking each
     table by id in ranges of ``batch`` ids, one short committed write per range; then, on a
     SQLite file made with incremental auto-vacuum, give the freed pages back ``vacuum_step``
-    pages per write. Safe while servers read and write the database."""
+    pages per write. Safe while servers read and write the database. ``stop``, if given, is
+    asked before each batch: True ends the pass there (``stopped`` on the report)."""
     if not isinstance(batch, int) or batch < 1:
         raise InvalidInputError(f"batch must be a whole number from 1, not {batch!r}")
     rules = read_retention(db)
@@ -415,13 +421,26 @@ def compact(
         sql = f"DELETE FROM {p.table} WHERE id >= ? AND id < ? AND {p.condition}"
         start = int(low)
         while start <= int(high):
+            if stop is not None and stop():
+                report.stopped = True
+                return report
+            began = time.monotonic()
             with db.write() as (conn, _):
                 removed = conn.execute(sql, (start, start + batch, *p.params)).rowcount
+            _let_writers_in(began)
             report.batches += 1
             setattr(report, p.kind, getattr(report, p.kind) + max(removed, 0))
             start += batch
     report.space = _give_space_back(db, report, vacuum_step)
     return report
+
+
+def _let_writers_in(began: float) -> None:
+    """Pause after a batch for as long as it held the write lock (1 ms at least). A writer of
+    another process that found the lock taken sleeps in SQLite's busy handler and retries; a
+    compaction that took the lock again at once could win every retry, and that writer would
+    wait for many batches instead of one."""
+    time.sleep(max(time.monotonic() - began, 0.001))
 
 
 def _give_space_back(db: Database, report: CompactReport, step: int) -> str:
@@ -441,6 +460,7 @@ def _give_space_back(db: Database, report: CompactReport, step: int) -> str:
         free = int(db.fetchone("PRAGMA freelist_count")[0])
         return f"{free} free pages would be given back to the file system"
     while True:
+        began = time.monotonic()
         with db.write() as (conn, _):
             free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
             if free == 0:
@@ -451,6 +471,7 @@ def _give_space_back(db: Database, report: CompactReport, step: int) -> str:
                 conn.execute("PRAGMA incremental_vacuum(1)")
             left = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
         report.pages_freed += free - left
+        _let_writers_in(began)
         if left >= free:  # pragma: no cover - nothing moved (SQLite refused): do not spin
             break
     return f"{report.pages_freed} pages given back to the file system (incremental vacuum)"

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import REPO, child_env, in_process_client, reply_of
+from support import (
+    REPO,
+    another_process_holds_the_write_lock,
+    child_env,
+    in_process_client,
+    reply_of,
+)
 
 from agenthold.claims import Coordinator
 from agenthold.messages import MessageBus
@@ -417,6 +423,34 @@ async def test_history_and_watch_over_mcp_say_compacted_before(db_path: Path) ->
             assert watched.is_error and "compacted before version 5" in reply_of(watched)["message"]
 
 
+@pytest.mark.anyio
+async def test_a_server_compacts_on_its_schedule_only_when_a_rule_is_set(db_path: Path) -> None:
+    import anyio
+
+    with StateStore(db_path) as store:
+        write_versions(store, "k", 6)
+        async with in_process_client(Coordinator(store), tools="advanced") as (app, _):
+            app.compact_every = 0.0  # a pass at every turn of the loop
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(app.reap_forever)
+                await anyio.sleep(0.3)
+                assert app.compactions == 0  # no rule: the loop looked and did nothing
+                set_retention(store.db, {"history.versions": 2})
+                with anyio.fail_after(30):
+                    while app.compactions == 0:
+                        await anyio.sleep(0.01)
+                tg.cancel_scope.cancel()
+        assert versions_of(store, "k") == [6, 5]
+
+
+def test_a_compaction_asked_to_stop_stops_before_its_next_batch(memory_store: StateStore) -> None:
+    write_versions(memory_store, "k", 5)
+    set_retention(memory_store.db, {"history.versions": 1})
+    report = compact(memory_store.db, stop=lambda: True)
+    assert report.stopped and report.history == 0 and report.to_dict()["stopped"]
+    assert len(versions_of(memory_store, "k")) == 5
+
+
 # -- the command line --------------------------------------------------------------------------
 
 
@@ -504,3 +538,65 @@ def test_the_commands_never_import_mcp(db_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 0 and done.stdout.strip().endswith("[0, 0, 0]"), done.stderr
+
+
+@pytest.mark.usefixtures("no_child_coverage")
+def test_the_compaction_benchmark_quick_run_reports_both_runs() -> None:
+    done = subprocess.run(
+        [sys.executable, "bench/compact_bench.py", "--quick", "--json"],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=REPO,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert results["rows"] == 20_000 and results["compaction"]["removed"] >= 18_000
+    for run in ("writes_alone", "writes_during_compaction"):
+        assert results[run]["writes"] > 0
+        assert results[run]["max_ms"] >= results[run]["p99_ms"] >= results[run]["median_ms"]
+
+
+def test_a_database_busy_past_the_timeout_is_one_line_and_status_1(
+    db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agenthold.cli import main
+
+    StateStore(db_path).close()
+    with another_process_holds_the_write_lock(db_path):
+        status = main(["--db", str(db_path), "retention", "set", "history.versions=3"])
+    err = capsys.readouterr().err
+    assert status == 1 and len(err.splitlines()) == 1 and err.startswith("agenthold: ")
+    with StateStore(db_path, read_only=True) as store:
+        assert read_retention(store.db) == Retention()  # nothing half-stored
+
+
+def test_a_rule_of_a_newer_agenthold_is_left_alone(memory_store: StateStore) -> None:
+    set_retention(memory_store.db, {"history.versions": 2})
+    with memory_store.db.write() as (conn, _):
+        conn.execute("INSERT INTO agenthold_retention VALUES ('database', '', 'history.bytes', 9)")
+    assert read_retention(memory_store.db).database == {"history.versions": 2}
+    assert compact(memory_store.db).history == 0  # an empty history: nothing to walk
+
+
+@pytest.mark.anyio
+async def test_a_servers_pass_skips_a_read_only_database_and_survives_a_busy_one(
+    db_path: Path,
+) -> None:
+    from agenthold.server import Agenthold
+
+    with StateStore(db_path) as store:
+        write_versions(store, "k", 3)
+        set_retention(store.db, {"history.versions": 1})
+    with StateStore(db_path, read_only=True) as ro:
+        app = Agenthold(Coordinator(ro), tools="advanced")
+        await app.compact_once()
+        assert app.compactions == 0
+    with StateStore(db_path, busy_timeout=0.1) as store:
+        app = Agenthold(Coordinator(store), tools="advanced")
+        with another_process_holds_the_write_lock(db_path):
+            await app.compact_once()  # busy: logged, and the server goes on
+        assert app.compactions == 0 and len(versions_of(store, "k")) == 3
+        await app.compact_once()
+        assert app.compactions == 1 and versions_of(store, "k") == [3]
