@@ -600,3 +600,21 @@ async def test_a_servers_pass_skips_a_read_only_database_and_survives_a_busy_one
         assert app.compactions == 0 and len(versions_of(store, "k")) == 3
         await app.compact_once()
         assert app.compactions == 1 and versions_of(store, "k") == [3]
+
+
+def test_the_inspectors_history_of_a_wholly_compacted_key_is_one_line_and_status_1(
+    db_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agenthold.cli import main
+    from agenthold.exceptions import HistoryCompactedError as Exported
+
+    assert Exported is HistoryCompactedError
+    with StateStore(db_path) as store:
+        write_versions(store, "k", 2)
+        store.delete("ns", "k", deleted_by="w")
+        backdate(store, "UPDATE state_history SET updated_at = ?")
+        set_retention(store.db, {"history.age": 60})
+        compact(store.db)
+    status = main(["--db", str(db_path), "history", "ns", "k"])
+    err = capsys.readouterr().err
+    assert status == 1 and len(err.splitlines()) == 1 and "compacted before version 4" in err
