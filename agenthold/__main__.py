@@ -3,11 +3,12 @@ goes through a warm server if one takes it (front.py, standard library only), el
 line serves it (cli.py) and the process ends without the interpreter's teardown
 (``cli.exit_now``).
 
-A command line whose first word is a subcommand (the inspector, ``token``, ``backup``) or
-``-h``, ``--help`` or ``--version`` never serves stdio, so it goes straight to the command
-line: the front would only add its imports and find nothing to do. Every other command line,
-which may serve stdio, tries the front first. ``agenthold hook ...`` (a coding host's edit hook,
-a new process on every edit) goes to agenthold.hooks alone, past both."""
+A command line whose first word is a subcommand (the inspector, ``token``, ``backup``,
+``retention``, ``compact``) or ``-h``, ``--help`` or ``--version`` never serves stdio, so it
+goes straight to the command line: the front would only add its imports and find nothing to
+do. Every other command line, which may serve stdio, tries the front first. ``agenthold hook
+...`` (a coding host's edit hook, a new process on every edit) goes to agenthold.hooks alone,
+past both."""
 
 import sys
 

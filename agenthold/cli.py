@@ -38,6 +38,7 @@ from agenthold.locations import (  # noqa: F401 - DB_*, state_directory: importa
     state_directory,
     workspace_spec,
 )
+from agenthold.retention_commands import add_retention_commands, run_retention_command
 from agenthold.token_commands import CommandFailed, add_token_commands, run_token_command
 
 if TYPE_CHECKING:
@@ -289,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
     add_completion_command(subcommands)
+    add_retention_commands(subcommands)
     return parser
 
 
@@ -451,6 +453,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from agenthold.web import run as run_web
 
             return run_web(args, args.db, workspace_spec, listen, stop_signals)
+        if args.command in ("retention", "compact"):
+            return run_retention_command(args)
         follow = getattr(args, "follow", False)
         if follow:
             ctrl_c_stops()

@@ -165,4 +165,5 @@ CURSOR = (
 )
 # the columns of an appended message in the event log (MessageBus.read_log)
 LOG_COLUMNS = "id, thread_id, seq, sender_id, sender_name, content, created_at, principal"
+FIRST_KEPT = "SELECT min(seq) FROM msg_messages WHERE thread_id = ?"
 FROM_OTHERS = "SELECT count(*) FROM msg_messages WHERE thread_id = ? AND seq > ? AND sender_id <> ?"

@@ -43,6 +43,7 @@ from agenthold.message_schema import (
     CLAIMS_OWNER,
     CURSOR,
     DELETION_CHANGES,
+    FIRST_KEPT,
     FROM_OTHERS,
     INSERT,
     IS_MEMBER,
@@ -729,7 +730,11 @@ class MessageBus:
             if last_seq > cursor
             else 0
         )
-        return ReadState(tid, agent, cursor, last_seq, last_seq - cursor, others)
+        unread = last_seq - cursor
+        if unread:  # what is left: retention (retention.py) may have trimmed the oldest
+            first = conn.execute(FIRST_KEPT, (tid,)).fetchone()[0]
+            unread = 0 if first is None else last_seq - max(cursor, int(first) - 1)
+        return ReadState(tid, agent, cursor, last_seq, unread, others)
 
     def _page(self, tid: str, after_seq: int, limit: int, max_bytes: int) -> MessagePage | None:
         """The messages after ``after_seq``, or None if the thread does not exist. Their

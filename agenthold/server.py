@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import AbstractContextManager
@@ -38,6 +39,7 @@ from agenthold import pending
 from agenthold.claims import Coordinator, ForeignAgentError, NotHolderError
 from agenthold.messages import MessageBus
 from agenthold.principals import ForbiddenError, Principal, require_namespace, require_tool_set
+from agenthold.retention import compact, read_retention
 from agenthold.store import (
     AgentholdError,
     BusyError,
@@ -75,6 +77,7 @@ SignalSource = Callable[[], AbstractContextManager[AsyncIterator[int]]]
 log = logging.getLogger("agenthold.server")
 
 REAP_EVERY = 600.0  # seconds between two looks for idle agents to remove
+COMPACT_EVERY = 300.0  # seconds between two compaction passes, when retention rules are set
 PENDING_EVERY = 60.0  # seconds between two looks for lease ends other servers left pending
 # Seconds between two progress notifications of a wait that asked. The promise is at least one
 # every 10 s; 8 leaves 2 s for a busy event loop or a slow worker thread to be late by.
@@ -146,6 +149,8 @@ class Agenthold:
         self.host: str | None = None
         self.reap_idle: float | None = None  # seconds; None: never remove idle agents
         self.pending_every = PENDING_EVERY  # seconds between two looks at the side file
+        self.compact_every: float | None = COMPACT_EVERY  # None: never compact here
+        self.compactions = 0  # compaction passes run (retention rules were set)
         self.in_flight = 0  # tool calls being answered
         self.progress_every = PROGRESS_EVERY  # seconds between progress reports of a wait
         self.stopping = False  # the server is shutting down: waits end now
@@ -369,8 +374,12 @@ class Agenthold:
         every ``pending_every`` seconds, so a server that stays up also applies what one that
         was killed beside it left; and remove idle agents now and then (see --reap-idle)."""
         next_reap = time.monotonic()
+        next_compact = time.monotonic()
         while True:
             await self.apply_pending()
+            if self.compact_every is not None and time.monotonic() >= next_compact:
+                await self.compact_once()
+                next_compact = time.monotonic() + self.compact_every
             if self.reap_idle is not None and time.monotonic() >= next_reap:
                 try:
                     reaped = await self.write(self.coordinator.reap_idle_agents, self.reap_idle)
@@ -383,7 +392,42 @@ class Agenthold:
             pause = self.pending_every
             if self.reap_idle is not None:
                 pause = min(pause, next_reap - time.monotonic())
+            if self.compact_every is not None:
+                pause = min(pause, next_compact - time.monotonic())
             await anyio.sleep(max(pause, 0.05))
+
+    async def compact_once(self) -> None:
+        """One compaction pass (retention.py) if the database holds any retention rule: no
+        rule, nothing to do (a read of one small table). It runs in a worker thread of its
+        own, outside the write limiter: each of its batches is a short write of its own, so
+        calls' writes interleave with it."""
+        db = self.store.db
+        if db.read_only:
+            return
+        try:
+            rules = await self.read(read_retention, db)
+            if rules.keeps_everything:
+                return
+            halt = threading.Event()  # set when this task is cancelled: the pass stops
+            try:  # at its next batch, instead of holding up the server's shutdown
+                report = await anyio.to_thread.run_sync(
+                    lambda: compact(db, stop=lambda: halt.is_set() or self.stopping),
+                    abandon_on_cancel=True,
+                )
+            finally:
+                halt.set()
+        except AgentholdError as exc:
+            log.warning("could not compact the database: %s", exc)
+            return
+        self.compactions += 1
+        removed = report.history + report.claim_events + report.messages
+        if removed:
+            log.info(
+                "compacted %d history rows, %d claim events, %d messages",
+                report.history,
+                report.claim_events,
+                report.messages,
+            )
 
     async def end_leases(self, agents: Iterable[str]) -> None:
         """End the leases of ``agents`` (their client left) after the disconnect grace. A

@@ -63,6 +63,7 @@ __all__ = [
     "DeleteResult",
     "Export",
     "ExportedRecord",
+    "HistoryCompactedError",
     "HistoryEntry",
     "IncompatibleDatabaseError",
     "InvalidInputError",
@@ -114,6 +115,23 @@ class InvalidInputError(AgentholdError, ValueError):
 
 class IncompatibleDatabaseError(InvalidInputError):
     """The file is missing, is not SQLite, is not an agenthold database, or has a newer schema."""
+
+
+class HistoryCompactedError(InvalidInputError):
+    """A history read or a watch asked for versions of a key that compaction removed (see
+    agenthold/retention.py). ``before`` is the oldest version still kept: every version below
+    it is gone (when all of a key's history went, the version after its last one)."""
+
+    def __init__(self, namespace: str, key: str, before: int) -> None:
+        self.namespace, self.key, self.before = namespace, key, before
+        super().__init__(
+            f"the history of {key!r} in namespace {namespace!r} was compacted before version "
+            f"{before}: older versions are no longer kept (the database's retention rules)"
+        )
+        self.hint = (
+            f"Read from version {before} on: history without before, or get the key and watch "
+            "from its version."
+        )
 
 
 class NotFoundError(AgentholdError):
@@ -351,15 +369,19 @@ class NamespaceInfo:
 
 @dataclass(frozen=True, slots=True)
 class ExportedRecord:
-    """A live record with its whole history, newest first."""
+    """A live record with its whole history, newest first. ``compacted_before`` is the
+    oldest version compaction kept (1: none was removed; see retention.py)."""
 
     record: Record
     history: tuple[HistoryEntry, ...]
+    compacted_before: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         d = self.record.to_dict()
         del d["namespace"]
         d["history"] = [h.to_dict() for h in self.history]
+        if self.compacted_before > 1:
+            d["compacted_before"] = self.compacted_before
         return d
 
 
@@ -2091,6 +2113,8 @@ class SQLiteDatabase:
             if not self.memory:
                 if layout == 0 and not tables:  # a new file: its page size can still change
                     conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")
+                    # and so can this: pages compaction frees can go back (retention.py)
+                    conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
                 self._enable_wal(conn)
                 if app_id == APPLICATION_ID:  # a new file gets its id with its first tables
                     self._ensure_database_id(conn)
@@ -3227,6 +3251,11 @@ _EXPORT_SIZES = (  # a key's live value and its whole history, as one export pag
     "FROM state_history AS h WHERE h.namespace = s.namespace AND h.key = s.key) FROM state AS s "
     "WHERE s.namespace = ? AND s.deleted = 0 AND s.key > ? ORDER BY s.key LIMIT ?"
 )
+# The oldest version a key's history holds, or (none left) the one after the key's last.
+_KEPT_FROM = (
+    "SELECT coalesce((SELECT min(version) FROM state_history WHERE namespace = ? AND key = ?), "
+    "(SELECT version + 1 FROM state WHERE namespace = ? AND key = ?))"
+)
 _HISTORY_SIZES = (
     "SELECT version, length(CAST(value AS BLOB)) FROM state_history "
     "WHERE namespace = ? AND key = ? AND version < ? ORDER BY version DESC LIMIT ?"
@@ -3539,6 +3568,10 @@ class StateStore:
                 rows = (
                     _fetch_all(conn, _HISTORY_RANGE, (namespace, key, top, last)) if taken else []
                 )
+        if not rows:  # nothing below ``before``: never written, or compacted away?
+            kept = self.compacted_before(namespace, key)
+            if kept > 1:
+                raise HistoryCompactedError(namespace, key, kept)
         entries: list[HistoryEntry] = []
         for v, val, by, at, *rest in rows:
             try:
@@ -3546,6 +3579,17 @@ class StateStore:
             except _NotJson as exc:
                 _damaged(damaged, DamagedRecordError(namespace, key, v, str(exc), by, at))
         return entries, (last if more else None)
+
+    def compacted_before(self, namespace: str, key: str) -> int:
+        """The oldest version of ``key`` its history still holds: 1 when compaction removed
+        none (or the key was never written), the version after its last one when all of it
+        went. Compaction (retention.py) removes only the oldest versions first."""
+        check_text("namespace", namespace, MAX_NAMESPACE_LENGTH)
+        check_text("key", key, MAX_KEY_LENGTH)
+        row = self.db.fetchone(_KEPT_FROM, (namespace, key, namespace, key))
+        if row is None or row[0] is None:
+            return 1
+        return int(row[0])
 
     def export(
         self,
@@ -3600,7 +3644,9 @@ class StateStore:
             )
         histories: dict[str, list[HistoryEntry]] = {}
         broken: dict[str, list[DamagedRecordError]] = {}
+        oldest: dict[str, int] = {}  # newest first: the last row of a key is its oldest kept
         for k, v, val, by, at, *rest in rows:
+            oldest[k] = v
             try:
                 entry = _history_entry(v, _decode(val), by, at, *rest)
             except _NotJson as exc:
@@ -3617,7 +3663,8 @@ class StateStore:
                 continue
             for error in broken.get(k, ()):  # the record goes out without that entry
                 _damaged(damaged, error)
-            records.append(ExportedRecord(record, tuple(histories.get(k, ()))))
+            kept = tuple(histories.get(k, ()))
+            records.append(ExportedRecord(record, kept, oldest.get(k, ver + 1)))
         next_after = last if paged and more and taken else None
         return Export(namespace, exported_at, tuple(records), next_after)
 
@@ -3636,6 +3683,10 @@ class StateStore:
         if row is None or row[0] <= since_version or (since_version == 0 and row[1]):
             return None  # since_version 0 knows of no value: it waits for one, not a tombstone
         version, deleted, value, by, at = row
+        if 0 < since_version < version - 1:  # versions were skipped: are they still kept?
+            kept = self.compacted_before(namespace, key)
+            if kept > since_version + 1:
+                raise HistoryCompactedError(namespace, key, kept)
         try:
             return Record(namespace, key, _decode(value), version, by, at, bool(deleted))
         except _NotJson as exc:

@@ -20,6 +20,7 @@ from agenthold.store import (
     MAX_SQL_INT,
     ConflictError,
     DamagedRecordError,
+    HistoryCompactedError,
     KeyTooLargeError,
     NotFoundError,
     Record,
@@ -67,6 +68,10 @@ ERROR_HINTS: dict[type[Exception], str] = {
         "Only this key is affected; the rest of its namespace reads as usual. Overwrite it with "
         "agenthold_set (force: true) or remove it with agenthold_delete; its earlier values are "
         "in agenthold_history."
+    ),
+    HistoryCompactedError: (
+        "The database's retention rules removed those versions. Call agenthold_history without "
+        "cursor for what is kept, or agenthold_get and watch from the version it returns."
     ),
 }
 
@@ -157,6 +162,10 @@ class StoreHandlers:
             "key": a["key"],
             "history": [e.to_dict() for e in entries],
         }
+        if before is None and entries and entries[-1].version > 1:  # older ones compacted?
+            kept = await self.app.read(self.store.compacted_before, a["namespace"], a["key"])
+            if kept > 1:
+                reply["compacted_before"] = kept
 
         def finish(reply: Reply, kept: int) -> Reply:
             cursor = None if before is None else str(before)
