@@ -5,8 +5,8 @@ the waits queued for them, the latest events, and the bus threads where someone 
 messages. Decisions behind it:
 - It reads through the open, read-only ``Inspector`` it is given (inspect.py), so it opens the
   database exactly as the other subcommands do, refuses what they refuse, never writes and
-  never imports mcp. The queue is read from its table directly: ``claim_queue.waiting`` would
-  delete the dead rows it meets, a write.
+  never imports mcp. The queue and the shared holds come from the coordinator's read-only
+  reads (``Coordinator.queue``, ``shares``), which pass over dead waits instead of deleting them.
 - One screen: each section shows its first few rows (``SHOWN``) and says how many more there
   are and which subcommand lists them all. ``--json`` has the same sections and totals, with
   the same rows (the subcommands give programs everything).
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agenthold.retention import retention_summary
 from agenthold.tables import Column, age, by_whom, clean, table
 
 SHOWN = 6  # rows of each section on the screen (and in the JSON); the subcommands list all
@@ -50,16 +51,6 @@ THREAD_COLUMNS = (
     Column("UNREAD", cut=2),
 )
 
-# The waits with claim still in line (not granted, not past their deadline), oldest first.
-_QUEUED = (
-    "SELECT w.seq, w.uri, w.agent_id, a.name, w.mode, w.since, w.until FROM claim_waiters AS w "
-    "LEFT JOIN agents AS a ON a.agent_id = w.agent_id WHERE w.granted IS NULL AND w.until >= ? "
-    "ORDER BY w.seq"
-)
-_SHARED = (
-    "SELECT s.uri, s.agent_id, a.name, s.claimed_at, a.lease_ends_at FROM claim_shares AS s "
-    "LEFT JOIN agents AS a ON a.agent_id = s.agent_id ORDER BY s.uri, s.claimed_at"
-)
 # Every participant behind the end of its thread: how many messages it has not marked read.
 _UNREAD = (
     "SELECT t.thread_id, t.name, t.last_seq, a.name, t.last_seq - p.read_seq "
@@ -96,35 +87,32 @@ def collect(inspector: Any) -> dict[str, Any]:
             }
         )
     queue: list[dict[str, Any]] = []
+    if every:  # the claims tables are there (a claim, a share or a wait has an agent)
+        for share in coordinator.shares():  # live ones only: an ended lease holds nothing
+            held_by[share.holder] = held_by.get(share.holder, 0) + 1
+            claims.append(
+                {
+                    "resource": share.uri,
+                    "mode": "shared",
+                    "agent_id": share.holder,
+                    "agent_name": share.holder_name,
+                    "claimed_at": share.claimed_at,
+                }
+            )
+        for wait in coordinator.queue():  # read only: the dead waits are passed over
+            queue.append(
+                {
+                    "seq": wait.seq,
+                    "resource": wait.target.uri,
+                    "mode": wait.mode,
+                    "agent_id": wait.agent_id,
+                    "agent_name": wait.name,
+                    "since": wait.since,
+                    "gives_up_at": _iso(wait.until),
+                    "place_kept": wait.parked,
+                }
+            )
     with store.db.snapshot() as conn:
-        if every:  # the claims tables are there (a claim, a share or a wait has an agent)
-            for uri, agent_id, name, since, lease_end in conn.execute(_SHARED).fetchall():
-                if lease_end is not None and lease_end <= now:
-                    continue  # its lease ended: it holds nothing
-                held_by[agent_id] = held_by.get(agent_id, 0) + 1
-                claims.append(
-                    {
-                        "resource": uri,
-                        "mode": "shared",
-                        "agent_id": agent_id,
-                        "agent_name": name,
-                        "claimed_at": since,
-                    }
-                )
-            for seq, uri, agent_id, name, mode, since, until in conn.execute(
-                _QUEUED, (now,)
-            ).fetchall():
-                queue.append(
-                    {
-                        "seq": seq,
-                        "resource": uri,
-                        "mode": mode,
-                        "agent_id": agent_id,
-                        "agent_name": name,
-                        "since": since,
-                        "gives_up_at": _iso(until),
-                    }
-                )
         events, _ = inspector.latest_events(conn, None, SHOWN)
         unread_rows = conn.execute(_UNREAD).fetchall() if inspector.bus.has_tables else []
     threads: dict[str, dict[str, Any]] = {}
@@ -155,6 +143,7 @@ def collect(inspector: Any) -> dict[str, Any]:
         "queue": {"waiting": len(queue), "shown": queue[:SHOWN]},
         "events": events,
         "threads": {"with_unread": len(threads), "shown": list(threads.values())[:SHOWN]},
+        "retention": [r for r in retention_summary(store.db) if r["value"] != "keep"],
     }
 
 
@@ -270,6 +259,16 @@ def lines(inspector: Any, status: dict[str, Any]) -> list[str]:
         threads["with_unread"],
         "'agenthold threads' lists every thread",
     )
+    bounded = status["retention"]
+    out.append("")
+    if bounded:
+        rules = ", ".join(
+            f"{r['setting']}={r['value']}" + (f" ({r['scope']} {r['name']})" if r["name"] else "")
+            for r in bounded
+        )
+        out.append(f"retention: {rules} ('agenthold retention' shows every rule)")
+    else:
+        out.append("retention: everything is kept ('agenthold retention set' bounds it)")
     return out
 
 

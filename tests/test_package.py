@@ -141,7 +141,7 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
         },
         "inspect_args": set(),
         "tables": set(),
-        "overview": {"agenthold.tables", "agenthold.store"},
+        "overview": {"agenthold.tables", "agenthold.store", "agenthold.retention"},
         "locations": set(),
         "completion": set(),
         "backup": {"agenthold.store"},

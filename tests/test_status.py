@@ -97,7 +97,15 @@ def test_status_shows_database_agents_claims_queue_events_and_unread(
     status, out, _ = run(capsys, "status", "--json", "--db", db_url)
     record = json.loads(out)
     assert status == 0
-    assert set(record) == {"database", "agents", "claims", "queue", "events", "threads"}
+    assert set(record) == {
+        "database",
+        "agents",
+        "claims",
+        "queue",
+        "events",
+        "threads",
+        "retention",
+    }
     assert record["database"]["backend"] == backend
     assert (record["database"]["size_bytes"] is None) == (backend == "postgresql")
     assert (record["agents"]["registered"], record["agents"]["live"]) == (4, 3)
@@ -154,10 +162,12 @@ def test_each_section_shows_its_first_rows_and_says_how_many_more(
 def test_status_never_writes_not_even_to_drop_a_dead_wait(
     capsys: pytest.CaptureFixture[str], db_url: str
 ) -> None:
-    """A wait past its deadline is left in line until a writer meets it (claim_queue.waiting
-    deletes such rows): status reads past it and leaves it there."""
+    """A wait no longer alive (its waiter stopped looking, and the place a timeout keeps has
+    ended) is left in the table until a writer meets it (claim_queue.waiting deletes such rows):
+    status reads past it and leaves it there."""
     with StateStore(db_url) as store:
         coord = Coordinator(store)
+        coord.waiter_liveness = 0.01  # the place a timed-out wait keeps ends at once
         holder, late = coord.register("holder").agent_id, coord.register("late").agent_id
         coord.claim("custom://x", holder)
         coord.queue_look(coord.target("custom://x"), late, "exclusive", None, 0.0)
@@ -204,3 +214,26 @@ def test_help_points_at_status_first(capsys: pytest.CaptureFixture[str]) -> None
     assert "Start with 'agenthold status'" in out
     listed = out.split("inspecting a database (read-only):")[1].splitlines()
     assert listed[1].strip() == "COMMAND" and listed[2].split()[0] == "status"  # listed first
+
+
+@pytest.mark.backends
+def test_status_shows_the_retention_rules_that_bound_something(
+    capsys: pytest.CaptureFixture[str], db_url: str
+) -> None:
+    populate(db_url)
+    status, out, _ = run(capsys, "status", "--db", db_url)
+    assert status == 0 and "retention: everything is kept" in out
+    assert run(capsys, "retention", "set", "history.versions=100", "--db", db_url)[0] == 0
+    assert run(capsys, "retention", "set", "--namespace", "orders", "history.age=7d",
+               "--db", db_url)[0] == 0  # fmt: skip
+    status, out, _ = run(capsys, "status", "--db", db_url)
+    line = next(x for x in out.splitlines() if x.startswith("retention:"))
+    assert "history.versions=100" in line and "history.age=1w (namespace orders)" in line
+    status, out, _ = run(capsys, "status", "--json", "--db", db_url)
+    rules = {
+        (r["scope"], r["name"], r["setting"], r["value"]) for r in json.loads(out)["retention"]
+    }
+    assert rules == {
+        ("database", "", "history.versions", "100"),
+        ("namespace", "orders", "history.age", "1w"),
+    }
