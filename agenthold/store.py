@@ -2109,6 +2109,8 @@ class SQLiteDatabase:
             in_use = self._wal_in_use_elsewhere(real)
             if not in_use and not foreign:
                 return
+            if not foreign and not self._held_here(real) and _opened_by_another_process(real):
+                return  # a reader of this copy holds the log (it passed this check itself)
             if not in_use or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
@@ -2134,14 +2136,19 @@ class SQLiteDatabase:
         )
         raise error
 
+    def _held_here(self, real: str) -> bool:
+        """Whether a store of this process is open on a file that stood at ``real`` before."""
+        return any(
+            db is not self and db._real == real and not db._closed for db in list(_open_databases)
+        )
+
     def _wal_in_use_elsewhere(self, real: str) -> bool:
         """Whether another connection holds the log at ``real``: another process (by the lock
         every SQLite connection holds on the -shm file), or a store of this process on a file
         that stood at this name before (asked directly: probing the -shm file here would drop
         that store's own locks when the probe's descriptor closes)."""
-        for db in list(_open_databases):
-            if db is not self and db._real == real and not db._closed:
-                return True
+        if self._held_here(real):
+            return True
         if not os.path.exists(real + "-shm") or not _posix_locks():
             return False
         try:  # only a descriptor that may write can test for another's shared lock
@@ -2984,6 +2991,59 @@ def _wal_alone(real: str) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+# SQLite's unix locks on a database file: every connection of a WAL database holds a read
+# lock on the SHARED range for as long as it is open (its last one to close takes the whole
+# file exclusively to know it is the last).
+SQLITE_SHARED_FIRST = 0x40000000 + 2
+SQLITE_SHARED_SIZE = 510
+
+
+def _opened_by_another_process(real: str) -> bool:
+    """Whether the log beside a restored copy at ``real`` that holds no commit is held by a
+    process that has this very file open, not only one on the file it replaced. Another
+    process's SQLite connection on this inode holds its SHARED range; one on a file moved away
+    holds that other inode's. Such a process opened the copy through _check_wal, which refused
+    it while a server of the old file held the log; so the log is the copy's. Not while a
+    process holds the -shm file's dead-man's-switch byte exclusively (a server emptying the
+    old log as it exits: the log is not settled), nor where this cannot be told (no POSIX
+    locks, a file this process may not write): False, and the caller refuses as before. A
+    server of the old file shares this inode when the copy was written over it in place (cp);
+    its log is then older than the copy (its writes since are refused by its own checks),
+    where a reader of the copy made the log after the copy (a tie of timestamps refuses)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return False
+    flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+    try:  # no store of this process has this file open (stores == 0): no lock of ours drops
+        fd = os.open(real, flags)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, SQLITE_SHARED_SIZE, SQLITE_SHARED_FIRST)
+        except OSError:
+            pass  # someone holds it: the answer, unless the log is being emptied
+        else:
+            fcntl.lockf(fd, fcntl.LOCK_UN, SQLITE_SHARED_SIZE, SQLITE_SHARED_FIRST)
+            return False
+    finally:
+        os.close(fd)
+    try:  # a log older than the copy is the old file's: its server shares a copy made in place
+        if os.stat(real + "-wal").st_ctime_ns <= os.stat(real).st_ctime_ns:
+            return False
+        shm = os.open(real + "-shm", flags)
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(shm, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, SHM_DMS_BYTE)
+    except OSError:
+        return False  # held exclusively: a process is emptying the log or closing it
+    finally:
+        os.close(shm)
+    return True
 
 
 def _posix_locks() -> bool:
