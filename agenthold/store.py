@@ -1950,6 +1950,17 @@ class SQLiteDatabase:
             return False
         if len(header) < 20 or header[18] != 2:  # not in WAL mode: SQLite needs no -shm file
             return False
+        if os.path.lexists(real + "-wal"):  # read_wal says None of a log it cannot read too
+            try:
+                os.close(os.open(real + "-wal", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+            except OSError as exc:  # it may hold commits: the file alone could be stale
+                error = IncompatibleDatabaseError(
+                    f"cannot read {self.path!r}: its write-ahead log {self.path + '-wal'!r} "
+                    f"cannot be read ({exc.strerror}), and it may hold commits that are not in "
+                    "the file yet; agenthold does not read the file without it"
+                )
+                error.hint = "Let this user read the -wal file (or the owner open it once)."
+                raise error from None
         wal = read_wal(real + "-wal")
         if wal is None or wal.committed == 0:
             return True
