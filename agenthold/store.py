@@ -2111,7 +2111,9 @@ class SQLiteDatabase:
             if fresh:  # its log may hold one commit of its own: the first, which writes the id
                 wal = read_wal(real + "-wal", {id_page}, first_commit=True)
             else:  # only a commit that rewrites the id's page can show another file's log
-                wal = read_wal(real + "-wal", {id_page}, written=id_page)
+                wal = read_wal(
+                    real + "-wal", {id_page}, written=id_page, telling=_names_another_id(alone)
+                )
             foreign = wal is not None and wal.committed > 0 and _log_is_foreign(wal, alone)
             if not fresh and not foreign:
                 return  # this file's own log, as far as anything can tell (the usual case)
@@ -2858,7 +2860,12 @@ def _checksum(data: bytes, s1: int, s2: int, big: bool) -> tuple[int, int]:
 
 
 def read_wal(
-    path: str, pages: Container[int] = (), *, first_commit: bool = False, written: int = 0
+    path: str,
+    pages: Container[int] = (),
+    *,
+    first_commit: bool = False,
+    written: int = 0,
+    telling: Callable[[bytes], bool] | None = None,
 ) -> WalLog | None:
     """The committed contents of the log at ``path``, with the last committed image of each of
     ``pages``; None if there is no log SQLite would read (missing, shorter than its header, or
@@ -2866,7 +2873,10 @@ def read_wal(
     40 ms per 1,000 frames of 2 KiB, so: ``first_commit`` stops at the first commit frame
     (its transaction is all a fresh file's check needs), and ``written``, a page number,
     returns an empty log at once unless a frame of the log's current salts writes that page
-    (a look at the frame headers alone)."""
+    (a look at the frame headers alone), and with ``telling`` too, unless that frame's image is
+    one ``telling`` accepts (unverified images: a filter before the checksums, never a verdict;
+    a server's log that outgrew its checkpoints can be tens of thousands of frames, a second of
+    checksums on every open)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -2884,7 +2894,7 @@ def read_wal(
         if (s1, s2) != (c1, c2):
             return None
         found = WalLog(page_size)
-        if written and not _frame_writes(fd, page_size, salt1, salt2, written):
+        if written and not _frame_writes(fd, page_size, salt1, salt2, written, telling):
             return found
         pending: dict[int, bytes] = {}  # images of the transaction not yet committed
         offset, frame = WAL_HEADER, 0
@@ -2914,8 +2924,16 @@ def read_wal(
         os.close(fd)
 
 
-def _frame_writes(fd: int, page_size: int, salt1: int, salt2: int, page: int) -> bool:
-    """Whether a frame of the log open at ``fd`` with the header's salts writes ``page``."""
+def _frame_writes(
+    fd: int,
+    page_size: int,
+    salt1: int,
+    salt2: int,
+    page: int,
+    telling: Callable[[bytes], bool] | None = None,
+) -> bool:
+    """Whether a frame of the log open at ``fd`` with the header's salts writes ``page`` (with
+    ``telling``: an image of it that ``telling`` accepts)."""
     offset = WAL_HEADER
     while True:
         head = os.pread(fd, FRAME_HEADER, offset)
@@ -2924,7 +2942,9 @@ def _frame_writes(fd: int, page_size: int, salt1: int, salt2: int, page: int) ->
         number, _, f1, f2 = struct.unpack(">4I", head[:16])
         if (f1, f2) != (salt1, salt2):
             return False
-        if number == page:
+        if number == page and (
+            telling is None or telling(os.pread(fd, page_size, offset + FRAME_HEADER))
+        ):
             return True
         offset += FRAME_HEADER + page_size
 
@@ -2950,6 +2970,13 @@ def _file_alone(real: str) -> tuple[str, int, int] | None:
 
 
 _ID_BYTES = re.compile(re.escape(ID_PREFIX).encode() + rb"[0-9a-f]{32}")
+
+
+def _names_another_id(alone: tuple[str, int, int]) -> Callable[[bytes], bool]:
+    """Whether a page image names an id other than the file's: only a log one of whose images
+    does can be foreign to a file that has seen a writer (see _log_is_foreign)."""
+    own = alone[0].removesuffix(FRESH).encode()
+    return lambda image: any(m.group() != own for m in _ID_BYTES.finditer(image))
 
 
 def _log_is_foreign(wal: WalLog, alone: tuple[str, int, int]) -> bool:

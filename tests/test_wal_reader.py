@@ -147,3 +147,30 @@ def test_a_server_killed_with_a_long_hot_log_across_checkpoints_recovers_every_w
     assert wal[16:24] != bytes(8)
     with StateStore(db) as store:
         assert [store.get("ns", f"k{i}").value for i in range(400)] == ["x" * 3000] * 400
+
+
+def test_a_files_own_log_holding_its_id_commit_after_a_checkpoint_is_recovered(
+    tmp_path: Path,
+) -> None:
+    """The log check's costly case: a file that has seen a writer (its id is in the file) whose
+    log still holds the commit that wrote the id (checkpointed, then killed before a write
+    restarted the log). Its frames name only the file's own id: the log is recovered."""
+    db = tmp_path / "agenthold.db"
+    with StateStore(tmp_path / "source.db") as source:
+        source.set("ns", "k", "backed-up", updated_by="t")
+        source.backup(db)
+    code = (
+        "import os, sys, sqlite3; from agenthold.store import _write_database_id\n"
+        "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "c.execute('PRAGMA wal_autocheckpoint = 0')\n"
+        "c.execute('BEGIN IMMEDIATE'); _write_database_id(c); c.execute('COMMIT')\n"
+        "c.execute('CREATE TABLE pad (x)')\n"
+        "for i in range(300): c.execute('INSERT INTO pad VALUES (?)', (os.urandom(1800),))\n"
+        "c.execute('PRAGMA wal_checkpoint(PASSIVE)')\n"
+        "c.execute('INSERT INTO pad VALUES (1)')\n"  # after the checkpoint: only in the log
+        "os._exit(0)"
+    )
+    assert subprocess.run([sys.executable, "-c", code, str(db)], timeout=120).returncode == 0
+    with StateStore(db) as store:
+        assert store.get("ns", "k").value == "backed-up"
+        assert store.db.fetchone("SELECT count(*) FROM pad")[0] == 301
