@@ -1993,6 +1993,17 @@ class SQLiteDatabase:
             return False
         if len(header) < 20 or header[18] != 2:  # not in WAL mode: SQLite needs no -shm file
             return False
+        if os.path.lexists(real + "-wal"):  # read_wal says None of a log it cannot read too
+            try:
+                os.close(os.open(real + "-wal", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)))
+            except OSError as exc:  # it may hold commits: the file alone could be stale
+                error = IncompatibleDatabaseError(
+                    f"cannot read {self.path!r}: its write-ahead log {self.path + '-wal'!r} "
+                    f"cannot be read ({exc.strerror}), and it may hold commits that are not in "
+                    "the file yet; agenthold does not read the file without it"
+                )
+                error.hint = "Let this user read the -wal file (or the owner open it once)."
+                raise error from None
         wal = read_wal(real + "-wal")
         if wal is None or wal.committed == 0:
             return True
@@ -2145,7 +2156,9 @@ class SQLiteDatabase:
             if fresh:  # its log may hold one commit of its own: the first, which writes the id
                 wal = read_wal(real + "-wal", {id_page}, first_commit=True)
             else:  # only a commit that rewrites the id's page can show another file's log
-                wal = read_wal(real + "-wal", {id_page}, written=id_page)
+                wal = read_wal(
+                    real + "-wal", {id_page}, written=id_page, telling=_names_another_id(alone)
+                )
             foreign = wal is not None and wal.committed > 0 and _log_is_foreign(wal, alone)
             if not fresh and not foreign:
                 return  # this file's own log, as far as anything can tell (the usual case)
@@ -2154,6 +2167,8 @@ class SQLiteDatabase:
             in_use = self._wal_in_use_elsewhere(real)
             if not in_use and not foreign:
                 return
+            if not foreign and not self._held_here(real) and _opened_by_another_process(real):
+                return  # a reader of this copy holds the log (it passed this check itself)
             if not in_use or time.monotonic() > deadline:
                 break
             time.sleep(0.05)
@@ -2179,14 +2194,19 @@ class SQLiteDatabase:
         )
         raise error
 
+    def _held_here(self, real: str) -> bool:
+        """Whether a store of this process is open on a file that stood at ``real`` before."""
+        return any(
+            db is not self and db._real == real and not db._closed for db in list(_open_databases)
+        )
+
     def _wal_in_use_elsewhere(self, real: str) -> bool:
         """Whether another connection holds the log at ``real``: another process (by the lock
         every SQLite connection holds on the -shm file), or a store of this process on a file
         that stood at this name before (asked directly: probing the -shm file here would drop
         that store's own locks when the probe's descriptor closes)."""
-        for db in list(_open_databases):
-            if db is not self and db._real == real and not db._closed:
-                return True
+        if self._held_here(real):
+            return True
         if not os.path.exists(real + "-shm") or not _posix_locks():
             return False
         try:  # only a descriptor that may write can test for another's shared lock
@@ -2885,7 +2905,12 @@ def _checksum(data: bytes, s1: int, s2: int, big: bool) -> tuple[int, int]:
 
 
 def read_wal(
-    path: str, pages: Container[int] = (), *, first_commit: bool = False, written: int = 0
+    path: str,
+    pages: Container[int] = (),
+    *,
+    first_commit: bool = False,
+    written: int = 0,
+    telling: Callable[[bytes], bool] | None = None,
 ) -> WalLog | None:
     """The committed contents of the log at ``path``, with the last committed image of each of
     ``pages``; None if there is no log SQLite would read (missing, shorter than its header, or
@@ -2893,7 +2918,10 @@ def read_wal(
     40 ms per 1,000 frames of 2 KiB, so: ``first_commit`` stops at the first commit frame
     (its transaction is all a fresh file's check needs), and ``written``, a page number,
     returns an empty log at once unless a frame of the log's current salts writes that page
-    (a look at the frame headers alone)."""
+    (a look at the frame headers alone), and with ``telling`` too, unless that frame's image is
+    one ``telling`` accepts (unverified images: a filter before the checksums, never a verdict;
+    a server's log that outgrew its checkpoints can be tens of thousands of frames, a second of
+    checksums on every open)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
@@ -2911,7 +2939,7 @@ def read_wal(
         if (s1, s2) != (c1, c2):
             return None
         found = WalLog(page_size)
-        if written and not _frame_writes(fd, page_size, salt1, salt2, written):
+        if written and not _frame_writes(fd, page_size, salt1, salt2, written, telling):
             return found
         pending: dict[int, bytes] = {}  # images of the transaction not yet committed
         offset, frame = WAL_HEADER, 0
@@ -2941,8 +2969,16 @@ def read_wal(
         os.close(fd)
 
 
-def _frame_writes(fd: int, page_size: int, salt1: int, salt2: int, page: int) -> bool:
-    """Whether a frame of the log open at ``fd`` with the header's salts writes ``page``."""
+def _frame_writes(
+    fd: int,
+    page_size: int,
+    salt1: int,
+    salt2: int,
+    page: int,
+    telling: Callable[[bytes], bool] | None = None,
+) -> bool:
+    """Whether a frame of the log open at ``fd`` with the header's salts writes ``page`` (with
+    ``telling``: an image of it that ``telling`` accepts)."""
     offset = WAL_HEADER
     while True:
         head = os.pread(fd, FRAME_HEADER, offset)
@@ -2951,7 +2987,9 @@ def _frame_writes(fd: int, page_size: int, salt1: int, salt2: int, page: int) ->
         number, _, f1, f2 = struct.unpack(">4I", head[:16])
         if (f1, f2) != (salt1, salt2):
             return False
-        if number == page:
+        if number == page and (
+            telling is None or telling(os.pread(fd, page_size, offset + FRAME_HEADER))
+        ):
             return True
         offset += FRAME_HEADER + page_size
 
@@ -2977,6 +3015,13 @@ def _file_alone(real: str) -> tuple[str, int, int] | None:
 
 
 _ID_BYTES = re.compile(re.escape(ID_PREFIX).encode() + rb"[0-9a-f]{32}")
+
+
+def _names_another_id(alone: tuple[str, int, int]) -> Callable[[bytes], bool]:
+    """Whether a page image names an id other than the file's: only a log one of whose images
+    does can be foreign to a file that has seen a writer (see _log_is_foreign)."""
+    own = alone[0].removesuffix(FRESH).encode()
+    return lambda image: any(m.group() != own for m in _ID_BYTES.finditer(image))
 
 
 def _log_is_foreign(wal: WalLog, alone: tuple[str, int, int]) -> bool:
@@ -3029,6 +3074,59 @@ def _wal_alone(real: str) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+# SQLite's unix locks on a database file: every connection of a WAL database holds a read
+# lock on the SHARED range for as long as it is open (its last one to close takes the whole
+# file exclusively to know it is the last).
+SQLITE_SHARED_FIRST = 0x40000000 + 2
+SQLITE_SHARED_SIZE = 510
+
+
+def _opened_by_another_process(real: str) -> bool:
+    """Whether the log beside a restored copy at ``real`` that holds no commit is held by a
+    process that has this very file open, not only one on the file it replaced. Another
+    process's SQLite connection on this inode holds its SHARED range; one on a file moved away
+    holds that other inode's. Such a process opened the copy through _check_wal, which refused
+    it while a server of the old file held the log; so the log is the copy's. Not while a
+    process holds the -shm file's dead-man's-switch byte exclusively (a server emptying the
+    old log as it exits: the log is not settled), nor where this cannot be told (no POSIX
+    locks, a file this process may not write): False, and the caller refuses as before. A
+    server of the old file shares this inode when the copy was written over it in place (cp);
+    its log is then older than the copy (its writes since are refused by its own checks),
+    where a reader of the copy made the log after the copy (a tie of timestamps refuses)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return False
+    flags = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+    try:  # no store of this process has this file open (stores == 0): no lock of ours drops
+        fd = os.open(real, flags)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, SQLITE_SHARED_SIZE, SQLITE_SHARED_FIRST)
+        except OSError:
+            pass  # someone holds it: the answer, unless the log is being emptied
+        else:
+            fcntl.lockf(fd, fcntl.LOCK_UN, SQLITE_SHARED_SIZE, SQLITE_SHARED_FIRST)
+            return False
+    finally:
+        os.close(fd)
+    try:  # a log older than the copy is the old file's: its server shares a copy made in place
+        if os.stat(real + "-wal").st_ctime_ns <= os.stat(real).st_ctime_ns:
+            return False
+        shm = os.open(real + "-shm", flags)
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(shm, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, SHM_DMS_BYTE)
+    except OSError:
+        return False  # held exclusively: a process is emptying the log or closing it
+    finally:
+        os.close(shm)
+    return True
 
 
 def _posix_locks() -> bool:

@@ -166,3 +166,23 @@ def test_a_rollback_journal_file_in_a_read_only_directory_is_opened_as_sqlite_op
     finally:
         folder.chmod(0o755)
     assert done.returncode == 1 and "not an agenthold database" in done.stderr, done.stderr
+
+
+@pytest.mark.usefixtures("file_modes_apply")
+def test_a_read_only_directory_whose_log_cannot_be_read_is_never_read_without_it(
+    tmp_path: Path,
+) -> None:
+    """A log this process may not read could hold commits: reading the file alone would
+    answer with data older than what was acknowledged. It is refused, never read past."""
+    db = read_only_folder(tmp_path, "commits")
+    Path(f"{db}-wal").chmod(0o000)
+    try:
+        done = run("-c", READ, str(db), ordinary_user=True)
+        assert "in the file" not in done.stdout, done.stdout
+        assert done.returncode == 1, done.stderr
+        listed = run("-m", "agenthold", "namespaces", "--db", str(db), ordinary_user=True)
+        assert listed.returncode == 1 and len(listed.stderr.strip().splitlines()) == 1
+        assert f"{db}-wal" in listed.stderr, listed.stderr
+    finally:
+        db.parent.chmod(0o755)
+        Path(f"{db}-wal").chmod(0o644)

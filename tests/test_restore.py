@@ -696,3 +696,108 @@ def test_a_log_beside_a_sqlite_file_of_another_program_is_left_to_the_usual_refu
         assert check.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     with StateStore(":memory:") as memory:  # nothing to be replaced
         assert memory.db.replaced() is False  # type: ignore[attr-defined]
+
+
+def test_a_reader_of_a_restored_copy_does_not_keep_its_first_writer_out(tmp_path: Path) -> None:
+    """A read-only opening (the inspector, `log --follow`) made after the restore holds the log
+    it created beside the copy, as a server of the replaced file would hold its old one: a
+    writer opening next is not refused for it, and the backed-up data is served."""
+    db, copy = tmp_path / "agenthold.db", tmp_path / "backup.db"
+    with StateStore(tmp_path / "source.db") as source:
+        source.set("ns", "k", "backed-up", updated_by="t")
+        source.backup(copy)
+    os.replace(copy, db)  # restored with every server stopped: no log beside it
+    code = (
+        "import sys; from agenthold.store import StateStore\n"
+        "s = StateStore(sys.argv[1], read_only=True)\n"
+        "print(s.get('ns', 'k').value, flush=True)\n"
+        "sys.stdin.read()"
+    )
+    reader = subprocess.Popen(
+        [sys.executable, "-c", code, str(db)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(),
+    )  # fmt: skip
+    try:
+        assert reader.stdout is not None and reader.stdout.readline().strip() == "backed-up"
+        assert "-shm" in side_files(db)
+        with StateStore(db, busy_timeout=0.5) as store:
+            assert store.get("ns", "k").value == "backed-up"
+            assert store.set("ns", "k", "after", updated_by="t").version == 2
+    finally:
+        assert reader.stdin is not None
+        reader.stdin.close()
+        reader.wait(timeout=60)
+
+
+@pytest.mark.parametrize("how", ["mv", "cp"])
+def test_a_copy_put_in_place_beside_an_empty_log_another_server_holds_is_still_refused(
+    tmp_path: Path, how: str
+) -> None:
+    """A server of the replaced file still holding its log, empty now: moved over (mv), it holds
+    another inode; written over in place (cp), it shares the copy's, as a reader of the copy
+    would, but its log is older than the copy. Either way it is waited for, then refused (its
+    exit would empty or delete a log the copy's writer used)."""
+    db, copy = tmp_path / "agenthold.db", tmp_path / "backup.db"
+    code = (
+        "import sys; from agenthold.store import StateStore\n"
+        "s = StateStore(sys.argv[1]); s.set('ns', 'k', 'backed-up', updated_by='t')\n"
+        "s.backup(sys.argv[2]); s.db.fetchone('PRAGMA wal_checkpoint(TRUNCATE)')\n"
+        "print('ready', flush=True); sys.stdin.read()"
+    )
+    old = subprocess.Popen(
+        [sys.executable, "-c", code, str(db), str(copy)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(),
+    )  # fmt: skip
+    try:
+        assert old.stdout is not None and old.stdout.readline().strip() == "ready"
+        assert side_files(db).get("-wal", 0) == 0 and "-shm" in side_files(db)
+        if how == "mv":
+            os.replace(copy, db)
+        else:
+            shutil.copyfile(copy, db)
+        restored = db.read_bytes()
+        with pytest.raises(IncompatibleDatabaseError, match="no server has opened yet"):
+            StateStore(db, busy_timeout=0.2)
+        assert db.read_bytes() == restored
+    finally:
+        assert old.stdin is not None
+        old.stdin.close()
+        assert old.wait(timeout=60) == 0
+    with StateStore(db) as store:
+        assert store.get("ns", "k").value == "backed-up"
+
+
+def test_a_copy_whose_log_a_process_is_emptying_is_not_taken_for_a_readers(
+    tmp_path: Path,
+) -> None:
+    """A server of the old file on its way out (a copy written over it in place) empties the
+    log after the copy, holding the -shm file exclusively until its connections close: its log
+    is then newer than the copy and it shares the copy's inode, as a reader of the copy would.
+    The exclusive hold tells it apart: waited for, refused, and opened once it is gone."""
+    db, copy = tmp_path / "agenthold.db", tmp_path / "backup.db"
+    with StateStore(tmp_path / "source.db") as source:
+        source.set("ns", "k", "backed-up", updated_by="t")
+        source.backup(copy)
+    os.replace(copy, db)
+    code = (  # what _forget_stale_wal holds while its connections close, kept here
+        "import fcntl, os, sqlite3, sys\n"
+        "c = sqlite3.connect(sys.argv[1]); c.execute('SELECT 1 FROM sqlite_master').fetchall()\n"
+        "fd = os.open(sys.argv[1] + '-shm', os.O_RDWR)\n"
+        "fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 128)\n"
+        "os.truncate(sys.argv[1] + '-wal', 0)\n"
+        "print('ready', flush=True); sys.stdin.read()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(db)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(),
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        with pytest.raises(IncompatibleDatabaseError, match="no server has opened yet"):
+            StateStore(db, busy_timeout=0.2)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+    with StateStore(db) as store:
+        assert store.get("ns", "k").value == "backed-up"
