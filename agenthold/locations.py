@@ -73,6 +73,15 @@ def database_path(given: str | None, environ: dict[str, str]) -> tuple[str, bool
 SQLITE_HEADER = b"SQLite format 3\x00"  # store.SQLITE_MAGIC, here so a check imports nothing
 
 
+# SQLite's limit on a database's full path (links resolved), as store.SQLITE_MAX_PATH says it:
+# 512 bytes less the '-journal' it adds (tests/test_opening.py checks that the two agree).
+SQLITE_MAX_PATH = 512 - len("-journal")
+
+
+def _shown(path: str) -> str:
+    return path if len(path) <= 120 else path[:60] + "..." + path[-40:]
+
+
 def check_db(path: str, *, creates: bool) -> None:
     """A UsageError (exit status 2) when the database file ``path`` cannot be one: its directory
     is missing, it is a directory, it is not a SQLite file, or (``creates`` False: the
@@ -81,6 +90,13 @@ def check_db(path: str, *, creates: bool) -> None:
     for the server and every subcommand alike. PostgreSQL URLs and ':memory:' pass."""
     if path == ":memory:" or path.startswith(("postgresql://", "postgres://")):
         return
+    full = len(os.fsencode(os.path.abspath(os.path.realpath(path))))
+    if full > SQLITE_MAX_PATH:  # SQLite itself would say only "unable to open database file"
+        raise UsageError(
+            f"--db: cannot open database {_shown(path)!r}: its full path is {full} bytes long, and "
+            f"SQLite opens no database whose full path is over {SQLITE_MAX_PATH} bytes; move it "
+            "to a shorter path (a symbolic link does not help: SQLite follows it)"
+        )
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise UsageError(

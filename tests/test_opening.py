@@ -64,8 +64,15 @@ def test_a_path_longer_than_sqlite_takes_is_refused_naming_the_limit(tmp_path: P
     ):
         done = run(*argv)
         lines = done.stderr.strip().splitlines()
-        assert done.returncode == 1 and len(lines) == 1, done.stderr
+        assert done.returncode == 2 and len(lines) == 1, done.stderr  # a bad --db: usage
         assert "SQLite opens no database whose full path is over 504 bytes" in lines[0]
+        assert "full path is 505 bytes" in lines[0]
+
+
+def test_the_command_line_and_the_store_know_one_path_limit() -> None:
+    from agenthold import locations, store
+
+    assert locations.SQLITE_MAX_PATH == store.SQLITE_MAX_PATH
 
 
 @pytest.fixture

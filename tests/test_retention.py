@@ -508,10 +508,12 @@ def test_a_bad_command_line_is_one_line_and_status_2(
     assert len(done.stderr.splitlines()) == 1 and fragment in done.stderr
 
 
-def test_a_missing_database_is_one_line_and_status_1(tmp_path: Path) -> None:
+def test_a_missing_database_is_one_line_and_status_2(tmp_path: Path) -> None:
+    """A --db that is no database is a bad command line, as for every subcommand."""
     for args in (("retention",), ("compact", "--dry-run")):
         done = agenthold(tmp_path / "none.db", *args)
-        assert done.returncode == 1 and len(done.stderr.splitlines()) == 1
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1
+        assert "no database at" in done.stderr
         assert "agenthold:" in done.stderr and not (tmp_path / "none.db").exists()
 
 

@@ -545,7 +545,7 @@ def run_web(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         (["--port", "70000"], 2, "--port: '70000'"),
         (["--workspace", "bad=relative/dir"], 2, "--workspace:"),
         (["--auth-file", "missing.json"], 2, "--auth-file:"),
-        (["--db", "missing.db"], 1, "missing.db"),
+        (["--db", "missing.db"], 2, "missing.db"),  # no database: a bad --db
         (["--host", "no.such.host.invalid"], 1, "--host"),
     ],
 )
