@@ -443,7 +443,7 @@ class ClaimHandlers:
             seen, parked = got or seen, got is None
             return got
 
-        async def look() -> tuple[Reply | None, Iterable[tuple[str, ...]], float | None]:
+        def still_live() -> None:
             live = coordinator.principal_live
             if call.by is not None and live is not None and not live(call.by):
                 # its token was revoked while it waited: it leaves the queue (finally, below),
@@ -453,6 +453,9 @@ class ClaimHandlers:
                     "Ask for a new token; this wait left the queue and holds no claim.",
                     kind="forbidden",
                 )
+
+        async def look() -> tuple[Reply | None, Iterable[tuple[str, ...]], float | None]:
+            still_live()
             first = seq is None
             step = await self.app.write(look_once, max(0.0, timeout - (time.monotonic() - start)))
             if first:  # the first look passed the owner check: only now is the agent this
@@ -460,6 +463,10 @@ class ClaimHandlers:
                 # owner's lease when it closed)
                 self.app.note_agent(call.connection, agent_id)
             if step.result is not None:
+                # Asked again: the token may have been revoked while the write ran, and a
+                # release made meanwhile by a server that knows no tokens handed this wait the
+                # claim. Refused now, the claim goes back (finally, below).
+                still_live()
                 return reply(claim_waited(step.result, time.monotonic() - start)), (), None
             if not step.in_line:
                 return await give_up(), (), None
@@ -469,6 +476,7 @@ class ClaimHandlers:
             if seq is not None:
                 got = await self.app.write(leave_once, seq)
                 if got is not None:  # handed over just before the deadline
+                    still_live()
                     return reply(claim_waited(got, time.monotonic() - start))
             probe = await self.app.read(coordinator.probe, resource)
             return reply(waited(resource, probe, time.monotonic() - start))
