@@ -34,13 +34,22 @@ import struct
 import sys
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Container, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal, NamedTuple, Protocol, TypedDict
+
+
+def _random_hex() -> str:
+    """32 random hex digits (a database id, a temporary name). uuid is imported here, not at
+    the top: it pulls in the platform module, and an edit hook (a new process on every edit,
+    which makes no id) imports the store."""
+    import uuid
+
+    return uuid.uuid4().hex
+
 
 __all__ = [
     "DEFAULT_MAX_VALUE_BYTES",
@@ -1876,7 +1885,7 @@ class SQLiteDatabase:
         if self.memory:
             if read_only:
                 raise InvalidInputError("a ':memory:' database cannot be opened read-only")
-            self._uri = f"file:agenthold-{uuid.uuid4().hex}?mode=memory&cache=private"
+            self._uri = f"file:agenthold-{_random_hex()}?mode=memory&cache=private"
             self._file = _FileState(None)
             self._mem_lock = threading.RLock()
             self._shared: sqlite3.Connection | None = self._connect()[0]
@@ -2730,7 +2739,7 @@ class SQLiteDatabase:
         folder = os.path.dirname(target)
         if not os.path.isdir(folder):
             raise InvalidInputError(f"the directory {folder!r} for the backup does not exist")
-        partial = f"{target}.{uuid.uuid4().hex[:8]}.partial"
+        partial = f"{target}.{_random_hex()[:8]}.partial"
         try:
             try:
                 copy = sqlite3.connect(partial, isolation_level=None)
@@ -2745,7 +2754,7 @@ class SQLiteDatabase:
                 copy.execute(
                     "INSERT INTO agenthold_meta (name, value) VALUES ('database_id', ?) "
                     "ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-                    (ID_PREFIX + uuid.uuid4().hex + FRESH,),
+                    (ID_PREFIX + _random_hex() + FRESH,),
                 )
                 copy.execute("COMMIT")
                 copy.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -2832,7 +2841,7 @@ def _write_database_id(conn: Any) -> None:
     if row is None:
         conn.execute(
             "INSERT INTO agenthold_meta (name, value) VALUES ('database_id', ?)",
-            (ID_PREFIX + uuid.uuid4().hex,),
+            (ID_PREFIX + _random_hex(),),
         )
     elif str(row[0]).endswith(FRESH):
         conn.execute(
