@@ -869,6 +869,16 @@ def test_every_install_line_for_a_checkout_installs_a_working_agenthold(tmp_path
         assert "postgres" in extras.stdout and "test" in extras.stdout, extras.stdout
         served = run(venv / "bin" / "agenthold", "--db", ":memory:", cwd=tmp_path)
         assert served.returncode == 0 and served.stderr == "", (line, served.stderr)
+        # every subpackage and the page's files are installed, not only the top package
+        packages = sorted(p.parent.name for p in (checkout / "agenthold").glob("*/__init__.py"))
+        found = run(
+            python, "-c", "import importlib, importlib.resources as r, sys; "
+            "[importlib.import_module('agenthold.' + n) for n in sys.argv[1:]]; "
+            "print(r.files('agenthold.web').joinpath('static/index.html').is_file())",
+            *packages, cwd=tmp_path,
+        )  # fmt: skip
+        assert found.returncode == 0 and found.stdout == "True\n", (line, found.stderr)
+        assert {"hooks", "web"} <= set(packages)
 
 
 @pytest.mark.slow
