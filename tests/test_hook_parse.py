@@ -87,8 +87,10 @@ def test_globs_expand_in_the_commands_directory_and_moves_into_a_directory(tmp_p
     (tmp_path / "dest").mkdir()
     cwd = str(tmp_path)
     assert shell_paths("rm *.py", cwd) == [str(tmp_path / "a.py"), str(tmp_path / "b.py")]
-    assert shell_paths("mv c.txt dest", cwd) == ["c.txt", "dest", "dest/c.txt"]
-    assert shell_paths("cp a.py b.py dest/", cwd) == ["dest/", "dest/a.py", "dest/b.py"]
+    # a destination directory itself is not rewritten: only the names the sources get in it
+    assert shell_paths("mv c.txt dest", cwd) == ["c.txt", "dest/c.txt"]
+    assert shell_paths("cp a.py b.py dest/", cwd) == ["dest/a.py", "dest/b.py"]
+    assert shell_paths("touch dest c.txt", cwd) == ["c.txt"]
     assert shell_paths("cp -t dest a.py", cwd) == []  # the option's value: not read
 
 

@@ -284,6 +284,25 @@ async def test_any_name_of_the_file_and_any_claim_covering_it_refuse_the_edit(
 
 
 @pytest.mark.backends
+async def test_removing_or_moving_a_directory_is_refused_when_a_file_in_it_is_held(
+    db: str, root: Path
+) -> None:
+    # rm -r, mv and git checkout of a directory write every file in it; a copy into it, or a
+    # touch of it, writes none of the held ones
+    (root / "srcdir").symlink_to(root / "src")
+    async with agent(db, root, "bob", other_host=True) as (bob, bob_id):
+        await claim(bob, bob_id, "src/api/handlers.py")
+        for command in ("rm -rf src", "mv src elsewhere", "rm -r srcdir/", "git checkout -- src",
+                        f"rm -rf {root}"):  # fmt: skip
+            why = refused(
+                "claude-code", hook("claude-code", claude(root, "Bash", command=command), db)
+            )
+            assert "'bob'" in why and "lies inside it" in why, (command, why)
+        for command in ("cp README.md src", "mv docs/x.md src/api", "touch src/api", "rm -r docs"):
+            allowed(hook("claude-code", claude(root, "Bash", command=command), db))
+
+
+@pytest.mark.backends
 async def test_shared_holds_refuse_an_edit_since_it_needs_the_file_alone(
     db: str, root: Path
 ) -> None:

@@ -165,6 +165,7 @@ def reason(blockers: Sequence[Blocker], now: float) -> str:
         "covering": f"has held {first.uri}, which covers it,{held_for}",
         "link": f"has held {first.uri} (another name of the same file: a hard link){held_for}",
         "shared": f"has held it shared{held_for}, and an edit needs it alone",
+        "inside": f"has held {first.uri}, which lies inside it,{held_for}",
     }[first.how]
     text = (
         f"agenthold: {first.path} is claimed by another agent: {first.name!r} "
@@ -255,7 +256,7 @@ def _judge(host: Host, opts: Options, db: str) -> int:
         if call.kind == "end":
             end_session(store, resolver, own)
             return 0
-        held = in_the_way(store, resolver, call.paths)
+        held = in_the_way(store, resolver, call.paths, trees=call.trees)
         mine = own_agents(store, own, [b.agent_id for b in held]) if held else set()
         blockers = [b for b in held if b.agent_id not in mine]
         if not blockers and opts.claim_on_edit:

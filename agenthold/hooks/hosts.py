@@ -31,6 +31,7 @@ class Call:
     session: str | None = None
     cwd: str = ""
     tool: str = ""
+    trees: bool = False  # a path that is a directory writes everything in it (rm -r, mv, Delete)
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Host:
     end_events: frozenset[str]
     shell_events: frozenset[str] = frozenset()  # events whose input is itself a command (Cursor)
     session_key: str = "session_id"
+    tree_tools: frozenset[str] = frozenset()  # file tools that may remove a whole directory
 
     def read(self, data: dict[str, Any]) -> Call:
         """The call a hook input describes; ValueError if it is not what this host sends."""
@@ -63,7 +65,8 @@ class Host:
                 raise ValueError(f"a {event} input without a command string")
             from agenthold.hooks.parse import shell_paths  # only for commands (shlex, glob)
 
-            return Call("edit", _absolute(shell_paths(command, cwd), cwd), session, cwd, "shell")
+            written = _absolute(shell_paths(command, cwd), cwd)
+            return Call("edit", written, session, cwd, "shell", trees=True)
         tool = data.get("tool_name")
         if not isinstance(tool, str):
             raise ValueError("the input names no tool_name")
@@ -79,7 +82,9 @@ class Host:
             found = _command_paths(args.get("command"), cwd, patch=tool in self.patch_tools)
         else:
             return Call("none", session=session, cwd=cwd, tool=tool)
-        return Call("edit" if found else "none", _absolute(found, cwd), session, cwd, tool)
+        trees = tool in self.shell_tools or tool in self.patch_tools or tool in self.tree_tools
+        kind = "edit" if found else "none"
+        return Call(kind, _absolute(found, cwd), session, cwd, tool, trees=trees)
 
     def deny(self, reason: str) -> str:
         """The JSON that refuses the call, with ``reason`` for the agent."""
@@ -174,5 +179,6 @@ CURSOR = Host(
     end_events=frozenset({"stop", "sessionEnd"}),
     shell_events=frozenset({"beforeShellExecution"}),
     session_key="conversation_id",
+    tree_tools=frozenset({"Delete"}),
 )
 HOSTS = {h.name: h for h in (CLAUDE_CODE, CODEX, GEMINI, CURSOR)}

@@ -31,11 +31,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from agenthold.claim_match import ancestors, covers_file
-from agenthold.claim_schema import _ALIASES, _CLAIM_ROW, _PATTERN_KEYS_AT
+from agenthold.claim_schema import _ALIASES, _CLAIM_ROW, _HELD_UNDER, _PATTERN_KEYS_AT
 from agenthold.store import StateStore
 from agenthold.uris import Resolver, Resource, Workspace, default_workspace
 
 ROOT_WORKSPACE = "agenthold-hook-root"  # files outside every workspace still have a claim key
+TOP = "\U0010ffff"  # as claim_rows.TOP: [k, k + TOP) is every key that starts with k
 SESSION_PURPOSE = "edits of one host session, claimed by agenthold's edit hook"
 
 
@@ -49,7 +50,8 @@ class Blocker:
     name: str
     claimed_at: str | None
     lease_ends_at: float | None
-    how: str  # "exclusive", "covering" (a directory or glob claim), "link" (a hard link), "shared"
+    how: str  # "exclusive", "covering" (a directory or glob claim), "link" (a hard link),
+    # "shared", "inside" (a claim on something under a directory the edit removes or moves)
     wait_on: str  # the resource to give agenthold_wait
 
 
@@ -92,6 +94,22 @@ def _names(resolver: Resolver, path: str) -> tuple[list[Resource], str | None]:
     return found, file_id
 
 
+def _inside(resolver: Resolver, path: str) -> list[str]:
+    """The key prefixes of everything under ``path`` when it is a directory (as named and
+    through its links; the workspace root too), else none. A command that removes or moves a
+    directory (``rm -r``, ``mv``, ``git checkout -- DIR``) writes every file in it."""
+    if not os.path.isdir(path):
+        return []
+    try:  # a child's keys, less the child: the resolver's own spelling of the directory
+        named, followed = resolver.resolve_both(os.path.join(path, "x"))
+    except ValueError:
+        return []
+    found = [named.key[:-1]]
+    if isinstance(followed, Resource):
+        found.append(followed.key[:-1])
+    return list(dict.fromkeys(found))
+
+
 def _alias_still_there(key: str, file_id: str) -> bool:
     # as claim_rows._alias: a claim through a hard link counts while its name leads to the file
     try:
@@ -101,20 +119,29 @@ def _alias_still_there(key: str, file_id: str) -> bool:
     return f"{found.st_dev}:{found.st_ino}" == file_id
 
 
-def in_the_way(store: StateStore, resolver: Resolver, paths: Sequence[str]) -> list[Blocker]:
+def in_the_way(
+    store: StateStore, resolver: Resolver, paths: Sequence[str], *, trees: bool = False
+) -> list[Blocker]:
     """The live claims (of anyone) that an edit of ``paths`` would break: on any name of each
-    file, a directory or glob claim covering it, or a shared hold on any of those."""
+    file, a directory or glob claim covering it, or a shared hold on any of those; with
+    ``trees`` (a shell command, a delete), a claim on anything under a path that is a
+    directory too."""
     db = store.db
     found: list[Blocker] = []
-    now: float | None = None
     shares: bool | None = None
     for path in paths:
         names, file_id = _names(resolver, path)
+        hits: list[tuple[Any, str, str]] = []
+        for prefix in _inside(resolver, path) if trees else ():
+            hits += [
+                (row, "inside", row[1]) for row in db.fetchall(_HELD_UNDER, (prefix, prefix + TOP))
+            ]
         if not names:
+            found += _live_hits(db, hits, path)
             continue
         keys = tuple(dict.fromkeys(r.key for r in names))
         rows = db.fetchall(_CLAIM_ROW + f"WHERE c.resource IN ({', '.join('?' * len(keys))})", keys)
-        hits = [(row, "exclusive", row[1]) for row in rows]
+        hits += [(row, "exclusive", row[1]) for row in rows]
         above = tuple(dict.fromkeys(a for k in keys for a in ancestors(k)))
         if above:
             marks = ", ".join("?" * len(above))
@@ -134,16 +161,23 @@ def in_the_way(store: StateStore, resolver: Resolver, paths: Sequence[str]) -> l
                 for row in rows
                 if row[0] not in keys and _alias_still_there(row[0], file_id)
             ]
-        if hits and now is None:
-            now = db.now()
-        for row, how, wait_on in hits:
-            if now is not None and _live(row, now):
-                found.append(Blocker(path, row[1], row[2], row[9], row[3], row[11], how, wait_on))
+        found += _live_hits(db, hits, path)
         if shares is None:
             shares = bool(db.fetchall("SELECT EXISTS (SELECT 1 FROM claim_shares)")[0][0])
         if shares:
             found += _shared(store, names, path)
     return found
+
+
+def _live_hits(db: Any, hits: Sequence[tuple[Any, str, str]], path: str) -> list[Blocker]:
+    if not hits:
+        return []
+    now = db.now()
+    return [
+        Blocker(path, row[1], row[2], row[9], row[3], row[11], how, wait_on)
+        for row, how, wait_on in hits
+        if _live(row, now)
+    ]
 
 
 def _shared(store: StateStore, names: Sequence[Resource], path: str) -> list[Blocker]:

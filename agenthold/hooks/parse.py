@@ -117,19 +117,22 @@ def _command_writes(words: list[str], cwd: str, depth: int) -> list[str]:
             if a.startswith("-") and not a.startswith("--") and "c" in a:
                 return shell_paths(args[i + 1], cwd, depth + 1)
         return []
-    if name in ("tee", "rm", "touch", "unlink", "shred"):
+    if name in ("tee", "rm", "unlink", "shred"):
         targets = _operands(args)
+    elif name == "touch":  # touching a directory writes none of the files in it
+        targets = [a for a in _operands(args) if not _is_directory(a, cwd)]
     elif name == "truncate":
         targets = [a for a in _operands(args) if not _is_size_of(a, args)]
     elif name == "mv":
-        targets = _operands(args)
-        targets += _into_directory(targets, cwd)
+        operands = _operands(args)
+        targets = _destination(operands, cwd) + _into_directory(operands, cwd)
     elif name in ("cp", "install", "ln"):
         operands = _operands(args)
         if "-t" in args or any(a.startswith("--target-directory") for a in args):
             targets = []  # the directory is an option's value: not read
         elif len(operands) >= 2:
-            targets = [operands[-1], *_into_directory(operands, cwd)]
+            kept = [] if _is_directory(operands[-1], cwd) else [operands[-1]]
+            targets = kept + _into_directory(operands, cwd)
     elif name == "sed" and _in_place(args):
         operands = _sed_operands(args)
         targets = operands
@@ -140,6 +143,19 @@ def _command_writes(words: list[str], cwd: str, depth: int) -> list[str]:
         if t not in _NOT_FILES:
             found += _expand(t, cwd)
     return found
+
+
+def _is_directory(word: str, cwd: str) -> bool:
+    return os.path.isdir(word if os.path.isabs(word) else os.path.join(cwd, word))
+
+
+def _destination(operands: list[str], cwd: str) -> list[str]:
+    """The operands less a last one that is a directory the sources go into: what lands in
+    it is named by _into_directory, and the directory itself is not rewritten (a source that
+    is a directory is: moving it moves every file in it)."""
+    if len(operands) >= 2 and _is_directory(operands[-1], cwd):
+        return operands[:-1]
+    return operands
 
 
 def _is_size_of(word: str, args: list[str]) -> bool:
