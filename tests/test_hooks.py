@@ -486,6 +486,12 @@ def test_a_call_that_writes_nothing_is_allowed_without_a_database(host: str, roo
         "cursor": cursor(root, "Read", file_path=str(root / "src/a.py")),
     }
     allowed(hook(host, reads[host], str(root / "missing.db")))
+    # never opened, so even a strict hook has nothing to say: Cursor's shell event included
+    shells = [cursor_shell(root, "ls -la src")] if host == "cursor" else []
+    for read in [reads[host], *shells]:
+        done = hook(host, read, str(root / "missing.db"), "--on-error", "deny")
+        allowed(done)
+        assert done.stderr == "", done.stderr
     # the session's end without --claim-on-edit: nothing to do
     end = {"session_id": "s", "conversation_id": "s", "cwd": str(root),
            "hook_event_name": "SessionEnd" if host != "cursor" else "stop"}  # fmt: skip

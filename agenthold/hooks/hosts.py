@@ -66,7 +66,8 @@ class Host:
             from agenthold.hooks.parse import shell_paths  # only for commands (shlex, glob)
 
             written = _absolute(shell_paths(command, cwd), cwd)
-            return Call("edit", written, session, cwd, "shell", trees=True)
+            kind = "edit" if written else "none"  # a command writing nothing opens no database
+            return Call(kind, written, session, cwd, "shell", trees=True)
         tool = data.get("tool_name")
         if not isinstance(tool, str):
             raise ValueError("the input names no tool_name")
