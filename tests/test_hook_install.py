@@ -149,12 +149,32 @@ def test_install_into_a_project_with_no_configuration_yet_and_print(tmp_path: Pa
     assert missing.returncode == 0 and "nothing to take out" in missing.stdout
 
 
+@pytest.mark.parametrize("host", sorted(CONFIG))
+@pytest.mark.parametrize("text", ["", '{"theme": "dark"}'])
+def test_install_into_a_file_with_settings_but_no_hooks_yet(
+    host: str, text: str, tmp_path: Path
+) -> None:
+    # the common case: a settings file of the host's own, with no hooks key (or an empty file)
+    directory, name = CONFIG[host][0]
+    path = tmp_path / directory / name
+    path.parent.mkdir()
+    path.write_text(text)
+    done = install(host, cwd=tmp_path, home=tmp_path)
+    assert done.returncode == 0 and "installed" in done.stdout, done.stdout + done.stderr
+    config = json.loads(path.read_text())
+    assert len(ours(config)) == len(CONFIG[host][1])
+    assert all(config[k] == v for k, v in json.loads(text or "{}").items())
+    install(host, "--uninstall", cwd=tmp_path, home=tmp_path)
+    assert ours(json.loads(path.read_text())) == []
+
+
 @pytest.mark.parametrize(
     "text, said",
     [
         ("{not json", "not valid JSON"),
         ("[]", "not a JSON object"),
         ('{"hooks": []}', "'hooks' is not an object"),
+        ('{"hooks": {"PreToolUse": {"x": 1}}}', "'PreToolUse' is not a list"),
     ],
 )
 def test_a_configuration_that_is_not_json_is_never_overwritten(

@@ -90,7 +90,7 @@ def _without_ours(config: dict[str, Any], host: str) -> dict[str, Any]:
     empty); everything else as it was."""
     hooks = config.get("hooks")
     if not isinstance(hooks, dict):
-        return config
+        return dict(config)  # a copy: the caller compares the result with what was read
     kept: dict[str, Any] = {}
     for event, entries in hooks.items():
         if not isinstance(entries, list):
@@ -122,6 +122,8 @@ def merged(config: dict[str, Any], host: str, command: str, claim_on_edit: bool)
     hooks = dict(out.get("hooks") or {})
     events = {**tools, **(ends if claim_on_edit else {})}
     for event, matcher in events.items():
+        if not isinstance(hooks.get(event) or [], list):  # another tool's, not ours to reshape
+            raise InstallError(f"its hooks' {event!r} is not a list; fix it first, nothing written")
         entries = list(hooks.get(event) or [])
         if host == "cursor":
             entry: dict[str, Any] = {"command": command}
@@ -191,7 +193,10 @@ def install_host(args: argparse.Namespace, flags: list[str]) -> int:
         new = _without_ours(current, args.host)
     else:
         command = hook_command(args.host, flags)
-        new = merged(current, args.host, command, args.claim_on_edit)
+        try:
+            new = merged(current, args.host, command, args.claim_on_edit)
+        except InstallError as exc:
+            raise InstallError(f"{path}: {exc}") from None
     text = json.dumps(new, indent=2) + "\n"
     if args.print:
         sys.stdout.write(text)
