@@ -704,6 +704,11 @@ def test_bad_queries_get_a_400_with_a_message(tmp_path: Path) -> None:
         for path, says in (
             ("/api/events?before=1,2", "before:"),
             ("/api/events?before=a,b,c", "before:"),
+            ("/api/events?before=%C2%B2,1,1", "before:"),  # a digit that int() refuses
+            ("/api/events?before=99999999999999999999,1,1", "before:"),  # past 2**63
+            ("/api/events?before=" + "9" * 5000 + ",1,1", "before:"),  # past int()'s digits
+            ("/api/events?limit=%C2%B2", "limit:"),
+            ("/api/events?limit=%D9%A1", "limit:"),  # an Arabic-Indic one: not a page size
             ("/api/events?limit=0", "limit:"),
             ("/api/events?limit=5000", "limit:"),
             ("/api/events?resource=/etc/passwd", "resource:"),

@@ -167,6 +167,12 @@ def _cookie(header: bytes) -> str:
     return ""
 
 
+def _whole(text: str) -> bool:
+    """ASCII digits only, and small enough for a database integer: str.isdigit alone takes
+    "²" (which int() refuses) and numbers past 2**63 (which the database refuses)."""
+    return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
+
+
 def _hostname(host: str) -> str:
     if host.startswith("["):
         return host[1 : host.find("]")] if "]" in host else host
@@ -215,11 +221,11 @@ def build_app(view: View, hub: Hub, *, host: str, table: TokenTable | None) -> A
         before: list[int | None] = [None, None, None]
         if q.get("before"):
             parts = q["before"].split(",")
-            if len(parts) != 3 or not all(p.isdigit() for p in parts):
+            if len(parts) != 3 or not all(_whole(p) for p in parts):
                 raise WebInputError("before: three whole numbers, as a page's 'before' gives")
             before = [int(p) for p in parts]
         limit = q.get("limit", str(PAGE))
-        if not limit.isdigit() or not 1 <= int(limit) <= MAX_PAGE:
+        if not _whole(limit) or not 1 <= int(limit) <= MAX_PAGE:
             raise WebInputError(f"limit: a whole number from 1 to {MAX_PAGE}")
         agent = q.get("agent") or None
         resource = q.get("resource") or None
