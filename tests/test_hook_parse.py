@@ -60,6 +60,8 @@ def test_every_header_of_a_patch_names_a_file() -> None:
         ("git checkout main", []),
         ("git restore --staged a.py", ["a.py"]),
         ("git -C other checkout -- a.py", []),  # another directory: not followed
+        ("git -c core.autocrlf=false checkout -- a.py", ["a.py"]),  # a setting: same files
+        ("git -c user.name=x rm a.py", ["a.py"]),
         ("git status", []),
         ("cd src; echo x > y.txt", ["y.txt"]),
         ("FOO=1 sudo -E tee /etc/x < in", ["/etc/x"]),

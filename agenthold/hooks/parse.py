@@ -212,9 +212,9 @@ def _sed_operands(args: list[str]) -> list[str]:
 def _git_writes(args: list[str]) -> list[str]:
     """``git checkout [<tree>] -- FILE...`` and ``git restore FILE...``: the files."""
     while args and args[0].startswith("-"):  # git -C dir ...: not followed
-        if args[0] in ("-C", "-c"):
+        if args[0] == "-C":
             return []
-        args = args[1:]
+        args = args[2:] if args[0] == "-c" else args[1:]  # -c name=value: a setting, skipped
     if not args:
         return []
     sub, rest = args[0], args[1:]
