@@ -693,3 +693,57 @@ def test_a_watch_in_another_process_sees_the_write_after_all_history_went(
             child.kill()
             child.wait()
         assert out.strip() == "3"
+
+
+@pytest.mark.backends
+def test_compaction_beside_writing_threads_loses_no_acknowledged_write(store: StateStore) -> None:
+    """Writers in threads and compaction passes run at once (history.versions 1: every pass
+    races the writes for the rows it may remove); every acknowledged write is the key's value
+    or in its kept history, versions run without a gap or a repeat, and the live version
+    always stays."""
+    set_retention(store.db, {"history.versions": 1})
+    writers, rounds = 3, 40
+    acked: dict[str, list[int]] = {f"k{w}": [] for w in range(writers)}
+    done = threading.Event()
+    errors: list[BaseException] = []
+    removed: list[int] = []
+    passed = threading.Condition()
+
+    def write(key: str) -> None:
+        try:
+            for i in range(rounds):
+                acked[key].append(store.set("ns", key, i, updated_by="w").version)
+                if i % 10 == 9:  # let a whole pass run among the writes, whatever the load
+                    seen = len(removed)
+                    with passed:
+                        passed.wait_for(lambda s=seen: len(removed) > s + 1, timeout=60)
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    def compacting() -> None:
+        try:
+            while not done.is_set():
+                count = compact(store.db, batch=2).history
+                with passed:
+                    removed.append(count)
+                    passed.notify_all()
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in acked]
+    compactor = threading.Thread(target=compacting)
+    compactor.start()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    done.set()
+    compactor.join(300)
+    assert not errors and not compactor.is_alive()
+    assert sum(removed) > 0  # the passes ran among the writes
+    compact(store.db)
+    for key, versions in acked.items():
+        assert versions == list(range(1, rounds + 1))  # no gap, no repeat
+        record = store.get("ns", key)
+        assert record is not None and record.version == rounds and record.value == rounds - 1
+        assert versions_of(store, key) == [rounds]  # the live version stayed
