@@ -508,7 +508,33 @@ class Coordinator:
             assert info.holder is not None
             topics.update((resource_topic(info.resource), agent_topic(info.holder)))
         ends = [i.lease_ends_at for i in held if i.lease_ends_at is not None]
-        return WaitProbe(status, frozenset(topics), min(ends, default=None))
+        # A claim handed to a queued wait is held by its agent before the waiter reads it; if
+        # the waiter is dead, only a claim write gives it back (claim_queue.waiting). A waiter
+        # that only reads looks again when the grant's time to be read ends, and says so.
+        unread = [
+            float(row[0])
+            for i in held
+            if self._tables
+            for row in self.db.fetchall(
+                "SELECT min(alive_until) FROM claim_waiters WHERE resource = ? AND "
+                "agent_id = ? AND granted IS NOT NULL AND granted_as = 'claimed'",
+                (i.resource, i.holder),
+            )
+            if row[0] is not None
+        ]
+        now = self.db.now()
+        return WaitProbe(
+            status,
+            frozenset(topics),
+            min(ends + unread, default=None),
+            unheard=any(end < now for end in unread),
+        )
+
+    def serve_queue(self) -> None:
+        """One claim write that only serves the queue: claims handed to waits nobody read in
+        time go back and go to the next in line (see ``probe``'s ``unheard``)."""
+        with self.db.write() as (conn, changed):
+            self._serve(conn, changed, self.db.serialize(conn, CLAIMS_LOCK))
 
     def wait(
         self,
@@ -537,6 +563,9 @@ class Coordinator:
 
         def look() -> tuple[WaitResult | None, frozenset[Topic], float | None]:
             probe = self.probe(res)
+            if probe.unheard:  # a claim handed to a dead waiter is in the way: it goes back
+                self.serve_queue()
+                probe = self.probe(res)
             last[:] = [probe]
             if probe.available:
                 return waited(res, probe, time.monotonic() - start), probe.topics, None

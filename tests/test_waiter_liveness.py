@@ -480,3 +480,40 @@ def test_a_token_table_knows_a_principal_until_a_readable_file_drops_it(tmp_path
     assert not table.knows("alice") and table.knows("bob")
     path.write_text("{ not json")
     assert table.knows("alice") and table.knows("bob")
+
+
+@pytest.mark.backends
+def test_a_plain_wait_is_not_kept_waiting_by_a_claim_handed_to_a_waiter_that_never_reads_it(
+    coord: Coordinator,
+) -> None:
+    """A wait without claim only reads; the claim handed to a dead waiter must still go back
+    for it once that waiter's liveness passes, not when some other agent next writes a claim
+    (nobody may: the plain waiter would see a holder until its own timeout)."""
+    h, w, x = agents(coord, "h", "w", "x")
+    coord.claim("src/a.py", h)
+    coord.queue_look(coord.target("src/a.py"), w, "exclusive", None, 60)
+    coord.release("src/a.py", h, "modified")
+    held = coord.status("src/a.py")
+    assert held.holder is not None and held.holder.agent_id == w  # handed, unheard
+    got = coord.wait("src/a.py", timeout=120)  # x only waits for it to be free
+    assert got.status == "available"
+    assert events_of(coord, w) == [("claimed", None), ("released", "released")]
+    assert x
+
+
+@pytest.mark.backends
+@pytest.mark.anyio
+async def test_a_plain_wait_over_mcp_gets_back_a_claim_handed_to_a_waiter_that_never_reads_it(
+    coord: Coordinator,
+) -> None:
+    h, w = agents(coord, "h", "w")
+    coord.claim("src/a.py", h)
+    coord.queue_look(coord.target("src/a.py"), w, "exclusive", None, 60)
+    coord.release("src/a.py", h, "modified")
+    held = coord.status("src/a.py")
+    assert held.holder is not None and held.holder.agent_id == w  # handed, unheard
+    async with in_process_client(coord, tools="standard") as (_, client):
+        args = {"resource": "src/a.py", "timeout_seconds": 120}
+        got = reply_of(await client.call_tool("agenthold_wait", args))
+    assert got["status"] == "available"
+    assert events_of(coord, w) == [("claimed", None), ("released", "released")]
