@@ -629,15 +629,25 @@ class Coordinator:
             alive_until = now + self.waiter_liveness
             if seq is not None:
                 lease = conn.execute(
-                    "SELECT lease_ends_at FROM agents WHERE agent_id = ?", (agent_id,)
+                    "SELECT lease_ends_at, principal FROM agents WHERE agent_id = ?", (agent_id,)
                 ).fetchone()
                 in_line, got = handed(conn, seq)
                 if got is not None:
                     return QueueLook(seq, got)
-                if not in_line or lease is None or (lease[0] is not None and lease[0] <= now):
-                    leave(conn, seq)  # its agent's lease ended: it was skipped
+                live = self.principal_live
+                if (
+                    lease is None
+                    or (lease[0] is not None and lease[0] <= now)
+                    or (not in_line and lease[1] is not None and live is not None
+                        and not live(lease[1]))
+                ):  # fmt: skip
+                    leave(conn, seq)  # its agent's lease ended (or principal went): skipped
                     return QueueLook(seq, None, in_line=False)
-                renew(conn, seq, alive_until)  # still listening
+                if in_line:
+                    renew(conn, seq, alive_until)  # still listening
+                else:  # dropped for looking late (its row's liveness passed, say on a loaded
+                    seq = None  # machine): with time left, the wait joins the line again
+
             self._touch(conn, changed, agent_id, now)
             if seq is None:
                 seq = enqueue(conn, target, agent_id, check_mode(mode), now, now + seconds,

@@ -517,3 +517,25 @@ async def test_a_plain_wait_over_mcp_gets_back_a_claim_handed_to_a_waiter_that_n
         got = reply_of(await client.call_tool("agenthold_wait", args))
     assert got["status"] == "available"
     assert events_of(coord, w) == [("claimed", None), ("released", "released")]
+
+
+@pytest.mark.backends
+def test_a_waiter_dropped_for_looking_late_joins_again_instead_of_ending_early(
+    coord: Coordinator,
+) -> None:
+    """A live waiter whose next look came after its row's liveness (a loaded machine, a stalled
+    process) lost its place when another write served the queue; its wait, with time left, goes
+    on at the end of the line instead of answering before its timeout."""
+    h, w, x = agents(coord, "h", "w", "x")
+    coord.claim("src/a.py", h)
+    target = coord.target("src/a.py")
+    first = coord.queue_look(target, w, "exclusive", None, 600)
+    past(coord, alive_until(coord, first.seq))
+    assert coord.claim("src/b.py", x).status == "claimed"  # a claim write serves the queue
+    assert queued(coord) == 0  # the late waiter's row was dropped
+    late = coord.queue_look(target, w, "exclusive", first.seq, 500)
+    assert late.in_line and late.result is None and late.seq != first.seq
+    assert queued(coord) == 1
+    coord.release("src/a.py", h)
+    got = coord.queue_look(target, w, "exclusive", late.seq, 500)
+    assert got.result is not None and got.result.status == "claimed"
