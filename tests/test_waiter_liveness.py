@@ -263,8 +263,8 @@ def test_the_queue_drops_the_waits_of_a_principal_no_longer_known(coord: Coordin
     w2 = coord.register("w2", principal="carol").agent_id
     coord.claim("src/a.py", h)
     coord.claim("src/b.py", h)
-    coord.queue_look(coord.target("src/a.py"), w1, "exclusive", None, 60, principal="alice")
-    coord.queue_look(coord.target("src/b.py"), w2, "exclusive", None, 60, principal="carol")
+    s1 = coord.queue_look(coord.target("src/a.py"), w1, "exclusive", None, 60, principal="alice")
+    s2 = coord.queue_look(coord.target("src/b.py"), w2, "exclusive", None, 60, principal="carol")
     coord.release("src/b.py", h)  # handed to carol's wait
     gone.update({"alice", "carol"})
     coord.release("src/a.py", h)
@@ -272,6 +272,14 @@ def test_the_queue_drops_the_waits_of_a_principal_no_longer_known(coord: Coordin
     assert coord.status("src/b.py").status == "available"  # given back
     assert queued(coord) == 0
     assert events_of(coord, w2) == [("claimed", None), ("released", "released")]
+    # the dropped waits' next looks end them: a principal that is gone does not join again
+    for w, resource, p, seq in (
+        (w1, "src/a.py", "alice", s1.seq),
+        (w2, "src/b.py", "carol", s2.seq),
+    ):
+        late = coord.queue_look(coord.target(resource), w, "exclusive", seq, 60, principal=p)
+        assert not late.in_line and late.result is None
+    assert queued(coord) == 0
 
 
 def test_a_claims_schema_of_version_6_migrates_and_keeps_its_queued_rows(
