@@ -405,6 +405,9 @@ class ClaimHandlers:
 
         async def look() -> tuple[Reply | None, Iterable[tuple[str, ...]], float | None]:
             probe = await self.app.read(coordinator.probe, resource)
+            if probe.unheard:  # a claim handed to a dead waiter is in the way: it goes back
+                await self.app.write(coordinator.serve_queue)
+                probe = await self.app.read(coordinator.probe, resource)
             if probe.available:
                 return reply(waited(resource, probe, time.monotonic() - start)), probe.topics, None
             return None, probe.topics, probe.lease_ends_at

@@ -295,6 +295,9 @@ class WaitProbe:
     status: StatusResult
     topics: frozenset[Topic]
     lease_ends_at: float | None = None  # the soonest lease end of the claims in the way
+    # a claim in the way was handed to a queued wait whose waiter did not read it in time:
+    # a write that serves the queue (Coordinator.serve_queue) gives it back
+    unheard: bool = False
 
     @property
     def available(self) -> bool:

@@ -508,7 +508,33 @@ class Coordinator:
             assert info.holder is not None
             topics.update((resource_topic(info.resource), agent_topic(info.holder)))
         ends = [i.lease_ends_at for i in held if i.lease_ends_at is not None]
-        return WaitProbe(status, frozenset(topics), min(ends, default=None))
+        # A claim handed to a queued wait is held by its agent before the waiter reads it; if
+        # the waiter is dead, only a claim write gives it back (claim_queue.waiting). A waiter
+        # that only reads looks again when the grant's time to be read ends, and says so.
+        unread = [
+            float(row[0])
+            for i in held
+            if self._tables
+            for row in self.db.fetchall(
+                "SELECT min(alive_until) FROM claim_waiters WHERE resource = ? AND "
+                "agent_id = ? AND granted IS NOT NULL AND granted_as = 'claimed'",
+                (i.resource, i.holder),
+            )
+            if row[0] is not None
+        ]
+        now = self.db.now()
+        return WaitProbe(
+            status,
+            frozenset(topics),
+            min(ends + unread, default=None),
+            unheard=any(end < now for end in unread),
+        )
+
+    def serve_queue(self) -> None:
+        """One claim write that only serves the queue: claims handed to waits nobody read in
+        time go back and go to the next in line (see ``probe``'s ``unheard``)."""
+        with self.db.write() as (conn, changed):
+            self._serve(conn, changed, self.db.serialize(conn, CLAIMS_LOCK))
 
     def wait(
         self,
@@ -537,6 +563,9 @@ class Coordinator:
 
         def look() -> tuple[WaitResult | None, frozenset[Topic], float | None]:
             probe = self.probe(res)
+            if probe.unheard:  # a claim handed to a dead waiter is in the way: it goes back
+                self.serve_queue()
+                probe = self.probe(res)
             last[:] = [probe]
             if probe.available:
                 return waited(res, probe, time.monotonic() - start), probe.topics, None
@@ -600,15 +629,25 @@ class Coordinator:
             alive_until = now + self.waiter_liveness
             if seq is not None:
                 lease = conn.execute(
-                    "SELECT lease_ends_at FROM agents WHERE agent_id = ?", (agent_id,)
+                    "SELECT lease_ends_at, principal FROM agents WHERE agent_id = ?", (agent_id,)
                 ).fetchone()
                 in_line, got = handed(conn, seq)
                 if got is not None:
                     return QueueLook(seq, got)
-                if not in_line or lease is None or (lease[0] is not None and lease[0] <= now):
-                    leave(conn, seq)  # its agent's lease ended: it was skipped
+                live = self.principal_live
+                if (
+                    lease is None
+                    or (lease[0] is not None and lease[0] <= now)
+                    or (not in_line and lease[1] is not None and live is not None
+                        and not live(lease[1]))
+                ):  # fmt: skip
+                    leave(conn, seq)  # its agent's lease ended (or principal went): skipped
                     return QueueLook(seq, None, in_line=False)
-                renew(conn, seq, alive_until)  # still listening
+                if in_line:
+                    renew(conn, seq, alive_until)  # still listening
+                else:  # dropped for looking late (its row's liveness passed, say on a loaded
+                    seq = None  # machine): with time left, the wait joins the line again
+
             self._touch(conn, changed, agent_id, now)
             if seq is None:
                 seq = enqueue(conn, target, agent_id, check_mode(mode), now, now + seconds,

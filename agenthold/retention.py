@@ -14,8 +14,10 @@ let go. Decisions behind it:
   removes only history rows: a key's row in ``state`` stays, so its next version continues
   after the last one (versions are never reused, even when all of a key's history goes) and a
   deleted key's tombstone, its newest history row, is the last of its rows to go. The live
-  version of a live key is never removed. Claims' rows (and their fencing versions) and read
-  cursors are never touched.
+  version of a live key is never removed. The newest row of ``state_history`` and of
+  ``claim_events`` (the largest id) always stays, so SQLite never hands its id out again and
+  change feeds in other processes, which follow a table by id, miss no row. Claims' rows (and
+  their fencing versions) and read cursors are never touched.
 - Space: SQLite gives freed pages back only in a file made with ``auto_vacuum=INCREMENTAL``,
   which a file can be switched to only by a full ``VACUUM`` (which blocks writers while it
   runs). New files are made that way by this version; for them ``compact`` runs
@@ -25,6 +27,7 @@ let go. Decisions behind it:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Callable
@@ -383,11 +386,23 @@ def _message_passes(db: Database, rules: Retention) -> list[_Pass]:
     return passes
 
 
+# The row holding a table's largest id stays. SQLite gives a new row of a table without
+# AUTOINCREMENT (state_history, claim_events) the largest id plus one: were that row removed,
+# its id would be handed out again, and a change feed in another process, which follows the
+# table by the newest id it has read, would never see the new row (a watch or a queued wait
+# there sleeps to its deadline). msg_messages has AUTOINCREMENT, so its ids are never reused.
+_KEEP_NEWEST = " AND {table}.id < (SELECT max(newest.id) FROM {table} AS newest)"
+
+
 def _passes(db: Database, rules: Retention) -> list[_Pass]:
     passes = _history_passes(db, rules)
     age = rules.database.get("claims.age", 0)
     if age and _has_table(db, "claim_events"):
         passes.append(_Pass("claim_events", "claim_events", "at < ?", (_cutoff(db, age),)))
+    passes = [
+        dataclasses.replace(p, condition=p.condition + _KEEP_NEWEST.format(table=p.table))
+        for p in passes
+    ]
     if _has_table(db, "msg_messages"):
         passes.extend(_message_passes(db, rules))
     return passes

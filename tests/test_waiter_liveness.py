@@ -263,8 +263,8 @@ def test_the_queue_drops_the_waits_of_a_principal_no_longer_known(coord: Coordin
     w2 = coord.register("w2", principal="carol").agent_id
     coord.claim("src/a.py", h)
     coord.claim("src/b.py", h)
-    coord.queue_look(coord.target("src/a.py"), w1, "exclusive", None, 60, principal="alice")
-    coord.queue_look(coord.target("src/b.py"), w2, "exclusive", None, 60, principal="carol")
+    s1 = coord.queue_look(coord.target("src/a.py"), w1, "exclusive", None, 60, principal="alice")
+    s2 = coord.queue_look(coord.target("src/b.py"), w2, "exclusive", None, 60, principal="carol")
     coord.release("src/b.py", h)  # handed to carol's wait
     gone.update({"alice", "carol"})
     coord.release("src/a.py", h)
@@ -272,6 +272,14 @@ def test_the_queue_drops_the_waits_of_a_principal_no_longer_known(coord: Coordin
     assert coord.status("src/b.py").status == "available"  # given back
     assert queued(coord) == 0
     assert events_of(coord, w2) == [("claimed", None), ("released", "released")]
+    # the dropped waits' next looks end them: a principal that is gone does not join again
+    for w, resource, p, seq in (
+        (w1, "src/a.py", "alice", s1.seq),
+        (w2, "src/b.py", "carol", s2.seq),
+    ):
+        late = coord.queue_look(coord.target(resource), w, "exclusive", seq, 60, principal=p)
+        assert not late.in_line and late.result is None
+    assert queued(coord) == 0
 
 
 def test_a_claims_schema_of_version_6_migrates_and_keeps_its_queued_rows(
@@ -480,3 +488,62 @@ def test_a_token_table_knows_a_principal_until_a_readable_file_drops_it(tmp_path
     assert not table.knows("alice") and table.knows("bob")
     path.write_text("{ not json")
     assert table.knows("alice") and table.knows("bob")
+
+
+@pytest.mark.backends
+def test_a_plain_wait_is_not_kept_waiting_by_a_claim_handed_to_a_waiter_that_never_reads_it(
+    coord: Coordinator,
+) -> None:
+    """A wait without claim only reads; the claim handed to a dead waiter must still go back
+    for it once that waiter's liveness passes, not when some other agent next writes a claim
+    (nobody may: the plain waiter would see a holder until its own timeout)."""
+    h, w, x = agents(coord, "h", "w", "x")
+    coord.claim("src/a.py", h)
+    coord.queue_look(coord.target("src/a.py"), w, "exclusive", None, 60)
+    coord.release("src/a.py", h, "modified")
+    held = coord.status("src/a.py")
+    assert held.holder is not None and held.holder.agent_id == w  # handed, unheard
+    got = coord.wait("src/a.py", timeout=120)  # x only waits for it to be free
+    assert got.status == "available"
+    assert events_of(coord, w) == [("claimed", None), ("released", "released")]
+    assert x
+
+
+@pytest.mark.backends
+@pytest.mark.anyio
+async def test_a_plain_wait_over_mcp_gets_back_a_claim_handed_to_a_waiter_that_never_reads_it(
+    coord: Coordinator,
+) -> None:
+    h, w = agents(coord, "h", "w")
+    coord.claim("src/a.py", h)
+    coord.queue_look(coord.target("src/a.py"), w, "exclusive", None, 60)
+    coord.release("src/a.py", h, "modified")
+    held = coord.status("src/a.py")
+    assert held.holder is not None and held.holder.agent_id == w  # handed, unheard
+    async with in_process_client(coord, tools="standard") as (_, client):
+        args = {"resource": "src/a.py", "timeout_seconds": 120}
+        got = reply_of(await client.call_tool("agenthold_wait", args))
+    assert got["status"] == "available"
+    assert events_of(coord, w) == [("claimed", None), ("released", "released")]
+
+
+@pytest.mark.backends
+def test_a_waiter_dropped_for_looking_late_joins_again_instead_of_ending_early(
+    coord: Coordinator,
+) -> None:
+    """A live waiter whose next look came after its row's liveness (a loaded machine, a stalled
+    process) lost its place when another write served the queue; its wait, with time left, goes
+    on at the end of the line instead of answering before its timeout."""
+    h, w, x = agents(coord, "h", "w", "x")
+    coord.claim("src/a.py", h)
+    target = coord.target("src/a.py")
+    first = coord.queue_look(target, w, "exclusive", None, 600)
+    past(coord, alive_until(coord, first.seq))
+    assert coord.claim("src/b.py", x).status == "claimed"  # a claim write serves the queue
+    assert queued(coord) == 0  # the late waiter's row was dropped
+    late = coord.queue_look(target, w, "exclusive", first.seq, 500)
+    assert late.in_line and late.result is None and late.seq != first.seq
+    assert queued(coord) == 1
+    coord.release("src/a.py", h)
+    got = coord.queue_look(target, w, "exclusive", late.seq, 500)
+    assert got.result is not None and got.result.status == "claimed"
