@@ -219,8 +219,7 @@ def allowed(done: subprocess.CompletedProcess[str]) -> None:
 # -- the contract of every host ----------------------------------------------------------------
 
 
-@pytest.mark.backends
-@pytest.mark.usefixtures("stdio_path")
+@pytest.mark.backends  # (cold and warm servers record a host alike: the next test runs both)
 async def test_every_host_refuses_every_edit_tool_on_a_file_another_agent_holds(
     db: str, root: Path
 ) -> None:
@@ -247,11 +246,13 @@ async def test_an_edit_by_the_agent_that_holds_the_file_is_allowed(db: str, root
     ):
         await claim(mine, mine_id, "src/a.py")
         await claim(theirs, theirs_id, "src/b.py")
+        # one edit tool and one shell command of each host (every tool's reading of the path is
+        # the test above): whose edit it is depends on the host process, not on the tool
         for host, inputs in edits_of(root, "src/a.py").items():
-            for payload in inputs:
+            for payload in (inputs[0], inputs[-1]):
                 allowed(hook(host, payload, db))
         for host, inputs in edits_of(root, "src/b.py").items():
-            for payload in inputs:
+            for payload in (inputs[0], inputs[-1]):
                 assert "'theirs'" in refused(host, hook(host, payload, db))
 
 
