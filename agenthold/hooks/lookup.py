@@ -26,43 +26,67 @@ Decisions behind it:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from agenthold.claims.names import Resolver, Resource, Workspace, default_workspace
 from agenthold.claims.patterns import ancestors, covers_file
 from agenthold.claims.schema import _ALIASES, _CLAIM_ROW, _HELD_UNDER, _PATTERN_KEYS_AT
-from agenthold.store import StateStore
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from agenthold.store import StateStore
 
 ROOT_WORKSPACE = "agenthold-hook-root"  # files outside every workspace still have a claim key
 TOP = "\U0010ffff"  # as claim_rows.TOP: [k, k + TOP) is every key that starts with k
 SESSION_PURPOSE = "edits of one host session, claimed by agenthold's edit hook"
 
+# Plain classes with __slots__, not dataclasses: see hosts.py.
 
-@dataclass(frozen=True)
+
 class Blocker:
     """A live claim of someone else in an edit's way."""
 
-    path: str  # the file the edit writes, as the hook was given it (absolute)
-    uri: str  # the claim's resource, as its holder's server named it
-    agent_id: str
-    name: str
-    claimed_at: str | None
-    lease_ends_at: float | None
-    how: str  # "exclusive", "covering" (a directory or glob claim), "link" (a hard link),
-    # "shared", "inside" (a claim on something under a directory the edit removes or moves)
-    wait_on: str  # the resource to give agenthold_wait
+    __slots__ = ("agent_id", "claimed_at", "how", "lease_ends_at", "name", "path", "uri", "wait_on")
+
+    def __init__(
+        self,
+        path: str,  # the file the edit writes, as the hook was given it (absolute)
+        uri: str,  # the claim's resource, as its holder's server named it
+        agent_id: str,
+        name: str,
+        claimed_at: str | None,
+        lease_ends_at: float | None,
+        how: str,  # "exclusive", "covering" (a directory or glob claim), "link" (a hard link),
+        # "shared", "inside" (a claim on something under a directory the edit removes or moves)
+        wait_on: str,  # the resource to give agenthold_wait
+    ) -> None:
+        self.path = path
+        self.uri = uri
+        self.agent_id = agent_id
+        self.name = name
+        self.claimed_at = claimed_at
+        self.lease_ends_at = lease_ends_at
+        self.how = how
+        self.wait_on = wait_on
+
+    def __repr__(self) -> str:
+        return f"Blocker({self.path!r}, {self.uri!r}, {self.agent_id!r}, how={self.how!r})"
 
 
-@dataclass(frozen=True)
 class Own:
     """Who the edit belongs to: agents of ``host``, the agent named ``session_agent``, the
     agents of ``principal``."""
 
-    host: str | None
-    session_agent: str | None
-    principal: str | None = None
+    __slots__ = ("host", "principal", "session_agent")
+
+    def __init__(
+        self, host: str | None, session_agent: str | None, principal: str | None = None
+    ) -> None:
+        self.host = host
+        self.session_agent = session_agent
+        self.principal = principal
 
 
 def resolver_for(workspaces: Sequence[Workspace], cwd: str) -> Resolver:
