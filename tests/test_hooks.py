@@ -604,14 +604,34 @@ def test_the_hook_finds_the_servers_default_database(tmp_path: Path) -> None:
         ).state_directory({}, platform)
 
 
-def imports_of(host: str, payload: dict[str, Any], db: str, *flags: str) -> set[str]:
-    """The modules ``agenthold hook`` imports for ``payload`` (from ``-X importtime``)."""
+def import_trace(host: str, payload: dict[str, Any], db: str, *flags: str) -> list[str]:
+    """The ``-X importtime`` lines of ``agenthold hook`` given ``payload``: each a module's
+    name, indented two spaces a level below the module that imported it (which comes after)."""
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "agenthold", "hook", host, "--db", db, *flags],
         input=json.dumps(payload), capture_output=True, text=True, env=child_env(), timeout=60,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    return {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
+    lines = [line.rsplit("|", 1)[-1][1:] for line in done.stderr.splitlines() if "|" in line]
+    return lines[1:]  # less the header
+
+
+def imports_of(host: str, payload: dict[str, Any], db: str, *flags: str) -> set[str]:
+    """The modules ``agenthold hook`` imports for ``payload``."""
+    return {line.strip() for line in import_trace(host, payload, db, *flags)}
+
+
+def importers(trace: list[str], module: str) -> list[str]:
+    """The chain of modules through which ``module`` was first imported, innermost first."""
+    at = next(i for i, line in enumerate(trace) if line.strip() == module)
+    depth = len(trace[at]) - len(trace[at].lstrip())
+    chain = []
+    for line in trace[at + 1 :]:
+        indent = len(line) - len(line.lstrip())
+        if indent < depth:
+            chain.append(line.strip())
+            depth = indent
+    return chain
 
 
 def test_the_hook_command_never_imports_mcp_nor_the_claims_coordinator(
@@ -629,6 +649,12 @@ def test_the_hook_command_never_imports_mcp_nor_the_claims_coordinator(
         imported = imports_of("claude-code", payload, db)
         assert "agenthold.hooks.lookup" in imported  # the trace is read, not empty
         assert not never & imported, never & imported
+    # the hook's own rooms (hooks, the claims' names, patterns and schema) make no dataclass,
+    # and import neither dataclasses nor logging: what it still pays for them is the store's
+    trace = import_trace("claude-code", claude(root, "Write", file_path=str(root / "src/b.py")), db)
+    for heavy in ("dataclasses", "logging", "inspect"):
+        if heavy in {line.strip() for line in trace}:
+            assert "agenthold.store" in importers(trace, heavy), (heavy, importers(trace, heavy))
     # a shell command that writes nothing opens no database and parses only the command
     imported = imports_of("claude-code", claude(root, "Bash", command="ls src"), db)
     assert "agenthold.hooks.parse" in imported

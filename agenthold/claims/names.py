@@ -32,7 +32,6 @@ import re
 import stat
 import sys
 import unicodedata
-from dataclasses import dataclass
 
 from agenthold.store import _INVISIBLE, InvalidInputError
 
@@ -102,18 +101,26 @@ def _names(workspaces: Sequence[Workspace]) -> str:
     return ", ".join(repr(ws.name) for ws in workspaces)
 
 
-@dataclass(frozen=True, slots=True)
 class Workspace:
     """A named directory that file resources live in.
 
     ``root`` is absolute. Build one with :meth:`parse`, which also normalises the root and checks
-    that it is an existing directory.
+    that it is an existing directory. Immutable, compared and hashed by name and root (as a
+    frozen dataclass would be; written out, as Resource is).
     """
+
+    __slots__ = ("name", "root")
+    __match_args__ = ("name", "root")
 
     name: str
     root: str
 
-    def __post_init__(self) -> None:
+    def __init__(self, name: str, root: str) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "root", root)
+        self._check()
+
+    def _check(self) -> None:
         for field, value in (("name", self.name), ("root", self.root)):
             if not isinstance(value, str):
                 raise InvalidInputError(
@@ -128,6 +135,30 @@ class Workspace:
                 f"workspace root {self.root!r} is not an absolute path; use Workspace.parse, "
                 "which resolves a relative path against the current directory"
             )
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.name, self.root)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Workspace)
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, root={self.root!r})"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: a Workspace is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}: a Workspace is immutable")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle, past __setattr__
+        return (type(self), self._fields())
 
     @classmethod
     def parse(cls, spec: str, *, cwd: str | None = None) -> Workspace:

@@ -5,14 +5,15 @@ session ends.
 Decisions behind it:
 - A lean read path. The hook is a fresh process on every edit, and ``agenthold.claims`` with
   its records and the queue costs more to import than the whole budget of the hook. So a look
-  imports the store, the resolver (``uris``), the pattern rules (``claim_match``) and the
-  claims SQL (``claim_schema``), and reads with the statements the coordinator itself uses:
-  ``_CLAIM_ROW`` for the file's own names, ``_PATTERN_KEYS_AT`` and ``covers_file`` for the
-  directory and glob claims above it, ``_ALIASES`` for its hard links. What stays restated
+  imports the store, the resolver (``claims.names``), the pattern rules (``claims.patterns``)
+  and the claims SQL (``claims.schema``), and reads with the statements the coordinator itself
+  uses: ``_CLAIM_ROW`` for the file's own names, ``_PATTERN_KEYS_AT`` and ``covers_file`` for
+  the directory and glob claims above it, ``_ALIASES`` for its hard links. What stays restated
   here is one line, the liveness of a claim (its holder's row exists and its lease has not
-  ended: ``claim_rows.claim_info``); tests/test_hooks.py compares the verdicts with
+  ended: ``claims.rows.claim_info``); tests/test_hooks.py compares the verdicts with
   ``Coordinator.status`` on the same claims. Shared holds are rarer: when any exists the
-  queue's own ``shares_in_way`` is imported and asked.
+  queue's own ``shares_in_way`` is imported and asked. Where nothing is held at all, the hook
+  does not get here (glance.py).
 - Every name of the file: as written and through its links (``Resolver.resolve_both``: a claim
   taken before a link appeared stays on the name as written), its hard links (the claim's
   recorded device and inode, counted only while the claimed name still leads to the file).
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
     from agenthold.store import StateStore
 
 ROOT_WORKSPACE = "agenthold-hook-root"  # files outside every workspace still have a claim key
-TOP = "\U0010ffff"  # as claim_rows.TOP: [k, k + TOP) is every key that starts with k
+TOP = "\U0010ffff"  # as claims.rows.TOP: [k, k + TOP) is every key that starts with k
 SESSION_PURPOSE = "edits of one host session, claimed by agenthold's edit hook"
 
 # Plain classes with __slots__, not dataclasses: see hosts.py.
@@ -99,7 +100,7 @@ def resolver_for(workspaces: Sequence[Workspace], cwd: str) -> Resolver:
 
 
 def _live(row: Sequence[Any], now: float) -> bool:
-    # as claim_rows.claim_info judges a row: held, its agent still there, its lease not ended
+    # as claims.rows.claim_info judges a row: held, its agent still there, its lease not ended
     return row[2] is not None and row[9] is not None and (row[11] is None or row[11] > now)
 
 
@@ -135,7 +136,7 @@ def _inside(resolver: Resolver, path: str) -> list[str]:
 
 
 def _alias_still_there(key: str, file_id: str) -> bool:
-    # as claim_rows._alias: a claim through a hard link counts while its name leads to the file
+    # as claims.rows._alias: a claim through a hard link counts while its name leads to the file
     try:
         found = os.stat(key.removeprefix("file://"))
     except (OSError, ValueError):
