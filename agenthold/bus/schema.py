@@ -12,6 +12,7 @@ Decisions behind it:
 
 from __future__ import annotations
 
+from agenthold.identity.agents import BUS_AGENTS_V1, BUS_AGENTS_V2
 from agenthold.store import ChangeSource, Component, Topic
 
 COMPONENT = "messages"
@@ -20,16 +21,16 @@ COMPONENT = "messages"
 # Schema: the bus's tables, versioned on their own in agenthold_components
 # --------------------------------------------------------------------------------------------
 
-# One row per agent: the name is the identity everyone uses, the UUID never changes. A thread's
-# last_seq is its message counter (the newest message's seq). A participant row carries its read
-# cursor (the last seq it marked read; 0: none). A message's id is the commit order across
-# threads (the SQLite change feed's cursor; never reused, also after a thread is deleted);
-# (thread_id, seq) is the order readers see; the sender's name is kept with the message, so it
-# survives the agent's deletion. On PostgreSQL, xid is the writing transaction (see
-# Database.feed_window): ids there do not commit in order.
-_SQLITE_V1 = """
-    CREATE TABLE msg_agents (
-        agent_id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_at TEXT NOT NULL);
+# The agents (msg_agents) are the registry's (agenthold.identity.agents): its steps come first.
+# A thread's last_seq is its message counter (the newest message's seq). A participant row
+# carries its read cursor (the last seq it marked read; 0: none). A message's id is the commit
+# order across threads (the SQLite change feed's cursor; never reused, also after a thread is
+# deleted); (thread_id, seq) is the order readers see; the sender's name is kept with the
+# message, so it survives the agent's deletion. On PostgreSQL, xid is the writing transaction
+# (see Database.feed_window): ids there do not commit in order.
+_SQLITE_V1 = (
+    BUS_AGENTS_V1["sqlite"]
+    + """
     CREATE TABLE msg_threads (
         thread_id TEXT PRIMARY KEY, created_at TEXT NOT NULL,
         last_seq INTEGER NOT NULL DEFAULT 0, last_message_at TEXT);
@@ -42,10 +43,10 @@ _SQLITE_V1 = """
         sender_id TEXT NOT NULL, sender_name TEXT NOT NULL, content TEXT NOT NULL,
         created_at TEXT NOT NULL, UNIQUE (thread_id, seq));
 """
-_POSTGRES_V1 = """
-    CREATE TABLE msg_agents (
-        agent_id TEXT COLLATE "C" PRIMARY KEY, name TEXT COLLATE "C" NOT NULL UNIQUE,
-        created_at TEXT NOT NULL);
+)
+_POSTGRES_V1 = (
+    BUS_AGENTS_V1["postgresql"]
+    + """
     CREATE TABLE msg_threads (
         thread_id TEXT COLLATE "C" PRIMARY KEY, created_at TEXT NOT NULL,
         last_seq BIGINT NOT NULL DEFAULT 0, last_message_at TEXT);
@@ -62,22 +63,25 @@ _POSTGRES_V1 = """
         xid XID8 NOT NULL DEFAULT pg_current_xact_id(), UNIQUE (thread_id, seq));
     CREATE INDEX msg_messages_by_xid ON msg_messages (xid);
 """
-_SQLITE_V2 = """
-    ALTER TABLE msg_agents ADD COLUMN principal TEXT;
-    ALTER TABLE msg_agents ADD COLUMN adoptable INTEGER NOT NULL DEFAULT 0;
+)
+_SQLITE_V2 = (
+    BUS_AGENTS_V2
+    + """
     ALTER TABLE msg_threads ADD COLUMN name TEXT;
     ALTER TABLE msg_threads ADD COLUMN principal TEXT;
     CREATE UNIQUE INDEX msg_threads_by_name ON msg_threads (name);
     ALTER TABLE msg_messages ADD COLUMN principal TEXT;
 """
-_POSTGRES_V2 = """
-    ALTER TABLE msg_agents ADD COLUMN principal TEXT;
-    ALTER TABLE msg_agents ADD COLUMN adoptable INTEGER NOT NULL DEFAULT 0;
+)
+_POSTGRES_V2 = (
+    BUS_AGENTS_V2
+    + """
     ALTER TABLE msg_threads ADD COLUMN name TEXT COLLATE "C";
     ALTER TABLE msg_threads ADD COLUMN principal TEXT;
     CREATE UNIQUE INDEX msg_threads_by_name ON msg_threads (name);
     ALTER TABLE msg_messages ADD COLUMN principal TEXT;
 """
+)
 # 3: deleted threads leave a row, so that waiters in other processes hear of the deletion
 # (a SQLite change feed learns topics from new rows; a deletion adds none elsewhere).
 _SQLITE_V3 = """
@@ -121,17 +125,11 @@ def thread_topic(thread_id: str) -> Topic:
 # SQL
 # --------------------------------------------------------------------------------------------
 
-AGENT_BY_NAME = "SELECT agent_id, name FROM msg_agents WHERE name = ?"
-AGENT_BY_ID = "SELECT agent_id, name FROM msg_agents WHERE agent_id = ?"
-CLAIMS_NAME = "SELECT name, principal FROM agents WHERE agent_id = ?"
 THREAD = "SELECT created_at, last_seq, last_message_at, name FROM msg_threads WHERE thread_id = ?"
 THREAD_INFO = (
     "SELECT created_at, last_seq, last_message_at, name, principal FROM msg_threads "
     "WHERE thread_id = ?"
 )
-OWNER = "SELECT principal, adoptable FROM msg_agents WHERE agent_id = ?"
-ADOPT = "UPDATE msg_agents SET principal = ?, adoptable = 0 WHERE agent_id = ? AND adoptable = 1"
-CLAIMS_OWNER = "SELECT principal FROM agents WHERE agent_id = ?"
 MEMBERS = (
     "SELECT a.agent_id, a.name FROM msg_participants AS p "
     "JOIN msg_agents AS a ON a.agent_id = p.agent_id WHERE p.thread_id = ? "
@@ -140,11 +138,6 @@ MEMBERS = (
 BUMP = (
     "UPDATE msg_threads SET last_seq = last_seq + 1, last_message_at = ? "
     "WHERE thread_id = ? RETURNING last_seq"
-)
-NEW_AGENT = (
-    "INSERT INTO msg_agents (agent_id, name, created_at, principal, adoptable) "
-    "VALUES (?, ?, ?, ?, ?) "
-    "ON CONFLICT (name) DO NOTHING RETURNING agent_id"
 )
 IS_MEMBER = "SELECT 1 FROM msg_participants WHERE thread_id = ? AND agent_id = ?"
 INSERT = (
