@@ -7,9 +7,10 @@ Decisions behind it:
   lease claims keep in its row, removed when idle (agenthold.claims). ``msg_agents`` holds the
   bus's agents: one per unique name, a UUID that never changes, deleted only when asked, and
   adoptable by the first caller that acts as it when it was only named as a participant. One
-  table would change what an id is, which names may repeat and when an agent goes; so a claims
-  agent id given to the bus stands for the bus agent of its registered name, and that join is
-  written here once.
+  table would change what an id is, which names may repeat and when an agent goes, and would
+  need a migration of every database that merges rows by a name that may repeat; so the tables
+  stay, a claims agent id given to the bus stands for the bus agent of its registered name, and
+  that join is written here once.
 - An agent belongs to the principal (the caller a token names, agenthold.identity.principals)
   that made it; None is a trusted caller, never refused. Acting as another's agent is
   ForeignAgentError (ForeignBusAgentError for a bus agent, a subclass), and changes nothing.
@@ -18,7 +19,8 @@ Decisions behind it:
   bus's "messages" (agenthold.bus.schema, steps 1 and 2). A released step is never edited; a
   change to either table is a new step of its component, written here.
 - Functions take the connection of the caller's transaction (or snapshot), so a registration or
-  an adoption commits with the write it belongs to.
+  an adoption commits with the write it belongs to; a read outside one takes the database's
+  ``fetchone``. The statements are those claims and the bus ran before they shared them.
 """
 
 from __future__ import annotations
