@@ -133,7 +133,7 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
         "serve.limits": set(),
         "serve.sessions": {"agenthold.serve.auth", "agenthold.identity.principals"},
         "claims.records": {"agenthold.store", "agenthold.identity.agents"},
-        "claims.schema": {"agenthold.store", "agenthold.identity.agents"},
+        "claims.schema": {"agenthold.store"},
         "claims.patterns": {"agenthold.store", "agenthold.claims.names"},
         "claims.index": {"agenthold.claims.patterns"},
         "claims.rows": {
@@ -174,7 +174,7 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold.claims.grant",
         },
         "bus.records": {"agenthold.store", "agenthold.identity.agents"},
-        "bus.schema": {"agenthold.store", "agenthold.identity.agents"},
+        "bus.schema": {"agenthold.store"},
         "bus.messagebus": {
             "agenthold.store",
             "agenthold.identity.agents",

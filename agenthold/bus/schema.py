@@ -12,7 +12,6 @@ Decisions behind it:
 
 from __future__ import annotations
 
-from agenthold.identity.agents import BUS_AGENTS_V1, BUS_AGENTS_V2
 from agenthold.store import ChangeSource, Component, Topic
 
 COMPONENT = "messages"
@@ -21,16 +20,17 @@ COMPONENT = "messages"
 # Schema: the bus's tables, versioned on their own in agenthold_components
 # --------------------------------------------------------------------------------------------
 
-# The agents (msg_agents) are the registry's (agenthold.identity.agents): its steps come first.
-# A thread's last_seq is its message counter (the newest message's seq). A participant row
-# carries its read cursor (the last seq it marked read; 0: none). A message's id is the commit
-# order across threads (the SQLite change feed's cursor; never reused, also after a thread is
-# deleted); (thread_id, seq) is the order readers see; the sender's name is kept with the
-# message, so it survives the agent's deletion. On PostgreSQL, xid is the writing transaction
-# (see Database.feed_window): ids there do not commit in order.
-_SQLITE_V1 = (
-    BUS_AGENTS_V1["sqlite"]
-    + """
+# One row per agent (its rows are the agent registry's, agenthold.identity.agents, which joins
+# them to claims' agents): the name is the identity everyone uses, the UUID never changes. A
+# thread's last_seq is its message counter (the newest message's seq). A participant row carries
+# its read cursor (the last seq it marked read; 0: none). A message's id is the commit order
+# across threads (the SQLite change feed's cursor; never reused, also after a thread is deleted);
+# (thread_id, seq) is the order readers see; the sender's name is kept with the message, so it
+# survives the agent's deletion. On PostgreSQL, xid is the writing transaction (see
+# Database.feed_window): ids there do not commit in order.
+_SQLITE_V1 = """
+    CREATE TABLE msg_agents (
+        agent_id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_at TEXT NOT NULL);
     CREATE TABLE msg_threads (
         thread_id TEXT PRIMARY KEY, created_at TEXT NOT NULL,
         last_seq INTEGER NOT NULL DEFAULT 0, last_message_at TEXT);
@@ -43,10 +43,10 @@ _SQLITE_V1 = (
         sender_id TEXT NOT NULL, sender_name TEXT NOT NULL, content TEXT NOT NULL,
         created_at TEXT NOT NULL, UNIQUE (thread_id, seq));
 """
-)
-_POSTGRES_V1 = (
-    BUS_AGENTS_V1["postgresql"]
-    + """
+_POSTGRES_V1 = """
+    CREATE TABLE msg_agents (
+        agent_id TEXT COLLATE "C" PRIMARY KEY, name TEXT COLLATE "C" NOT NULL UNIQUE,
+        created_at TEXT NOT NULL);
     CREATE TABLE msg_threads (
         thread_id TEXT COLLATE "C" PRIMARY KEY, created_at TEXT NOT NULL,
         last_seq BIGINT NOT NULL DEFAULT 0, last_message_at TEXT);
@@ -63,25 +63,22 @@ _POSTGRES_V1 = (
         xid XID8 NOT NULL DEFAULT pg_current_xact_id(), UNIQUE (thread_id, seq));
     CREATE INDEX msg_messages_by_xid ON msg_messages (xid);
 """
-)
-_SQLITE_V2 = (
-    BUS_AGENTS_V2
-    + """
+_SQLITE_V2 = """
+    ALTER TABLE msg_agents ADD COLUMN principal TEXT;
+    ALTER TABLE msg_agents ADD COLUMN adoptable INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE msg_threads ADD COLUMN name TEXT;
     ALTER TABLE msg_threads ADD COLUMN principal TEXT;
     CREATE UNIQUE INDEX msg_threads_by_name ON msg_threads (name);
     ALTER TABLE msg_messages ADD COLUMN principal TEXT;
 """
-)
-_POSTGRES_V2 = (
-    BUS_AGENTS_V2
-    + """
+_POSTGRES_V2 = """
+    ALTER TABLE msg_agents ADD COLUMN principal TEXT;
+    ALTER TABLE msg_agents ADD COLUMN adoptable INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE msg_threads ADD COLUMN name TEXT COLLATE "C";
     ALTER TABLE msg_threads ADD COLUMN principal TEXT;
     CREATE UNIQUE INDEX msg_threads_by_name ON msg_threads (name);
     ALTER TABLE msg_messages ADD COLUMN principal TEXT;
 """
-)
 # 3: deleted threads leave a row, so that waiters in other processes hear of the deletion
 # (a SQLite change feed learns topics from new rows; a deletion adds none elsewhere).
 _SQLITE_V3 = """

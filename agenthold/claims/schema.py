@@ -15,7 +15,6 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from agenthold.identity.agents import AGENTS_V1, AGENTS_V3, AGENTS_V8
 from agenthold.store import ChangeSource, Component, Topic
 
 
@@ -34,10 +33,22 @@ def _event_topics(row: tuple[Any, ...]) -> Iterable[Topic]:
 
 CLAIMS_LOCK = ("claims",)  # every claim write holds it: claims take turns, on any engine
 
-# The agents table is the registry's (agenthold.identity.agents): its steps come first.
-_SQLITE_V1 = (
-    AGENTS_V1["sqlite"]
-    + """
+# The agents table's rows are the agent registry's (agenthold.identity.agents: registering,
+# looking up, owners); its lease columns are the Coordinator's.
+_SQLITE_V1 = """
+    -- An agent's lease ends at lease_ends_at (unix seconds; NULL = no end);
+    -- lease_end_outcome says what its end means.
+    CREATE TABLE agents (
+        agent_id           TEXT PRIMARY KEY,
+        name               TEXT NOT NULL,
+        model              TEXT NOT NULL,
+        purpose            TEXT NOT NULL,
+        registered_at      TEXT NOT NULL,
+        last_seen_at       TEXT NOT NULL,
+        lease_ends_at      REAL,
+        lease_end_outcome  TEXT
+    );
+
     -- One row per resource ever claimed. version is the fencing token: it grows by one with
     -- every claim and release and is never reused.
     CREATE TABLE claims (
@@ -66,11 +77,18 @@ _SQLITE_V1 = (
         version   INTEGER
     );
 """
-)
 
-_POSTGRES_V1 = (
-    AGENTS_V1["postgresql"]
-    + """
+_POSTGRES_V1 = """
+    CREATE TABLE agents (
+        agent_id           TEXT COLLATE "C" PRIMARY KEY,
+        name               TEXT NOT NULL,
+        model              TEXT NOT NULL,
+        purpose            TEXT NOT NULL,
+        registered_at      TEXT COLLATE "C" NOT NULL,
+        last_seen_at       TEXT COLLATE "C" NOT NULL,
+        lease_ends_at      DOUBLE PRECISION,
+        lease_end_outcome  TEXT
+    );
     CREATE TABLE claims (
         resource         TEXT COLLATE "C" PRIMARY KEY,
         uri              TEXT COLLATE "C" NOT NULL,
@@ -98,7 +116,6 @@ _POSTGRES_V1 = (
     );
     CREATE INDEX claim_events_by_xid ON claim_events (xid);
 """
-)
 
 # The device and inode ("dev:ino") of a claimed file that existed when it was claimed, so that a
 # claim through one hard link is seen through the others (agenthold.claims.names).
@@ -109,12 +126,10 @@ _V2 = """
 
 # The principal (the caller a token names, agenthold.identity.principals) an agent belongs to
 # and that made each claim event; NULL where no token said who called.
-_V3 = (
-    AGENTS_V3
-    + """
+_V3 = """
+    ALTER TABLE agents ADD COLUMN principal TEXT;
     ALTER TABLE claim_events ADD COLUMN principal TEXT;
 """
-)
 
 # Directory and glob claims (agenthold.claims.patterns): ``scope`` is the key of the directory a
 # pattern lies under (NULL for a file or custom claim), so the patterns that may cover a file
@@ -243,9 +258,13 @@ _POSTGRES_V6 = """
 _SQLITE_V7 = "ALTER TABLE claim_waiters ADD COLUMN alive_until REAL;"
 _POSTGRES_V7 = "ALTER TABLE claim_waiters ADD COLUMN alive_until DOUBLE PRECISION;"
 
-# The host process of the client a stdio server served when the agent registered: the
-# registry's (agenthold.identity.agents), for the edit hooks.
-_V8 = AGENTS_V8
+# The host process of the client a stdio server served when the agent registered (agenthold.hooks
+# .ancestry: "boot id:pid:start time", read from /proc), so that an edit hook run by that same
+# host process knows the agent as its own; NULL over HTTP and where /proc cannot say.
+_V8 = """
+    ALTER TABLE agents ADD COLUMN host TEXT;
+    CREATE INDEX agents_by_host ON agents (host) WHERE host IS NOT NULL;
+"""
 
 CLAIMS_SCHEMA = Component(
     "claims",

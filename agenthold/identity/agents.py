@@ -14,10 +14,10 @@ Decisions behind it:
 - An agent belongs to the principal (the caller a token names, agenthold.identity.principals)
   that made it; None is a trusted caller, never refused. Acting as another's agent is
   ForeignAgentError (ForeignBusAgentError for a bus agent, a subclass), and changes nothing.
-- The tables' definitions are here, as steps of the components that version them: ``agents`` in
-  the "claims" component (agenthold.claims.schema, its steps 1, 3 and 8), ``msg_agents`` in the
-  bus's "messages" (agenthold.bus.schema, steps 1 and 2). A released step is never edited; a
-  change to either table is a new step of its component, written here.
+- The tables' definitions stay in the migrations that created them (claims' and the bus's
+  components, claims/schema.py and bus/schema.py), where the database seam gives each backend
+  its DDL; this module owns the rows. Reading claims' schema (the edit hook does, at every
+  edit) therefore loads nothing of it.
 - Functions take the connection of the caller's transaction (or snapshot), so a registration or
   an adoption commits with the write it belongs to; a read outside one takes the database's
   ``fetchone``. The statements are those claims and the bus ran before they shared them.
@@ -26,8 +26,6 @@ Decisions behind it:
 from __future__ import annotations
 
 import re
-import secrets
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -193,71 +191,6 @@ def bus_agent_of(row: Any) -> BusAgent:
 
 
 # --------------------------------------------------------------------------------------------
-# The tables, as steps of the components that version them
-# --------------------------------------------------------------------------------------------
-
-# "claims" step 1. An agent's lease ends at lease_ends_at (unix seconds; NULL = no end);
-# lease_end_outcome says what its end means.
-AGENTS_V1 = {
-    "sqlite": """
-    CREATE TABLE agents (
-        agent_id           TEXT PRIMARY KEY,
-        name               TEXT NOT NULL,
-        model              TEXT NOT NULL,
-        purpose            TEXT NOT NULL,
-        registered_at      TEXT NOT NULL,
-        last_seen_at       TEXT NOT NULL,
-        lease_ends_at      REAL,
-        lease_end_outcome  TEXT
-    );
-""",
-    "postgresql": """
-    CREATE TABLE agents (
-        agent_id           TEXT COLLATE "C" PRIMARY KEY,
-        name               TEXT NOT NULL,
-        model              TEXT NOT NULL,
-        purpose            TEXT NOT NULL,
-        registered_at      TEXT COLLATE "C" NOT NULL,
-        last_seen_at       TEXT COLLATE "C" NOT NULL,
-        lease_ends_at      DOUBLE PRECISION,
-        lease_end_outcome  TEXT
-    );
-""",
-}
-# "claims" step 3: the principal an agent belongs to (NULL where no token said who called).
-AGENTS_V3 = """
-    ALTER TABLE agents ADD COLUMN principal TEXT;
-"""
-# "claims" step 8: the host process of the client a stdio server served when the agent
-# registered (agenthold.hooks.ancestry: "boot id:pid:start time", read from /proc), so that an
-# edit hook run by that same host process knows the agent as its own; NULL over HTTP and where
-# /proc cannot say.
-AGENTS_V8 = """
-    ALTER TABLE agents ADD COLUMN host TEXT;
-    CREATE INDEX agents_by_host ON agents (host) WHERE host IS NOT NULL;
-"""
-
-# "messages" step 1: one row per bus agent; the name is the identity everyone uses, the UUID
-# never changes.
-BUS_AGENTS_V1 = {
-    "sqlite": """
-    CREATE TABLE msg_agents (
-        agent_id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, created_at TEXT NOT NULL);
-""",
-    "postgresql": """
-    CREATE TABLE msg_agents (
-        agent_id TEXT COLLATE "C" PRIMARY KEY, name TEXT COLLATE "C" NOT NULL UNIQUE,
-        created_at TEXT NOT NULL);
-""",
-}
-# "messages" step 2: the owner of each bus agent, and whether it may still be adopted (one made
-# only by being named as a participant belongs to nobody until a caller first acts as it).
-BUS_AGENTS_V2 = """
-    ALTER TABLE msg_agents ADD COLUMN principal TEXT;
-    ALTER TABLE msg_agents ADD COLUMN adoptable INTEGER NOT NULL DEFAULT 0;
-"""
-
-# --------------------------------------------------------------------------------------------
 # Claims' agents: registering, looking up, who owns one
 # --------------------------------------------------------------------------------------------
 
@@ -293,6 +226,8 @@ def check_registration(name: object, model: object, purpose: object) -> None:
 
 def new_agent_id() -> str:
     """A new claims agent id: unguessable, so knowing one is what lets a caller act as it."""
+    import secrets  # here: the edit hook reaches this module (claims.records) and never registers
+
     return "agent-" + secrets.token_hex(8)
 
 
@@ -399,6 +334,8 @@ def bus_agent_query(ref: str) -> tuple[str, tuple[Any, ...]]:
     """The query that finds the bus agent ``ref`` names: a UUID, a claims id or a name."""
     if AGENT_ID_RE.fullmatch(ref):
         return _BUS_AGENT_OF_CLAIMS_ID, (ref,)
+    import uuid  # here, as in ensure_bus_agent: loaded by the bus already, never by the edit hook
+
     try:
         as_uuid = str(uuid.UUID(ref))
     except ValueError:
@@ -420,6 +357,8 @@ def ensure_bus_agent(
     """Create the bus agent ``name`` unless it exists (also if another caller creates it at
     this very moment: the INSERT then does nothing), owned by ``principal`` or, if
     ``adoptable``, by the first caller to act as it."""
+    import uuid
+
     conn.execute(_NEW_BUS_AGENT, (str(uuid.uuid4()), name, utc_iso(), principal, int(adoptable)))
 
 
