@@ -27,11 +27,11 @@ cannot, so each new server removes what gone ones left (``sweep``): a key whose 
 name no living process and whose lock nobody holds.
 
 Each accepted connection is one stdio session: the front's stdin, stdout and stderr, served by
-the same pieces as ``agenthold`` on stdio (the SDK's server, agenthold's pipe reader and writer
-and its guard), with an Agenthold of its own over the shared database, so the disconnect grace,
-the end-of-input rules, signals (forwarded by the front) and the logs (to the session's stderr)
-are those of a stdio server of its own. While no client is connected nothing runs but that
-look every CHECK_SECONDS.
+``stdio.serve_session``, the runner of ``agenthold`` on stdio too (the SDK's server,
+agenthold's pipe reader and writer and its guard), with an Agenthold of its own over the shared
+database, so the disconnect grace, the end-of-input rules, signals (forwarded by the front) and
+the logs (to the session's stderr) are those of a stdio server of its own. While no client is
+connected nothing runs but that look every CHECK_SECONDS.
 """
 
 from __future__ import annotations
@@ -53,12 +53,11 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from mcp.server.stdio import stdio_server
 
 from agenthold.hooks.ancestry import host_of, parent_of
-from agenthold.serve.app import PROCESS, Agenthold, SignalSource, build_server, report_if_asked
+from agenthold.serve.app import Agenthold, SignalSource
 from agenthold.serve.front import CHECK, IDLE, PROTOCOL, Plan, code_stamp, connect, peer_uid
-from agenthold.serve.stdio import _guard_stdio, _PipeLines, _PipeWriter
+from agenthold.serve.stdio import pipes_on, serve_session
 
 if TYPE_CHECKING:
     from agenthold.claims.coordinator import Coordinator
@@ -226,7 +225,7 @@ class WarmServer:
                     conn, _ = self.listener.accept()
                 except BlockingIOError:  # pragma: no cover - another wake-up took it
                     continue
-                tg.start_soon(self._connection, conn)
+                tg.start_soon(self._serve_connection, conn)
             while self.sessions:  # let sessions in flight finish (signals end them)
                 await anyio.sleep(0.05)
             tg.cancel_scope.cancel()
@@ -244,7 +243,7 @@ class WarmServer:
             if self._waiting is not None:
                 self._waiting.cancel()
 
-    async def _connection(self, conn: socket.socket) -> None:
+    async def _serve_connection(self, conn: socket.socket) -> None:
         scope = anyio.CancelScope()
         self.sessions.add(scope)
         fds: list[int] = []
@@ -329,21 +328,8 @@ class WarmServer:
         app.host = _client_host(conn)
         app.reap_idle = self.opts.reap_idle
         self.setup(app)
-        server = build_server(app, report_of=report_if_asked)
-        lines, writer = _PipeLines(fds[0]), _PipeWriter(fds[1])
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._front_signals, conn, tg.cancel_scope)
-                tg.start_soon(app.reap_forever)
-                async with (
-                    stdio_server(stdin=lines, stdout=writer) as (read_stream, write_stream),  # type: ignore[arg-type]
-                    _guard_stdio(app, read_stream, write_stream) as (guarded, answers),
-                ):
-                    await server.run(guarded, answers, server.create_initialization_options())
-                tg.cancel_scope.cancel()  # stdin reached EOF: the client has gone
-        finally:
-            with anyio.CancelScope(shield=True):
-                await app.end_leases(app.agents.close(PROCESS))
+        stop = functools.partial(self._front_signals, conn)
+        await serve_session(app, pipes_on(fds[0], fds[1]), stop)
         return 0
 
     async def _front_signals(self, conn: socket.socket, scope: anyio.CancelScope) -> None:
