@@ -40,7 +40,6 @@ import contextlib
 import contextvars
 import fcntl
 import functools
-import json
 import logging
 import math
 import os
@@ -56,8 +55,22 @@ import anyio
 
 from agenthold.hooks.ancestry import host_of, parent_of
 from agenthold.serve.app import Agenthold, SignalSource
-from agenthold.serve.front import CHECK, IDLE, PROTOCOL, Plan, code_stamp, connect, peer_uid
 from agenthold.serve.stdio import pipes_on, serve_session
+from agenthold.serve.warm_protocol import (
+    CHECK,
+    IDLE,
+    PIPES_SPACE,
+    Plan,
+    accepted,
+    code_stamp,
+    connect,
+    exit_line,
+    hello_in,
+    peer_uid,
+    pipes_in,
+    refused,
+    signal_in,
+)
 
 if TYPE_CHECKING:
     from agenthold.claims.coordinator import Coordinator
@@ -257,7 +270,7 @@ class WarmServer:
                     status = await self._session(conn, fds, scope)
                 with contextlib.suppress(OSError):
                     conn.setblocking(True)
-                    conn.sendall(json.dumps({"exit": status}).encode() + b"\n")
+                    conn.sendall(exit_line(status))
         finally:
             for fd in fds:
                 with contextlib.suppress(OSError):
@@ -277,13 +290,10 @@ class WarmServer:
             if not chunk or len(data) > 1 << 16:
                 return []
             data += chunk
-        try:
-            hello = json.loads(data)
-        except ValueError:
+        hello = hello_in(data)
+        if hello is None:
             return []
-        if not isinstance(hello, dict):
-            return []
-        if hello.get("agenthold") != PROTOCOL or hello.get("identity") != self.plan.identity:
+        if not hello.is_for(self.plan):
             why: str | None = "not the server for this call"
         else:
             # a caller of other code is refused; whether this server is still good (the code on
@@ -292,27 +302,17 @@ class WarmServer:
             if stale is not None:
                 log.info("stale, exiting: %s", stale)
                 self.stop_accepting()
-            why = "of other code" if hello.get("stamp") != self.plan.stamp else stale
+            why = "of other code" if hello.stamp != self.plan.stamp else stale
         if why is not None or not self.accepting:
-            conn.sendall(json.dumps({"ok": False, "why": why or "stopping"}).encode() + b"\n")
+            conn.sendall(refused(why or "stopping"))
             return []
-        conn.sendall(json.dumps({"ok": True, "warnings": self.warnings}).encode() + b"\n")
+        conn.sendall(accepted(self.warnings))
         await anyio.wait_readable(conn)
-        size = socket.CMSG_SPACE(3 * struct.calcsize("i"))
         try:
-            message, ancillary, _, _ = conn.recvmsg(1, size)
+            message, ancillary, _, _ = conn.recvmsg(1, PIPES_SPACE)
         except OSError:  # pragma: no cover
             return []
-        fds: list[int] = []
-        for level, kind, payload in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                usable = len(payload) - len(payload) % 4
-                fds += list(struct.unpack(f"{usable // 4}i", payload[:usable]))
-        if message != b"F" or len(fds) != 3:
-            for fd in fds:
-                os.close(fd)
-            return []
-        return fds
+        return pipes_in(message, ancillary)
 
     async def _session(self, conn: socket.socket, fds: list[int], scope: anyio.CancelScope) -> int:
         """One stdio session on the pipes ``fds`` (stdin, stdout, stderr), until its input
@@ -343,9 +343,10 @@ class WarmServer:
                 continue
             except OSError:  # pragma: no cover
                 chunk = b""
-            if chunk:
-                with contextlib.suppress(ValueError, TypeError):
-                    log.info("%s: stopping", signal.Signals(json.loads(chunk)["signal"]).name)
+            signum = signal_in(chunk) if chunk else None
+            if signum is not None:
+                with contextlib.suppress(ValueError):  # a number that names no signal
+                    log.info("%s: stopping", signal.Signals(signum).name)
             scope.cancel()
             return
 
