@@ -36,7 +36,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from agenthold.store import _INVISIBLE, InvalidInputError
+from agenthold.store import INVISIBLE as _INVISIBLE
+from agenthold.store import InvalidInputError
 
 __all__ = [
     "MAX_INPUT_LENGTH",
