@@ -21,6 +21,7 @@ Decisions behind it:
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -180,6 +181,7 @@ __all__ = [
     "page_end",
     "read_events",
     "read_wal",
+    "sizes_sql",
     "utc_iso",
     "wait_until",
 ]
@@ -299,10 +301,11 @@ _HISTORY = (
     "WHERE namespace = ? AND key = ? ORDER BY version DESC LIMIT ?"
 )
 # A page's reads: first the sizes of its candidate rows (never their values: see page_end), in
-# bytes of UTF-8 (a text's length counts characters; postgres.py writes octet_length), then the
-# values of the rows that fit, by the range page_end found.
+# bytes of UTF-8 (a text's length counts characters, and the engines spell a byte count apart:
+# each statement names the column, and the backend supplies the expression, Database.byte_length),
+# then the values of the rows that fit, by the range page_end found.
 _LIST_SIZES = (  # keys are never empty, so after = '' starts at the first
-    "SELECT key, length(CAST(value AS BLOB)) FROM state "
+    "SELECT key, {value} FROM state "
     "WHERE namespace = ? AND deleted = 0 AND key > ? ORDER BY key LIMIT ?"
 )
 _LIST_RANGE = (
@@ -310,8 +313,8 @@ _LIST_RANGE = (
     "WHERE namespace = ? AND deleted = 0 AND key > ? AND key <= ? ORDER BY key"
 )
 _EXPORT_SIZES = (  # a key's live value and its whole history, as one export page holds them
-    "SELECT s.key, length(CAST(s.value AS BLOB)) + "
-    "(SELECT coalesce(sum(length(CAST(h.value AS BLOB))), 0) "
+    "SELECT s.key, {s.value} + "
+    "(SELECT coalesce(sum({h.value}), 0) "
     "FROM state_history AS h WHERE h.namespace = s.namespace AND h.key = s.key) FROM state AS s "
     "WHERE s.namespace = ? AND s.deleted = 0 AND s.key > ? ORDER BY s.key LIMIT ?"
 )
@@ -321,7 +324,7 @@ _KEPT_FROM = (
     "(SELECT version + 1 FROM state WHERE namespace = ? AND key = ?))"
 )
 _HISTORY_SIZES = (
-    "SELECT version, length(CAST(value AS BLOB)) FROM state_history "
+    "SELECT version, {value} FROM state_history "
     "WHERE namespace = ? AND key = ? AND version < ? ORDER BY version DESC LIMIT ?"
 )
 _HISTORY_RANGE = (
@@ -329,6 +332,14 @@ _HISTORY_RANGE = (
     "WHERE namespace = ? AND key = ? AND version < ? AND version >= ? ORDER BY version DESC"
 )
 SIZE_BATCH = 1000  # rows whose sizes one statement of page_end reads
+_BYTES = re.compile(r"\{([\w.]+)\}")
+
+
+def sizes_sql(db: Database, template: str) -> str:
+    """``template`` with each ``{column}`` replaced by ``db``'s expression for the size in
+    bytes of that text column (``Database.byte_length``): how a component writes a page's
+    size statement once for every engine."""
+    return _BYTES.sub(lambda m: db.byte_length(m.group(1)), template)
 
 
 def page_end(
@@ -418,6 +429,9 @@ class StateStore:
             )
         self.db.ensure(STORE_SCHEMA)
         self.db.add_change_source(STATE_CHANGES)
+        self._list_sizes = sizes_sql(self.db, _LIST_SIZES)
+        self._history_sizes = sizes_sql(self.db, _HISTORY_SIZES)
+        self._export_sizes = sizes_sql(self.db, _EXPORT_SIZES)
 
     @property
     def path(self) -> str:
@@ -500,7 +514,7 @@ class StateStore:
         _check_page(namespace, after, limit, max_bytes)
         with self.db.snapshot() as conn:
             last, taken, more = page_end(
-                conn, _LIST_SIZES, (namespace,), after, min(limit, 2**62), max_bytes
+                conn, self._list_sizes, (namespace,), after, min(limit, 2**62), max_bytes
             )
             rows = conn.fetchall(_LIST_RANGE, (namespace, after, last)) if taken else []
         records: list[Record] = []
@@ -623,7 +637,7 @@ class StateStore:
         else:
             with self.db.snapshot() as conn:
                 last, taken, more = page_end(
-                    conn, _HISTORY_SIZES, (namespace, key), top, min(limit, 2**62), max_bytes
+                    conn, self._history_sizes, (namespace, key), top, min(limit, 2**62), max_bytes
                 )
                 rows = conn.fetchall(_HISTORY_RANGE, (namespace, key, top, last)) if taken else []
         if not rows:  # nothing below ``before``: never written, or compacted away?
@@ -679,7 +693,7 @@ class StateStore:
             exported_at = utc_iso()
             last, taken, more = page_end(
                 conn,
-                _EXPORT_SIZES,
+                self._export_sizes,
                 (namespace,),
                 after,
                 min(limit, 2**62) if limit is not None else 2**62,

@@ -98,6 +98,7 @@ __all__ = [
     "page_end",
     "read_events",
     "read_wal",
+    "sizes_sql",
     "utc_iso",
     "wait_until",
 ]
@@ -958,6 +959,12 @@ class Database(Protocol):
     COMMITTED with many writers). Errors are AgentholdErrors: BusyError when another writer
     held a lock past ``busy_timeout``, UnavailableError (with a hint) when the database cannot
     serve, never an error of the driver.
+
+    Where the engines' SQL differs, the backend supplies the fragment: ``byte_length(column)``
+    is the expression for the size in bytes (UTF-8) of a text column. ``side_file(name)`` is
+    the path of a file this host keeps beside the database (None: none, in memory),
+    ``has_table`` whether a table exists, and ``give_space_back`` returns the space of removed
+    rows to the file system as the engine can (pages freed, and what happened in words).
     """
 
     dialect: str  # "sqlite" or "postgresql"
@@ -967,6 +974,12 @@ class Database(Protocol):
     clock: DatabaseClock  # fed by every reading of now() and serialize()
 
     def ensure(self, component: Component, *, required: bool = True) -> int: ...
+    def byte_length(self, column: str) -> str: ...
+    def side_file(self, name: str) -> str | None: ...
+    def has_table(self, table: str) -> bool: ...
+    def give_space_back(
+        self, step: int, dry_run: bool, between: Callable[[float], None]
+    ) -> tuple[int, str]: ...
     def fetchone(self, sql: str, params: Sequence[Any] = ()) -> Any: ...
     def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]: ...
     def snapshot(self) -> AbstractContextManager[Connection]: ...
@@ -3167,6 +3180,58 @@ class SQLiteDatabase:
             return "id <= ?", (newest,), newest
         return "id > ? AND id <= ?", (after, newest), newest
 
+    def byte_length(self, column: str) -> str:
+        """The size in bytes of a text column: SQLite before 3.43 has no octet_length, and the
+        length of the text as a blob is its UTF-8 size."""
+        return f"length(CAST({column} AS BLOB))"
+
+    def side_file(self, name: str) -> str | None:
+        """A file beside the database file (``<file>-<name>``); None in memory."""
+        return None if self.memory else os.path.realpath(self.path) + "-" + name
+
+    def has_table(self, table: str) -> bool:
+        row = self.fetchone(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        )
+        return bool(row[0])
+
+    def give_space_back(
+        self, step: int, dry_run: bool, between: Callable[[float], None]
+    ) -> tuple[int, str]:
+        """Give the file's free pages back to the file system by incremental vacuum, ``step``
+        pages per write transaction, calling ``between(began)`` (the monotonic time the write
+        began) after each so that other writers get in; the pages freed and what happened."""
+        if self.memory:
+            return 0, "in memory: nothing to give back"
+        mode = int(self.fetchone("PRAGMA auto_vacuum")[0])
+        if mode != 2:
+            free = int(self.fetchone("PRAGMA freelist_count")[0])
+            return 0, (
+                f"{free} free pages stay in the file for new rows (it was made without "
+                "incremental auto-vacuum); to give space back, stop the servers and run: sqlite3 "
+                "FILE 'PRAGMA auto_vacuum = INCREMENTAL; VACUUM'"
+            )
+        if dry_run:
+            free = int(self.fetchone("PRAGMA freelist_count")[0])
+            return 0, f"{free} free pages would be given back to the file system"
+        freed = 0
+        while True:
+            began = time.monotonic()
+            with self.write() as (conn, _):
+                free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+                if free == 0:
+                    break
+                # Python's sqlite3 steps this pragma once per execute, and each step frees one
+                # page, whatever N says: so one execute per page, a step's worth per write
+                for _ in range(min(free, step)):
+                    conn.execute("PRAGMA incremental_vacuum(1)")
+                left = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+            freed += free - left
+            between(began)
+            if left >= free:  # pragma: no cover - nothing moved (SQLite refused): do not spin
+                break
+        return freed, f"{freed} pages given back to the file system (incremental vacuum)"
+
     def close(self) -> None:
         last = False
         if not self._closed:
@@ -3583,10 +3648,11 @@ _HISTORY = (
     "WHERE namespace = ? AND key = ? ORDER BY version DESC LIMIT ?"
 )
 # A page's reads: first the sizes of its candidate rows (never their values: see page_end), in
-# bytes of UTF-8 (a text's length counts characters; postgres.py writes octet_length), then the
-# values of the rows that fit, by the range page_end found.
+# bytes of UTF-8 (a text's length counts characters, and the engines spell a byte count apart:
+# each statement names the column, and the backend supplies the expression, Database.byte_length),
+# then the values of the rows that fit, by the range page_end found.
 _LIST_SIZES = (  # keys are never empty, so after = '' starts at the first
-    "SELECT key, length(CAST(value AS BLOB)) FROM state "
+    "SELECT key, {value} FROM state "
     "WHERE namespace = ? AND deleted = 0 AND key > ? ORDER BY key LIMIT ?"
 )
 _LIST_RANGE = (
@@ -3594,8 +3660,8 @@ _LIST_RANGE = (
     "WHERE namespace = ? AND deleted = 0 AND key > ? AND key <= ? ORDER BY key"
 )
 _EXPORT_SIZES = (  # a key's live value and its whole history, as one export page holds them
-    "SELECT s.key, length(CAST(s.value AS BLOB)) + "
-    "(SELECT coalesce(sum(length(CAST(h.value AS BLOB))), 0) "
+    "SELECT s.key, {s.value} + "
+    "(SELECT coalesce(sum({h.value}), 0) "
     "FROM state_history AS h WHERE h.namespace = s.namespace AND h.key = s.key) FROM state AS s "
     "WHERE s.namespace = ? AND s.deleted = 0 AND s.key > ? ORDER BY s.key LIMIT ?"
 )
@@ -3605,7 +3671,7 @@ _KEPT_FROM = (
     "(SELECT version + 1 FROM state WHERE namespace = ? AND key = ?))"
 )
 _HISTORY_SIZES = (
-    "SELECT version, length(CAST(value AS BLOB)) FROM state_history "
+    "SELECT version, {value} FROM state_history "
     "WHERE namespace = ? AND key = ? AND version < ? ORDER BY version DESC LIMIT ?"
 )
 _HISTORY_RANGE = (
@@ -3613,6 +3679,14 @@ _HISTORY_RANGE = (
     "WHERE namespace = ? AND key = ? AND version < ? AND version >= ? ORDER BY version DESC"
 )
 SIZE_BATCH = 1000  # rows whose sizes one statement of page_end reads
+_BYTES = re.compile(r"\{([\w.]+)\}")
+
+
+def sizes_sql(db: Database, template: str) -> str:
+    """``template`` with each ``{column}`` replaced by ``db``'s expression for the size in
+    bytes of that text column (``Database.byte_length``): how a component writes a page's
+    size statement once for every engine."""
+    return _BYTES.sub(lambda m: db.byte_length(m.group(1)), template)
 
 
 def page_end(
@@ -3702,6 +3776,9 @@ class StateStore:
             )
         self.db.ensure(STORE_SCHEMA)
         self.db.add_change_source(STATE_CHANGES)
+        self._list_sizes = sizes_sql(self.db, _LIST_SIZES)
+        self._history_sizes = sizes_sql(self.db, _HISTORY_SIZES)
+        self._export_sizes = sizes_sql(self.db, _EXPORT_SIZES)
 
     @property
     def path(self) -> str:
@@ -3784,7 +3861,7 @@ class StateStore:
         _check_page(namespace, after, limit, max_bytes)
         with self.db.snapshot() as conn:
             last, taken, more = page_end(
-                conn, _LIST_SIZES, (namespace,), after, min(limit, 2**62), max_bytes
+                conn, self._list_sizes, (namespace,), after, min(limit, 2**62), max_bytes
             )
             rows = conn.fetchall(_LIST_RANGE, (namespace, after, last)) if taken else []
         records: list[Record] = []
@@ -3907,7 +3984,7 @@ class StateStore:
         else:
             with self.db.snapshot() as conn:
                 last, taken, more = page_end(
-                    conn, _HISTORY_SIZES, (namespace, key), top, min(limit, 2**62), max_bytes
+                    conn, self._history_sizes, (namespace, key), top, min(limit, 2**62), max_bytes
                 )
                 rows = conn.fetchall(_HISTORY_RANGE, (namespace, key, top, last)) if taken else []
         if not rows:  # nothing below ``before``: never written, or compacted away?
@@ -3963,7 +4040,7 @@ class StateStore:
             exported_at = utc_iso()
             last, taken, more = page_end(
                 conn,
-                _EXPORT_SIZES,
+                self._export_sizes,
                 (namespace,),
                 after,
                 min(limit, 2**62) if limit is not None else 2**62,

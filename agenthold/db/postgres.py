@@ -3,6 +3,11 @@
 ``StateStore("postgresql://user@host/dbname")`` (or ``--db`` with such a URL) opens it. It needs
 the optional extra ``agenthold[postgres]`` (psycopg 3 with its binary and pool packages) and
 imports nothing of agenthold but the seam's base modules (``agenthold.db``). Decisions behind it:
+- The dialect is this module's: the components' SQL is sent as written but for psycopg's
+  placeholder style (``?`` to ``%s``); where the engines differ, this backend supplies the
+  fragment (``byte_length``: ``octet_length``) or does the job itself (``has_table``,
+  ``side_file``, ``give_space_back``), and its scripts are each Component's ``"postgresql"``
+  ones, run whole by the one migration runner (schema.migrate) under an advisory lock.
 - Many writers, READ COMMITTED. Correctness does not rest on one writer at a time: a write that
   reads before it changes first takes transaction-scoped advisory locks on the names it reads
   (``serialize``: shared locks, then exclusive ones, each in a fixed order), so writers of one
@@ -41,7 +46,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import threading
 import time
 import weakref
@@ -116,16 +120,12 @@ def lock_key(name: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-# SQLite before 3.43 has no octet_length: the components count a text's bytes as the length of
-# it cast to a blob, which PostgreSQL (no blob type) spells octet_length.
-_BYTE_LENGTH = re.compile(r"length\(CAST\(([\w.]+) AS BLOB\)\)")
-
-
 @functools.cache  # the components' statements are a fixed set
 def _pg(text: str) -> str:
-    """The components' SQL (``?`` placeholders, SQLite's byte length of a text) in psycopg's
-    style (``%s``) and PostgreSQL's."""
-    return _BYTE_LENGTH.sub(r"octet_length(\1)", text.replace("%", "%%").replace("?", "%s"))
+    """The components' SQL (``?`` placeholders) in psycopg's placeholder style (``%s``). That
+    is all that is rewritten: where the engines differ, the backend supplies the fragment
+    (``byte_length``) or its own SQL."""
+    return text.replace("%", "%%").replace("?", "%s")
 
 
 class _Connection:
@@ -712,6 +712,27 @@ class PostgresDatabase:
         if after is None:
             return "xid < ?::xid8", (str(xmin),), xmin
         return "xid >= ?::xid8 AND xid < ?::xid8", (str(after), str(xmin)), xmin
+
+    def byte_length(self, column: str) -> str:
+        return f"octet_length({column})"
+
+    def side_file(self, name: str) -> str | None:
+        """A file of this host's for the database (the server's files are not ours): in the
+        user's state directory, named by a digest of the URL without its password."""
+        state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+            os.path.expanduser("~"), ".local", "state"
+        )
+        digest = hashlib.sha256(self.path.encode()).hexdigest()[:16]
+        return os.path.join(state, "agenthold", f"{name}-{digest}.jsonl")
+
+    def has_table(self, table: str) -> bool:
+        row = self.fetchone("SELECT to_regclass(?) IS NOT NULL", (table,))
+        return bool(row[0])
+
+    def give_space_back(
+        self, step: int, dry_run: bool, between: Callable[[float], None]
+    ) -> tuple[int, str]:
+        return 0, "PostgreSQL: autovacuum takes the removed rows' space back on its own"
 
     def subscribe(
         self, topics: Iterable[Topic] | None, callback: Callable[[], None]

@@ -1129,6 +1129,58 @@ class SQLiteDatabase:
             return "id <= ?", (newest,), newest
         return "id > ? AND id <= ?", (after, newest), newest
 
+    def byte_length(self, column: str) -> str:
+        """The size in bytes of a text column: SQLite before 3.43 has no octet_length, and the
+        length of the text as a blob is its UTF-8 size."""
+        return f"length(CAST({column} AS BLOB))"
+
+    def side_file(self, name: str) -> str | None:
+        """A file beside the database file (``<file>-<name>``); None in memory."""
+        return None if self.memory else os.path.realpath(self.path) + "-" + name
+
+    def has_table(self, table: str) -> bool:
+        row = self.fetchone(
+            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        )
+        return bool(row[0])
+
+    def give_space_back(
+        self, step: int, dry_run: bool, between: Callable[[float], None]
+    ) -> tuple[int, str]:
+        """Give the file's free pages back to the file system by incremental vacuum, ``step``
+        pages per write transaction, calling ``between(began)`` (the monotonic time the write
+        began) after each so that other writers get in; the pages freed and what happened."""
+        if self.memory:
+            return 0, "in memory: nothing to give back"
+        mode = int(self.fetchone("PRAGMA auto_vacuum")[0])
+        if mode != 2:
+            free = int(self.fetchone("PRAGMA freelist_count")[0])
+            return 0, (
+                f"{free} free pages stay in the file for new rows (it was made without "
+                "incremental auto-vacuum); to give space back, stop the servers and run: sqlite3 "
+                "FILE 'PRAGMA auto_vacuum = INCREMENTAL; VACUUM'"
+            )
+        if dry_run:
+            free = int(self.fetchone("PRAGMA freelist_count")[0])
+            return 0, f"{free} free pages would be given back to the file system"
+        freed = 0
+        while True:
+            began = time.monotonic()
+            with self.write() as (conn, _):
+                free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+                if free == 0:
+                    break
+                # Python's sqlite3 steps this pragma once per execute, and each step frees one
+                # page, whatever N says: so one execute per page, a step's worth per write
+                for _ in range(min(free, step)):
+                    conn.execute("PRAGMA incremental_vacuum(1)")
+                left = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
+            freed += free - left
+            between(began)
+            if left >= free:  # pragma: no cover - nothing moved (SQLite refused): do not spin
+                break
+        return freed, f"{freed} pages given back to the file system (incremental vacuum)"
+
     def close(self) -> None:
         last = False
         if not self._closed:
