@@ -174,7 +174,7 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold.db.wal",
         },
         "db.wal": {"agenthold.db.schema"},
-        "db.legacy": {"agenthold.db.records"},
+        "db.legacy": {"agenthold.db.base", "agenthold.db.records"},
         # the backends by the scheme of a URL: postgres.py (psycopg) only for postgresql://
         "db.backends": {
             "agenthold.db.base",
@@ -750,16 +750,17 @@ def test_the_one_file_store_copied_alone_works_where_agenthold_is_not_installed(
 
 def test_opening_a_sqlite_store_loads_no_change_feed_watcher_or_postgres(tmp_path: Path) -> None:
     """The edit hook is a fresh process per edit: opening a SQLite file read/write, reading and
-    writing must not import the change feed, the file watchers (ctypes), PostgreSQL's backend
-    or uuid (a new id is made only for a new file); a first watch loads the feed."""
+    writing must not import the change feed, the file watchers (ctypes), PostgreSQL's backend,
+    logging (nothing was logged) or uuid (a new id is made only for a new file); a first watch
+    loads the feed."""
     agenthold.store.StateStore(tmp_path / "made.db").close()
     script = (
         "import sys\n"
         "from agenthold.store import StateStore\n"
         f"s = StateStore({str(tmp_path / 'made.db')!r})\n"
         "s.set('ns', 'k', 1, updated_by='me'); s.get('ns', 'k')\n"
-        "late = ('ctypes', 'uuid', 'psycopg', 'agenthold.db.feed', 'agenthold.db.watch',\n"
-        "        'agenthold.db.sqlite_feed', 'agenthold.db.postgres')\n"
+        "late = ('ctypes', 'uuid', 'logging', 'psycopg', 'agenthold.db.feed',\n"
+        "        'agenthold.db.watch', 'agenthold.db.sqlite_feed', 'agenthold.db.postgres')\n"
         "print([m for m in late if m in sys.modules])\n"
         "s.watch('ns', 'k', since_version=0, timeout=1)\n"
         "print([m for m in late if m in sys.modules])\n"

@@ -886,6 +886,22 @@ def migrate(
 # The seam: what every backend provides (``Database``) and the connection it hands out.
 # ================================================================================================
 
+class LazyLogger:
+    """A module's logger, made on its first message: importing logging costs a few
+    milliseconds, and an edit hook (a fresh process per edit, which opens a SQLite file and
+    logs nothing) should not pay them."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        import logging
+
+        return getattr(logging.getLogger(self._name), attr)
+
+
 class Cursor(Protocol):
     """The result of ``Connection.execute``: rows as tuples."""
 

@@ -19,7 +19,23 @@ from typing import Any, Protocol
 from agenthold.db.records import Topic
 from agenthold.db.schema import ChangeSource, Component
 
-__all__ = ["Connection", "Cursor", "Database", "DatabaseClock", "Subscription"]
+__all__ = ["Connection", "Cursor", "Database", "DatabaseClock", "LazyLogger", "Subscription"]
+
+
+class LazyLogger:
+    """A module's logger, made on its first message: importing logging costs a few
+    milliseconds, and an edit hook (a fresh process per edit, which opens a SQLite file and
+    logs nothing) should not pay them."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        import logging
+
+        return getattr(logging.getLogger(self._name), attr)
 
 
 class Cursor(Protocol):

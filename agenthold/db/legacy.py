@@ -10,16 +10,16 @@ knew no other engine. Standard library only (the copyable store carries this mod
 from __future__ import annotations
 
 import json
-import logging
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from agenthold.db.base import LazyLogger
 from agenthold.db.records import MAX_KEY_LENGTH, MAX_NAMESPACE_LENGTH, refused_name
 
 __all__ = ["LEGACY_TABLES", "adopt_0_10"]
 
-log = logging.getLogger("agenthold.db.legacy")
+log = LazyLogger("agenthold.db.legacy")  # logging is imported with the first message
 
 _INSERT = (
     "INSERT INTO state_history (namespace, key, version, value, updated_by, updated_at, "

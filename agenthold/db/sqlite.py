@@ -20,7 +20,6 @@ Standard library only (the copyable store carries this module).
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import sqlite3
 import threading
@@ -30,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
-from agenthold.db.base import DatabaseClock
+from agenthold.db.base import DatabaseClock, LazyLogger
 from agenthold.db.errors import (
     AgentholdError,
     BusyError,
@@ -71,7 +70,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PAGE_SIZE", "SQLITE_MAX_PATH", "SQLiteConnection", "SQLiteDatabase"]
 
-log = logging.getLogger("agenthold.db.sqlite")
+log = LazyLogger("agenthold.db.sqlite")  # logging is imported with the first message
 
 
 def _random_hex() -> str:
