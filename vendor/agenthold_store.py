@@ -1268,7 +1268,7 @@ _inherited: list[Any] = []
 # poll would: the tables are the truth, an event only says when to look. Events come when the
 # WAL is written, which is a moment before the commit is visible to readers (SQLite updates the
 # shared-memory index after the write), so after an event the feed looks again a few times over
-# the next quarter second (FOLLOW_UPS), and every FEED_SAFETY_NET seconds in any case. Without
+# the next quarter second (sqlite_feed.FOLLOW_UPS), and every FEED_SAFETY_NET seconds. Without
 # events (another platform, a failure to set them up, or FILE_EVENTS_VARIABLE set to "off") the
 # feed polls every POLL_INTERVAL as before.
 POLL_INTERVAL = 0.002  # how often a feed without file events looks for other processes' commits
