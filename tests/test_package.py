@@ -462,6 +462,43 @@ def test_imports_flow_one_way_with_no_cycle_anywhere_in_the_package() -> None:
     assert all(room_of(i) == "db" for m in graph if room_of(m) == "db" for i in graph[m])
 
 
+def test_postgresqls_feed_builds_on_the_public_base_only() -> None:
+    """postgres.py's feed overrides only ChangeFeed's public hooks and reads no private
+    attribute of the base (it once subclassed store.py's private feed and replaced its private
+    methods)."""
+    from agenthold.db.feed import ChangeFeed
+
+    base_private = {n for n in vars(ChangeFeed) if n.startswith("_") and not n.startswith("__")}
+    base_private |= {"_by_topic", "_everything", "_count"}  # set in ChangeFeed.__init__
+    tree = ast.parse(_source("db.postgres"))
+    (feed,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "_Feed"]
+    defined = {n.name for n in feed.body if isinstance(n, ast.FunctionDef)}
+    used = {
+        n.attr
+        for n in ast.walk(feed)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+    }
+    assert not (defined | used) & base_private, sorted((defined | used) & base_private)
+    assert {"start", "halt"} <= defined
+
+
+# The components: they speak to the Database seam and name no engine.
+COMPONENT_ROOMS = ("claims", "bus", "retention", "store", "serve")
+COMPONENTS = [m for m in MODULES if m.split(".")[0] in COMPONENT_ROOMS]
+
+
+@pytest.mark.parametrize("module", COMPONENTS)
+def test_a_component_names_no_dialect_and_no_driver(module: str) -> None:
+    """No component branches on ``db.dialect`` or imports a driver: where the engines differ,
+    the backend supplies the SQL (``Database.byte_length``, ``side_file``, ``has_table``,
+    ``give_space_back``). Only a Component's scripts and adoption step are keyed by dialect."""
+    tree = ast.parse(_source(module))
+    dialect = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "dialect"]
+    assert not dialect, f"{module} reads .dialect"
+    drivers = {"sqlite3", "psycopg", "psycopg_pool"}
+    assert not {n.split(".")[0] for n in imported_modules(module)} & drivers
+
+
 def test_the_cycle_finder_finds_a_cycle_when_there_is_one() -> None:
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"b"}}) is None
