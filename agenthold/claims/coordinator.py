@@ -312,14 +312,16 @@ class Coordinator:
         check_mode(mode)
         with self._write() as w:
             w.check_owner(agent_id, principal)
-            found = w.touch(agent_id)
+            # its rows and all in their way, read with the agent's lease, at once
+            found, ahead = w.touch_and_look(agent_id, targets, held=self._held)
             waits = found.waits
             queue = w.serve() if waits else []
             if w.changed:  # a lapse or a hand-off was written: what it changed counts
-                found = w.activity()
+                found, ahead = w.activity(), None
             shares = found.shares
             held = self._held = w.patterns(found.patterns, self._held)
-            ahead = w.rows.prefetch(targets, held=held)  # its rows and all in their way, at once
+            if ahead is None:  # read again: the index or the rows changed
+                ahead = w.rows.prefetch(targets, held=held)
             looks = [w.may_claim(t, agent_id, ahead, mode, queue, shares) for t in targets]
             if any(r.status == "busy" for r, _ in looks):
                 return ClaimSetResult(
@@ -371,9 +373,11 @@ class Coordinator:
         check_agent_id(agent_id)
         with self._write() as w:
             w.check_owner(agent_id, principal)
-            waits, shares, _ = w.touch(agent_id)
             named = [p.named.key for p in plans]  # each name as written too: see ClaimWrite.release
-            ahead = w.rows.prefetch([p.res for p in plans], named, blockers=False)
+            res = [p.res for p in plans]
+            (waits, shares, _), ahead = w.touch_and_look(agent_id, res, named, blockers=False)
+            if ahead is None or w.changed:  # a lapse was released: read its rows again
+                ahead = w.rows.prefetch(res, named, blockers=False)
             results = tuple(w.release(plan, ahead, agent_id, principal, shares) for plan in plans)
             w.flush()
             if waits:

@@ -45,6 +45,7 @@ __all__ = [
     "ClaimRows",
     "Fetch",
     "InTheWay",
+    "Look",
     "Prefetched",
     "Queued",
     "Target",
@@ -105,6 +106,41 @@ class Prefetched:
     def own_of(self, target: Target, now: float) -> ClaimInfo | None:
         row = self.own.get(target.key)
         return None if row is None else claim_info(row, now)
+
+
+class Look:
+    """A Prefetched read to run: its statement and parameters, and how its rows are sorted:
+    ``wanted``, the keys whose own rows are asked for, ``covering``, the keys of the patterns
+    that may cover the files, and whether file ids were asked for too."""
+
+    __slots__ = ("args", "covering", "ids", "sql", "wanted")
+
+    def __init__(
+        self, sql: str, args: tuple[str, ...], wanted: tuple[str, ...], covering: list[str],
+        ids: bool,
+    ) -> None:  # fmt: skip
+        self.sql, self.args, self.wanted, self.covering, self.ids = sql, args, wanted, covering, ids
+
+    def sort(self, rows: Sequence[Any]) -> Prefetched:
+        """The Prefetched of ``rows``, those ``sql`` read (``LOOK_ROW``'s 15 columns)."""
+        own: dict[str, Any] = {}
+        above: list[Any] = []
+        by_file: dict[str, list[Any]] = {}
+        if not self.covering and not self.ids:  # the common case: only the rows asked for
+            for row in rows:
+                own[row[0]] = row
+            return Prefetched(own, above, by_file)
+        wanted, at = set(self.wanted), set(self.covering)
+        for row in rows:
+            # a row may answer several of the conditions
+            if row[0] in wanted:
+                own[row[0]] = row
+            if row[2] is not None:
+                if row[0] in at:
+                    above.append(row)
+                if row[14] is not None:
+                    by_file.setdefault(row[14], []).append(row)
+        return Prefetched(own, above, by_file)
 
 
 @functools.lru_cache(maxsize=256)
@@ -227,6 +263,19 @@ class ClaimRows:
     ) -> Prefetched:
         """The Prefetched rows of ``targets``; ``held``, if given, names the patterns that may
         cover the files instead of a read of them."""
+        look = self.look_for(targets, extra, blockers=blockers, held=held)
+        return look.sort(self.fetch(look.sql, look.args))
+
+    def look_for(
+        self,
+        targets: Sequence[Target],
+        extra: Sequence[str] = (),
+        *,
+        blockers: bool = True,
+        held: HeldPatterns | None = None,
+    ) -> Look:
+        """The statement ``prefetch`` runs for ``targets`` (for a caller that runs it as part
+        of another: ClaimWrite.touch_and_look) and how its rows are sorted."""
         if len(targets) == 1 and not extra:  # the common case: one name
             keys: tuple[str, ...] = (targets[0].key,)
         else:
@@ -244,25 +293,10 @@ class ClaimRows:
                 dirs = tuple(dict.fromkeys(a for p in parents for a in ancestors(p)))
                 if dirs:
                     covering = self.covering_keys(dirs, [t.key for t in files])
-        own: dict[str, Any] = {}
-        above: list[Any] = []
-        by_file: dict[str, list[Any]] = {}
+        wanted = keys
         if covering:
-            wanted = set(keys)
             keys = tuple(dict.fromkeys([*keys, *covering]))  # the patterns' rows, read whole
-            at = set(covering)
-        for row in self.fetch(_look_statement(len(keys), len(ids)), keys + ids):
-            # a row may answer several of the conditions
-            if not covering or row[0] in wanted:
-                own[row[0]] = row
-            if row[2] is not None:
-                if covering and row[0] in at:
-                    above.append(row)
-                if row[14] is not None:
-                    by_file.setdefault(row[14], []).append(row)
-        if not covering and ids:  # a file-id row may be another name's: not its own
-            own = {k: r for k, r in own.items() if k in keys}
-        return Prefetched(own, above, by_file)
+        return Look(_look_statement(len(keys), len(ids)), keys + ids, wanted, covering, bool(ids))
 
     def covering_keys(self, dirs: Sequence[str], files: Sequence[str]) -> list[str]:
         """The keys of the held patterns at ``dirs`` (the files' ancestors) that cover any of

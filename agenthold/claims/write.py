@@ -23,6 +23,7 @@ Decisions behind it:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -95,6 +96,10 @@ def _activity_of(row: Sequence[Any]) -> Activity:
     return Activity(bool(waits), bool(waits) or bool(shares), patterns)  # a hand-off may share
 
 
+# The order a write's gathered rows are written in: claim rows before their shares and events.
+_WRITE_ORDER = (INSERT, TAKE, BUMP, FREE, UNSHARE_ALL, UNSHARE, SHARE, EVENT_MODE)
+
+
 class ClaimWrite:
     """A claim write in progress: ``conn`` is its transaction, under the claims lock, ``now``
     its database time, ``changed`` the topics it changed (notified after the commit).
@@ -102,6 +107,11 @@ class ClaimWrite:
     ``claim_ttl``, ``renew_every``, ``liveness`` and ``live`` are the Coordinator's settings:
     the lease a call renews, the least move of a last-seen time or lease end worth a write, how
     long a wait lives past its last look, and whether a principal may still call."""
+
+    __slots__ = (
+        "_keys", "_pending", "_released", "at", "changed", "claim_ttl", "conn", "live",
+        "liveness", "now", "renew_every", "rows",
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -123,38 +133,40 @@ class ClaimWrite:
         self.liveness = liveness
         self.live = live
         self.rows = ClaimRows(self._fetch, now)
-        # the rows still to write, by statement, in the order they are written (see flush)
-        self._inserts: list[tuple[Any, ...]] = []
-        self._takes: list[tuple[Any, ...]] = []
-        self._bumps: list[tuple[Any, ...]] = []
-        self._frees: list[tuple[Any, ...]] = []
-        self._unshare_all: list[tuple[Any, ...]] = []
-        self._unshare: list[tuple[Any, ...]] = []
-        self._shares: list[tuple[Any, ...]] = []
-        self._events: list[tuple[Any, ...]] = []
-        self._keys: list[str] = []
+        self._pending: dict[str, list[tuple[Any, ...]]] = {}  # rows still to write, by statement
+        self._keys: list[str] = []  # the resources they change
         self._released: dict[str, int] = {}  # key: the version its release gave it
 
     def _fetch(self, sql: str, args: tuple[Any, ...]) -> list[Any]:
         return self.conn.execute(sql, args).fetchall()  # type: ignore[no-any-return]
 
+    def _add(self, sql: str, row: tuple[Any, ...]) -> None:
+        """Gather ``row`` for the single-row statement ``sql``, written at ``flush``."""
+        rows = self._pending.get(sql)
+        if rows is None:
+            self._pending[sql] = [row]
+        else:
+            rows.append(row)
+
     def flush(self) -> None:
-        """Write the rows gathered so far, one statement per table, and count their topics."""
-        conn = self.conn
-        for sql, rows in (
-            (INSERT, self._inserts), (TAKE, self._takes), (BUMP, self._bumps),
-            (FREE, self._frees), (UNSHARE_ALL, self._unshare_all), (UNSHARE, self._unshare),
-            (SHARE, self._shares), (EVENT_MODE, self._events),
-        ):  # fmt: skip
-            if not rows:
-                continue
-            if sql.startswith("DELETE"):  # write_rows knows INSERT and UPDATE only
-                conn.executemany(sql, rows)
-            else:
-                write_rows(conn, sql, rows)  # one statement per table
-            rows.clear()
-        self.changed.extend(resource_topic(k) for k in self._keys)
-        self._keys.clear()
+        """Write the rows gathered so far, one statement per table, in an order that keeps every
+        event after the row it reports, and count their topics."""
+        pending, conn = self._pending, self.conn
+        if pending:
+            for sql in _WRITE_ORDER:
+                rows = pending.get(sql)
+                if rows is None:
+                    continue
+                if len(rows) == 1:
+                    conn.execute(sql, rows[0])
+                elif sql.startswith("DELETE"):  # write_rows knows INSERT and UPDATE only
+                    conn.executemany(sql, rows)
+                else:
+                    write_rows(conn, sql, rows)  # one statement per table
+            pending.clear()
+        if self._keys:
+            self.changed.extend([resource_topic(k) for k in self._keys])
+            self._keys.clear()
         self._released.clear()
 
     # -- the caller -----------------------------------------------------------------------------
@@ -174,12 +186,38 @@ class ClaimWrite:
         """Check that ``agent_id`` exists and renew its lease (and last-seen time). If its lease
         had already ended, its claims are released as lapsed first, so they stay free. Returns
         the Activity read with the lease, before any of that was written."""
+        return self._renew(agent_id, self.conn.execute(TOUCH, (agent_id,)).fetchone())[0]
+
+    def touch_and_look(
+        self,
+        agent_id: str,
+        targets: Sequence[Target],
+        extra: Sequence[str] = (),
+        *,
+        blockers: bool = True,
+        held: HeldPatterns | None = None,
+    ) -> tuple[Activity, Prefetched | None]:
+        """``touch``, reading in the same statement the rows ``rows.prefetch`` reads for
+        ``targets`` (``held``: the index of the held patterns the last write kept). The rows are
+        returned only while touching changed nothing they say (no lapse was released) and the
+        index still holds (the token read is its own); else None: read them again, after
+        ``patterns``."""
+        if blockers and held is None:  # the patterns above the files would need a read first
+            return self.touch(agent_id), None
+        look = self.rows.look_for(targets, extra, blockers=blockers, held=held)
+        rows = self.conn.execute(_touch_look(look.sql), (*look.args, agent_id)).fetchall()
+        found, lapsed = self._renew(agent_id, rows[0] if rows else None)
+        if lapsed or (held is not None and found.patterns != held.token):
+            return found, None
+        return found, look.sort([r[6:] for r in rows if r[6] is not None])
+
+    def _renew(self, agent_id: str, row: Sequence[Any] | None) -> tuple[Activity, bool]:
+        """``touch``, given the agent's ``TOUCH`` row; also whether its lease had lapsed."""
         conn, now, ttl, every = self.conn, self.now, self.claim_ttl, self.renew_every
-        row = conn.execute(TOUCH, (agent_id,)).fetchone()
         if row is None:
             raise unknown_agent(agent_id)
         last_seen, lease_end, lease_outcome = row[:3]
-        found = _activity_of(row[3:])
+        found = _activity_of(row[3:6])
         lapsed = lease_end is not None and lease_end <= now
         if lapsed:
             self.release_lapsed(agent_id)
@@ -191,7 +229,7 @@ class ClaimWrite:
             and (lease_end == new_end or _small_renewal(lease_end, new_end, ttl, every))
             and last_seen >= utc_iso(now - every)
         ):
-            return found  # renewed a moment ago
+            return found, lapsed  # renewed a moment ago
         conn.execute(
             "UPDATE agents SET last_seen_at = ?, lease_ends_at = ?, lease_end_outcome = ? "
             "WHERE agent_id = ?",
@@ -204,7 +242,7 @@ class ClaimWrite:
                 EVENT, (self.at, agent_id, "lease_ends", None, None, "expired", None, None)
             )
             self.changed.append(agent_topic(agent_id))
-        return found
+        return found, lapsed
 
     def activity(self) -> Activity:
         """The Activity as of now, in this write (after what it wrote so far)."""
@@ -266,7 +304,7 @@ class ClaimWrite:
         if info is None:
             version = 1
             holder = (None, None) if shared else (agent_id, at)
-            self._inserts.append((target.key, target.uri, *holder, file_id, scope))
+            self._add(INSERT, (target.key, target.uri, *holder, file_id, scope))
         else:
             version = info.version
             lapsed = info.state == "free" and info.last_outcome in LAPSE_OUTCOMES
@@ -275,14 +313,14 @@ class ClaimWrite:
                 self.record_lapse(info, version)
             version += 1
             if shared:
-                self._bumps.append((version, target.key))
+                self._add(BUMP, (version, target.key))
             else:
-                self._takes.append((agent_id, at, version, target.uri, file_id, scope, target.key))
+                self._add(TAKE, (agent_id, at, version, target.uri, file_id, scope, target.key))
         if shared:
-            self._shares.append((target.key, agent_id, target.uri, at, scope, file_id))
+            self._add(SHARE, (target.key, agent_id, target.uri, at, scope, file_id))
         elif shares:  # what is left of shared holds on it is the agent's own, or lapsed
-            self._unshare_all.append((target.key,))
-        self._events.append((at, agent_id, "claimed", target.key, target.uri, None, None, version,
+            self._add(UNSHARE_ALL, (target.key,))
+        self._add(EVENT_MODE, (at, agent_id, "claimed", target.key, target.uri, None, None, version,
                              principal, "shared" if shared else None))  # fmt: skip
         self._keys.append(target.key)
         previous = None if info is None else info.previous()
@@ -318,8 +356,8 @@ class ClaimWrite:
             # held by this agent, its lease live (claim_info's test): the common case, written
             # without building the claim's record
             version, outcome, moved_to = row[4] + 1, plan.outcome, plan.moved_to
-            self._frees.append((version, outcome, agent_id, at, moved_to, res.key))
-            self._events.append(
+            self._add(FREE, (version, outcome, agent_id, at, moved_to, res.key))
+            self._add(EVENT_MODE,
                 (at, agent_id, "released", res.key, res.uri, outcome, moved_to, version,
                  principal, None)
             )  # fmt: skip
@@ -351,10 +389,11 @@ class ClaimWrite:
     ) -> None:  # fmt: skip
         """Gather the release of ``agent_id``'s shared hold on ``key`` (at the new ``version``)."""
         at = at or self.at
-        self._frees.append((version, outcome, agent_id, at, moved_to, key))
-        self._unshare.append((key, agent_id))
-        self._events.append(
-            (at, agent_id, "released", key, uri, outcome, moved_to, version, principal, "shared")
+        self._add(FREE, (version, outcome, agent_id, at, moved_to, key))
+        self._add(UNSHARE, (key, agent_id))
+        self._add(
+            EVENT_MODE,
+            (at, agent_id, "released", key, uri, outcome, moved_to, version, principal, "shared"),
         )
         self._keys.append(key)
         self._released[key] = version
@@ -624,14 +663,25 @@ class ClaimWrite:
         if not held:
             return
         if shared:
-            self._unshare.append((target.key, agent_id))
+            self._add(UNSHARE, (target.key, agent_id))
         version, p = row[1] + 1, got.previous or Previous("", None, None)
-        self._frees.append((version, p.outcome or None, p.holder, p.at, p.moved_to, target.key))
-        self._events.append((self.at, agent_id, "released", target.key, target.uri, "released",
+        self._add(FREE, (version, p.outcome or None, p.holder, p.at, p.moved_to, target.key))
+        self._add(EVENT_MODE, (self.at, agent_id, "released", target.key, target.uri, "released",
                              None, version, unheard.principal,
                              "shared" if shared else None))  # fmt: skip
         self._keys.append(target.key)
         self.flush()
+
+
+@functools.lru_cache(maxsize=256)
+def _touch_look(look: str) -> str:
+    """One statement of ``TOUCH`` and the Prefetched read ``look`` (``LOOK_ROW`` and its
+    condition): the agent's row (6 columns) beside each row ``look`` reads (15), or beside
+    NULLs when it reads none; the parameters are ``look``'s, then the agent id."""
+    return (
+        f"SELECT t.last_seen_at, t.lease_ends_at, t.lease_end_outcome, {ACTIVITY}, l.* "
+        f"FROM agents AS t LEFT JOIN ({look}) AS l ON TRUE WHERE t.agent_id = ?"
+    )
 
 
 def _previous_of(info: ClaimInfo | None) -> Previous | None:
