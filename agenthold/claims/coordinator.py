@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from typing import Any
 
 from agenthold.claims.index import HeldPatterns
@@ -310,7 +309,8 @@ class Coordinator:
         targets = self._targets(resources)
         check_agent_id(agent_id)
         check_mode(mode)
-        with self._write() as w:
+        with self.db.write() as (conn, changed):
+            w = self._begin(conn, changed)
             w.check_owner(agent_id, principal)
             # its rows and all in their way, read with the agent's lease, at once
             found, ahead = w.touch_and_look(agent_id, targets, held=self._held)
@@ -371,7 +371,8 @@ class Coordinator:
         none is."""
         plans = plan_releases(self.resolver, releases)
         check_agent_id(agent_id)
-        with self._write() as w:
+        with self.db.write() as (conn, changed):
+            w = self._begin(conn, changed)
             w.check_owner(agent_id, principal)
             named = [p.named.key for p in plans]  # each name as written too: see ClaimWrite.release
             res = [p.res for p in plans]
@@ -471,7 +472,8 @@ class Coordinator:
     def serve_queue(self) -> None:
         """One claim write that only serves the queue: claims handed to waits nobody read in
         time go back and go to the next in line (see ``probe``'s ``unheard``)."""
-        with self._write() as w:
+        with self.db.write() as (conn, changed):
+            w = self._begin(conn, changed)
             w.serve()
 
     def wait(
@@ -565,7 +567,8 @@ class Coordinator:
         """One look of a wait with claim (see ``wait``), in one write: join the queue (``seq``
         None: for ``seconds``) or check the place ``seq``, serve the queue, and say whether this
         wait was granted, or what to listen to until the next look."""
-        with self._write() as w:
+        with self.db.write() as (conn, changed):
+            w = self._begin(conn, changed)
             now = w.now
             w.check_owner(agent_id, principal)
             if seq is not None:
@@ -618,7 +621,8 @@ class Coordinator:
         nobody will read the wait's answer (it was cancelled): it leaves the queue, a claim it
         was handed is given back, and the waits behind it are served, in the same
         transaction."""
-        with self._write() as w:
+        with self.db.write() as (conn, changed):
+            w = self._begin(conn, changed)
             if unheard is not None:
                 w.give_back(unheard, w.leave(seq))
                 got = None
@@ -640,7 +644,8 @@ class Coordinator:
         grace = check_seconds("grace", grace, maximum=10 * 365 * 86400)
         if outcome not in LAPSE_OUTCOMES:
             raise InvalidInputError(f"outcome must be 'abandoned' or 'expired', got {outcome!r}")
-        with self._write() as w:
+        with self.db.write() as (conn, changed):
+            w = self._begin(conn, changed)
             w.end_lease(agent_id, grace, outcome)
 
     def release_all(self, agent_id: str, outcome: str = "abandoned") -> list[str]:
@@ -649,7 +654,8 @@ class Coordinator:
         check_agent_id(agent_id)
         if outcome not in OUTCOMES + LAPSE_OUTCOMES or outcome == "moved":
             raise InvalidInputError(f"release_all cannot use outcome {outcome!r}")
-        with self._write() as w:
+        with self.db.write() as (conn, changed):
+            w = self._begin(conn, changed)
             released = w.release_all(agent_id, outcome)
             w.serve(self.db.now())
         return released
@@ -658,7 +664,8 @@ class Coordinator:
         """Remove agents that hold no live claim and made no call for ``older_than`` seconds;
         their ids stop working. Claims they let lapse are released first. Returns the ids."""
         older_than = check_seconds("older_than", older_than, maximum=10 * 365 * 86400)
-        with self._write() as w:
+        with self.db.write() as (conn, changed):
+            w = self._begin(conn, changed)
             # last_seen_at is only rewritten once it is RENEW_EVERY old: allow for that lag, so
             # that no agent is ever reaped before older_than has passed since its last call (0
             # means "every agent not in a call right now", so it needs no allowance)
@@ -666,14 +673,12 @@ class Coordinator:
 
     # -- a claim write --------------------------------------------------------------------------
 
-    @contextmanager
-    def _write(self) -> Iterator[ClaimWrite]:
-        """A claim write: a write transaction that holds the claims lock, at the database's
-        clock read once the lock is held (a wait for it may cross a lease end, and every host
-        must judge leases by the same clock)."""
-        with self.db.write() as (conn, changed):
-            now = self.db.serialize(conn, CLAIMS_LOCK)
-            yield ClaimWrite(
-                conn, changed, now, claim_ttl=self.claim_ttl, renew_every=RENEW_EVERY,
-                liveness=self.waiter_liveness, live=self.principal_live,
-            )  # fmt: skip
+    def _begin(self, conn: Any, changed: list[Topic]) -> ClaimWrite:
+        """A claim write in the write transaction ``conn``: it takes the claims lock, and reads
+        the database's clock once the lock is held (a wait for it may cross a lease end, and
+        every host must judge leases by the same clock)."""
+        now = self.db.serialize(conn, CLAIMS_LOCK)
+        return ClaimWrite(
+            conn, changed, now, claim_ttl=self.claim_ttl, renew_every=RENEW_EVERY,
+            liveness=self.waiter_liveness, live=self.principal_live,
+        )  # fmt: skip

@@ -276,8 +276,8 @@ class ClaimRows:
     ) -> Look:
         """The statement ``prefetch`` runs for ``targets`` (for a caller that runs it as part
         of another: ClaimWrite.touch_and_look) and how its rows are sorted."""
-        if len(targets) == 1 and not extra:  # the common case: one name
-            keys: tuple[str, ...] = (targets[0].key,)
+        if len(targets) == 1 and (not extra or (len(extra) == 1 and extra[0] == targets[0].key)):
+            keys: tuple[str, ...] = (targets[0].key,)  # the common case: one name
         else:
             keys = tuple(dict.fromkeys([*(t.key for t in targets), *extra]))
         ids: tuple[str, ...] = ()

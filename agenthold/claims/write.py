@@ -98,6 +98,7 @@ def _activity_of(row: Sequence[Any]) -> Activity:
 
 # The order a write's gathered rows are written in: claim rows before their shares and events.
 _WRITE_ORDER = (INSERT, TAKE, BUMP, FREE, UNSHARE_ALL, UNSHARE, SHARE, EVENT_MODE)
+_RANK = {sql: n for n, sql in enumerate(_WRITE_ORDER)}
 
 
 class ClaimWrite:
@@ -153,10 +154,8 @@ class ClaimWrite:
         event after the row it reports, and count their topics."""
         pending, conn = self._pending, self.conn
         if pending:
-            for sql in _WRITE_ORDER:
-                rows = pending.get(sql)
-                if rows is None:
-                    continue
+            for sql in sorted(pending, key=_RANK.__getitem__) if len(pending) > 1 else pending:
+                rows = pending[sql]
                 if len(rows) == 1:
                     conn.execute(sql, rows[0])
                 elif sql.startswith("DELETE"):  # write_rows knows INSERT and UPDATE only
