@@ -109,17 +109,19 @@ class Prefetched:
 
 
 class Look:
-    """A Prefetched read to run: its statement and parameters, and how its rows are sorted:
+    """A Prefetched read to run: its condition on ``claims AS c`` (``LOOK_ROW``'s) and its
+    parameters, and how its rows are sorted:
     ``wanted``, the keys whose own rows are asked for, ``covering``, the keys of the patterns
     that may cover the files, and whether file ids were asked for too."""
 
-    __slots__ = ("args", "covering", "ids", "sql", "wanted")
+    __slots__ = ("args", "condition", "covering", "ids", "wanted")
 
     def __init__(
-        self, sql: str, args: tuple[str, ...], wanted: tuple[str, ...], covering: list[str],
+        self, condition: str, args: tuple[str, ...], wanted: tuple[str, ...], covering: list[str],
         ids: bool,
     ) -> None:  # fmt: skip
-        self.sql, self.args, self.wanted, self.covering, self.ids = sql, args, wanted, covering, ids
+        self.condition, self.args, self.wanted = condition, args, wanted
+        self.covering, self.ids = covering, ids
 
     def sort(self, rows: Sequence[Any]) -> Prefetched:
         """The Prefetched of ``rows``, those ``sql`` read (``LOOK_ROW``'s 15 columns)."""
@@ -144,12 +146,17 @@ class Look:
 
 
 @functools.lru_cache(maxsize=256)
-def _look_statement(keys: int, ids: int) -> str:
-    """Prefetched's statement for ``keys`` claim keys and ``ids`` file ids."""
-    sql = LOOK_ROW + f"WHERE c.resource IN ({', '.join('?' * keys)})"
+def _look_condition(keys: int, ids: int) -> str:
+    """The condition of Prefetched's read for ``keys`` claim keys and ``ids`` file ids."""
+    condition = f"c.resource IN ({', '.join('?' * keys)})"
     if ids:
-        sql += f" OR (c.holder IS NOT NULL AND c.file_id IN ({', '.join('?' * ids)}))"
-    return sql
+        condition += f" OR (c.holder IS NOT NULL AND c.file_id IN ({', '.join('?' * ids)}))"
+    return condition
+
+
+@functools.lru_cache(maxsize=256)
+def _look_statement(condition: str) -> str:
+    return LOOK_ROW + "WHERE " + condition
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +271,7 @@ class ClaimRows:
         """The Prefetched rows of ``targets``; ``held``, if given, names the patterns that may
         cover the files instead of a read of them."""
         look = self.look_for(targets, extra, blockers=blockers, held=held)
-        return look.sort(self.fetch(look.sql, look.args))
+        return look.sort(self.fetch(_look_statement(look.condition), look.args))
 
     def look_for(
         self,
@@ -296,7 +303,7 @@ class ClaimRows:
         wanted = keys
         if covering:
             keys = tuple(dict.fromkeys([*keys, *covering]))  # the patterns' rows, read whole
-        return Look(_look_statement(len(keys), len(ids)), keys + ids, wanted, covering, bool(ids))
+        return Look(_look_condition(len(keys), len(ids)), keys + ids, wanted, covering, bool(ids))
 
     def covering_keys(self, dirs: Sequence[str], files: Sequence[str]) -> list[str]:
         """The keys of the held patterns at ``dirs`` (the files' ancestors) that cover any of

@@ -314,12 +314,12 @@ ALIASES = CLAIM_ROW + "WHERE c.file_id = ? AND c.resource != ? AND c.holder IS N
 # A claim row with the file it was taken on (a 15th column), for rows.Prefetched: one statement
 # reads a set's own rows, the patterns above its files and the claims on other names of its
 # files (the conditions are joined with OR; each has its index).
-LOOK_ROW = (
-    "SELECT c.resource, c.uri, c.holder, c.claimed_at, c.version, c.last_outcome, "
-    "c.last_holder, c.last_outcome_at, c.moved_to, a.name, a.model, a.lease_ends_at, "
-    "a.lease_end_outcome, c.scope, c.file_id FROM claims AS c "
-    "LEFT JOIN agents AS a ON a.agent_id = c.holder "
+LOOK_COLUMNS = (
+    "c.resource, c.uri, c.holder, c.claimed_at, c.version, c.last_outcome, c.last_holder, "
+    "c.last_outcome_at, c.moved_to, a.name, a.model, a.lease_ends_at, a.lease_end_outcome, "
+    "c.scope, c.file_id"
 )
+LOOK_ROW = f"SELECT {LOOK_COLUMNS} FROM claims AS c LEFT JOIN agents AS a ON a.agent_id = c.holder "
 # The same columns as CLAIM_ROW (so claim_info reads them), for shared holds.
 SHARE_ROW = (
     "SELECT s.resource, s.uri, s.agent_id, s.claimed_at, c.version, c.last_outcome, "
