@@ -117,8 +117,8 @@ def outside_stdlib(names: set[str]) -> set[str]:
         "claims.patterns",
         "claims.index",
         "claims.rows",
-        "claims.queue",
-        "claims.grant",
+        "claims.targets",
+        "claims.write",
         "claims.coordinator",
         "bus.records",
         "bus.schema",
@@ -190,7 +190,12 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
         "serve.auth": {"agenthold.identity.principals"},
         "serve.limits": set(),
         "serve.sessions": {"agenthold.serve.auth", "agenthold.identity.principals"},
-        "claims.records": {"agenthold.store", "agenthold.identity.agents"},
+        "claims.records": {  # names and patterns for types only
+            "agenthold.store",
+            "agenthold.identity.agents",
+            "agenthold.claims.names",
+            "agenthold.claims.patterns",
+        },
         "claims.schema": {"agenthold.store"},
         "claims.patterns": {"agenthold.store", "agenthold.claims.names"},
         "claims.index": {"agenthold.claims.patterns"},
@@ -202,22 +207,21 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold.claims.schema",
             "agenthold.claims.records",
         },
-        "claims.queue": {
+        "claims.targets": {
             "agenthold.store",
             "agenthold.claims.names",
             "agenthold.claims.patterns",
-            "agenthold.claims.schema",
             "agenthold.claims.records",
-            "agenthold.claims.rows",
         },
-        "claims.grant": {
+        "claims.write": {
             "agenthold.store",
             "agenthold.claims.names",
             "agenthold.claims.patterns",
+            "agenthold.claims.index",
             "agenthold.claims.schema",
             "agenthold.claims.records",
             "agenthold.claims.rows",
-            "agenthold.claims.queue",
+            "agenthold.claims.targets",
         },
         "claims.coordinator": {
             "agenthold.store",
@@ -228,8 +232,8 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold.claims.patterns",
             "agenthold.claims.index",
             "agenthold.claims.rows",
-            "agenthold.claims.queue",
-            "agenthold.claims.grant",
+            "agenthold.claims.targets",
+            "agenthold.claims.write",
         },
         "bus.records": {"agenthold.store", "agenthold.identity.agents"},
         "bus.schema": {"agenthold.store"},
@@ -323,8 +327,8 @@ def test_only_the_serving_modules_import_mcp_and_the_library_knows_no_transport(
         "agenthold.claims.patterns",
         "agenthold.claims.index",
         "agenthold.claims.rows",
-        "agenthold.claims.queue",
-        "agenthold.claims.grant",
+        "agenthold.claims.targets",
+        "agenthold.claims.write",
     }
     server_imports = {n for n in imported_modules("serve.app") if n.startswith("agenthold.")}
     assert not server_imports & {
@@ -913,3 +917,18 @@ def test_every_package_the_code_imports_is_declared_with_bounds() -> None:
     assert distributions <= set(declared), distributions - set(declared)
     for name in distributions:
         assert ">=" in declared[name] and "<" in declared[name], declared[name]
+
+
+def test_the_claims_modules_import_no_private_name_of_each_other() -> None:
+    """SQL belongs to claims/schema.py (public names) or to the one module that runs it, so no
+    module of the room reaches into another's private constants or helpers."""
+    for module in ALL_MODULES:
+        if not module.startswith("claims"):
+            continue
+        tree = ast.parse(module_path(module).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "agenthold.claims"
+            ):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"{module} imports {private} from {node.module}"
