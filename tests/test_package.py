@@ -222,6 +222,7 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold.claims.records",
             "agenthold.claims.rows",
             "agenthold.claims.targets",
+            "agenthold.identity.agents",
         },
         "claims.coordinator": {
             "agenthold.store",
