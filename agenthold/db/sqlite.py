@@ -90,6 +90,8 @@ def _run_script(conn: Any, script: str) -> None:
 
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+_HAS_PREAD = hasattr(os, "pread")  # Windows has none: the in-place copy check is POSIX's
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 # New files get 2 KiB pages instead of SQLite's 4 KiB. A commit writes every page it changed to
 # the WAL and checksums it; a typical write changes three pages (the live row, the history row
@@ -180,6 +182,7 @@ class _FileState:
         # descriptor of a file drops this process's POSIX locks on it, SQLite's included).
         self.id_page: tuple[int, int] | None = None
         self.database_id: str | None = None
+        self.id_bytes = b""  # database_id encoded, as the page read from the file is searched
         self.raw_fd: int | None = None
         self.replaced = False  # another file's contents were found in this one
         self.id_on_disk = False  # the id was read from the file itself once
@@ -745,6 +748,7 @@ class SQLiteDatabase:
             return
         size = conn.execute("PRAGMA page_size").fetchone()[0]
         state.database_id = row[1].removesuffix(FRESH)
+        state.id_bytes = state.database_id.encode()
         state.id_page = (int(row[0]), int(size))
 
     def _check_contents(self, conn: SQLiteConnection, seen: tuple[int, ...] | None) -> None:
@@ -762,7 +766,7 @@ class SQLiteDatabase:
         state = self._file
         if seen is not None and seen == state.verified:
             return
-        if not hasattr(os, "pread"):  # pragma: no cover - Windows has no pread
+        if not _HAS_PREAD:  # pragma: no cover - Windows has no pread
             return
         if state.id_page is None:
             self._remember_id(conn)
@@ -785,15 +789,15 @@ class SQLiteDatabase:
         the page of its id, read from the file itself, names another id. Needs the id's page
         (``_remember_id``); without it, False. Sets ``replaced`` when it finds so."""
         state = self._file
-        if not hasattr(os, "pread"):  # pragma: no cover - Windows has no pread
+        if not _HAS_PREAD:  # pragma: no cover - Windows has no pread
             return False
         if state.id_page is None or state.database_id is None:
             return False
         page, size = state.id_page
         if state.raw_fd is None:
-            state.raw_fd = os.open(self._real, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            state.raw_fd = os.open(self._real, os.O_RDONLY | _O_CLOEXEC)
         content = os.pread(state.raw_fd, size, (page - 1) * size)
-        if state.database_id.encode() in content:
+        if state.id_bytes in content:
             state.id_on_disk = True
             # only a stat whose change time is past: a copy put over the file in the same
             # timestamp tick (up to a second on some file systems) could leave it unchanged
