@@ -2,16 +2,16 @@
 resources, and a long-lived HTTP server under agent churn. Each scenario prints its figures and
 a pass/FAIL line per property; the exit status is 1 if any property failed.
 
-    python bench/torture.py                          # every scenario, long sizes (~10 minutes)
-    python bench/torture.py --scenario crash --iterations 200 --seed 7
-    python bench/torture.py --scenario contention --processes 8 --seconds 60
-    python bench/torture.py --scenario soak --iterations 20000 --seconds 600
-    python bench/torture.py --scenario loris --connections 5000 --seconds 20
-    python bench/torture.py --ci                     # the sizes tests/test_torture.py runs
-    python bench/torture.py --json --keep DIR        # the reports as JSON; keep the files
-    python bench/torture.py --db postgresql://user@/db?host=/run/postgresql   # on PostgreSQL
+    python bench/torture/torture.py                   # every scenario, long sizes (~10 minutes)
+    python bench/torture/torture.py --scenario crash --iterations 200 --seed 7
+    python bench/torture/torture.py --scenario contention --processes 8 --seconds 60
+    python bench/torture/torture.py --scenario soak --iterations 20000 --seconds 600
+    python bench/torture/torture.py --scenario loris --connections 5000 --seconds 20
+    python bench/torture/torture.py --ci              # the sizes tests/test_torture.py runs
+    python bench/torture/torture.py --json --keep DIR # the reports as JSON; keep the files
+    python bench/torture/torture.py --db postgresql://user@/db?host=/run/postgresql  # PostgreSQL
 
-Scenarios (the checkers are in torture_checks.py, the worker processes in torture_workers.py,
+Scenarios (the checkers are in checks.py, the worker processes in workers.py,
 and tests/test_torture.py runs these same functions at CI sizes):
 
 crash       A writer process does OCC writes, deletes, claims and releases and is killed with
@@ -26,7 +26,7 @@ contention  ``--processes`` processes (8; 4 in CI) of ``--threads`` threads (2) 
             the retry loop, deletes and re-creates of churn keys, claim, hold and release of
             shared resources. Every call and answer is recorded with time.monotonic() (on Linux
             CLOCK_MONOTONIC, one clock for all processes); a checker over the merged record and
-            the database proves the properties listed in torture_checks.check_contention.
+            the database proves the properties listed in checks.check_contention.
 soak        One ``agenthold --transport http`` server (standard tools, --reap-idle 2,
             --claim-ttl 3) under agent churn, driven by mcp.Client over HTTP from 10 lanes of
             calls at once: ``--agents`` distinct agents (1,000; 100 in CI) over ``--iterations``
@@ -43,7 +43,7 @@ soak        One ``agenthold --transport http`` server (standard tools, --reap-id
             sampled 200 times, grow by under 5% in the second half, or descriptors by at most
             DESCRIPTOR_SLACK and threads by at most THREAD_SLACK (the highest sample of each
             half compared, see
-            torture_checks.growth; the servers' worker-thread pools are filled first, see
+            checks.growth; the servers' worker-thread pools are filled first, see
             fill_thread_pools); every call is answered without an error;
             idle agents are reaped on time, and all of them once the run is over; claim_events
             and the history hold exactly the rows the documented behaviour implies: one per
@@ -59,7 +59,7 @@ loris       One ``agenthold --transport http`` server with a token and its defau
             the legitimate client's latency in both phases (the baseline is the same run's).
             Checked: every legitimate call answered, their p99 under attack within 100 ms, the
             server's descriptors below its limit, counts rather than tracebacks on its stderr.
-            The attacker is torture_loris.py, which has the details.
+            The attacker is loris.py, which has the details.
 
 ``--seconds`` caps the crash and soak runs too: they stop early and report what they did.
 
@@ -71,7 +71,6 @@ client: the server rolls back its open transaction.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -91,22 +90,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-HERE = Path(__file__).resolve().parent
-WORKERS = HERE / "torture_workers.py"
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))  # _common, torture_checks and torture_workers sit beside this
-
-# Importing _common also finds this checkout's agenthold when none is installed.
-from _common import (  # noqa: E402
-    ServerOutput,
-    check_line,
-    free_port,
-    machine,
-    machine_line,
-    process_cpu_seconds,
-    table,
-)
-from torture_checks import (  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+sys.path.insert(1, str(Path(__file__).resolve().parent))  # the checkers and workers beside this
+from checks import (
     Acks,
     Check,
     Checks,
@@ -120,15 +106,29 @@ from torture_checks import (  # noqa: E402
     is_postgres,
     read_lines,
 )
-from torture_workers import (  # noqa: E402
+from harness import (
+    ServerOutput,
+    check_line,
+    finish,
+    free_port,
+    machine,
+    machine_line,
+    options,
+    pg_lock_key,
+    process_cpu_seconds,
+    table,
+)
+from workers import (
     CONTENTION_NAMESPACE,
     COUNTERS,
     CRASH_NAMESPACE,
 )
 
-from agenthold.claims import Coordinator  # noqa: E402
-from agenthold.store import StateStore  # noqa: E402
+from agenthold.claims import Coordinator
+from agenthold.store import StateStore
 
+HERE = Path(__file__).resolve().parent
+WORKERS = HERE / "workers.py"
 Database = Path | str  # a SQLite file, or the postgresql:// URL of a schema of its own
 
 
@@ -705,12 +705,10 @@ async def fill_thread_pools(db: Database, *servers: Server) -> None:
     if is_postgres(db):  # the locks the warm-up writes take (see PostgresDatabase.serialize)
         import psycopg
 
-        from agenthold.postgres import lock_key
-
         lock = psycopg.connect(str(db), autocommit=True)
         lock.execute("BEGIN")
         for name in ("claims", "state\x1fwarm-up"):
-            lock.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key(name),))
+            lock.execute("SELECT pg_advisory_xact_lock(%s)", (pg_lock_key(name),))
     else:
         lock = sqlite3.connect(db, isolation_level=None, timeout=60)
         lock.execute("BEGIN IMMEDIATE")
@@ -1031,9 +1029,9 @@ def run(
 
 
 def run_loris(work: Path, *, connections: int, seconds: float, seed: int) -> Report:
-    """The slow-loris scenario (torture_loris.py): a legitimate client alone, then under
+    """The slow-loris scenario (loris.py): a legitimate client alone, then under
     ``connections`` slow connections without a token."""
-    from torture_loris import run_loris as attack
+    from loris import run_loris as attack
 
     report = Report(
         "loris",
@@ -1047,7 +1045,9 @@ def run_loris(work: Path, *, connections: int, seconds: float, seed: int) -> Rep
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = options(
+        __doc__, quick="the sizes of tests/test_torture.py (as --ci)", full="the long sizes"
+    )
     parser.add_argument(
         "--scenario", choices=("crash", "contention", "soak", "loris", "all"), default="all"
     )
@@ -1065,7 +1065,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--agents", type=int, help="soak: distinct agents")
     parser.add_argument("--connections", type=int, help="loris: slow connections")
     parser.add_argument("--ci", action="store_true", help="the sizes of tests/test_torture.py")
-    parser.add_argument("--json", action="store_true", help="print the reports as JSON")
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep the files")
     parser.add_argument(
         "--db", metavar="URL", help="run on PostgreSQL: a postgresql:// URL (a schema per scenario)"
@@ -1073,7 +1072,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.db is not None and not is_postgres(args.db):
         parser.error(f"--db must be a postgresql:// URL, got {args.db!r}")
-    base = CI if args.ci else LONG
+    base = CI if args.ci or args.quick else LONG
     sizes = Sizes(
         kills=args.iterations or base.kills,
         processes=args.processes or base.processes,
@@ -1107,8 +1106,7 @@ def main(argv: list[str] | None = None) -> int:
             reports.append(report)
             if not args.json:
                 print(render(report), flush=True)
-    if args.json:
-        print(json.dumps({"seed": seed, "reports": [asdict(r) for r in reports]}, indent=2))
+    finish(args, {"seed": seed, "reports": [asdict(r) for r in reports]}, None)  # printed above
     return 0 if all(r.passed for r in reports) else 1
 
 

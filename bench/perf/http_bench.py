@@ -1,12 +1,12 @@
 """Speed and safety of agenthold over Streamable HTTP, with the load in another process.
 
-    python bench/http_bench.py            # the full run, about a minute and a half
-    python bench/http_bench.py --quick    # a smoke run of about ten seconds (too small to judge)
-    python bench/http_bench.py --json     # the same results as JSON instead of tables
-    python bench/http_bench.py --auth-only  # part 4 alone (about three minutes)
+    python bench/perf/http_bench.py            # the full run, about a minute and a half
+    python bench/perf/http_bench.py --quick    # a smoke run of about ten seconds
+    python bench/perf/http_bench.py --json     # the same results as JSON instead of tables
+    python bench/perf/http_bench.py --auth-only  # part 4 alone (about three minutes)
 
 The server is the real one (``_serve_http`` with the options the ``agenthold`` command builds),
-started as ``python bench/http_bench.py --serve ...`` in a process of its own. That launcher
+started as ``python bench/perf/http_bench.py --serve ...`` in a process of its own. That launcher
 serves the advanced tools, the standard tools next to them (so one server takes the mixed load),
 and ``bench_noop``: a tool that goes through the same dispatch as the others (argument check,
 reply, in-flight count) but does no database work, the baseline every number is compared with.
@@ -44,7 +44,6 @@ speed target is reported, not fatal, since speed depends on the machine and its 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import itertools
@@ -66,18 +65,20 @@ from typing import Any
 
 import anyio
 import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
-# _common sits beside this script; importing it also finds this checkout's agenthold.
-from _common import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+from harness import (
     as_targets,
+    finish,
     machine,
     machine_line,
+    options,
     process_cpu_seconds,
     table,
     target_lines,
 )
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 HERE = Path(__file__).resolve()
 TARGET_GET_OVER_NOOP_MS = 0.5  # median of agenthold_get minus median of bench_noop
@@ -178,6 +179,17 @@ class Server:
         return rc, self.log.read_text()
 
 
+def server_script(checkout: Path) -> Path | None:
+    """The http_bench.py of another checkout: in bench/perf/, or in bench/ before the split."""
+    for script in (
+        checkout / "bench" / "perf" / "http_bench.py",
+        checkout / "bench" / "http_bench.py",
+    ):
+        if script.exists():
+            return script
+    return None
+
+
 def start_server(tmp: Path, name: str, *flags: str, checkout: Path | None = None) -> Server:
     """A server started by this script's --serve; with ``checkout``, by that checkout's own
     bench/http_bench.py, importing that checkout's agenthold (see http_versus.py)."""
@@ -185,8 +197,9 @@ def start_server(tmp: Path, name: str, *flags: str, checkout: Path | None = None
     argv = ["--db", str(db), "--transport", "http", "--claim-ttl", "3600", *flags]
     script, env, cwd = HERE, None, None
     if checkout is not None:
-        script, cwd = checkout / "bench" / "http_bench.py", checkout
+        script, cwd = server_script(checkout), checkout
         env = {**os.environ, "PYTHONPATH": str(checkout)}
+        assert script is not None, f"{checkout} has no http_bench.py"
     with log.open("w") as err:
         proc = subprocess.Popen(
             [sys.executable, str(script), "--serve", *argv],
@@ -931,9 +944,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--serve"]:
         return serve(argv[1:])
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run of about ten seconds")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser = options(__doc__, quick="a smoke run of about ten seconds (too small to judge)")
     parser.add_argument(
         "--auth-only", action="store_true", help="only part 4, the cost of authentication"
     )
@@ -945,7 +956,7 @@ def main(argv: list[str] | None = None) -> int:
         results.update(anyio.run(run_all, Path(tmp), sizes, args.auth_only))
     results["targets"] = targets(results)
     results["problems"] = correctness(results)
-    print(json.dumps(results, indent=2) if args.json else report(results))
+    finish(args, results, report)
     return 1 if results["problems"] else 0
 
 
