@@ -26,10 +26,10 @@ import pytest
 from mcp import Client, StdioServerParameters
 from support import REPO, OverlapOracle, child_env, in_process_client, reply_of
 
-from agenthold.claim_schema import CLAIMS_LOCK
-from agenthold.claims import Coordinator
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.claims.schema import CLAIMS_LOCK
 from agenthold.store import InvalidInputError, StateStore
-from agenthold.uris import Resolver, Workspace
 
 WORKER = Path(__file__).parent / "helpers" / "queue_worker.py"
 
@@ -339,7 +339,7 @@ def test_a_waiter_whose_process_died_and_whose_lease_ended_is_skipped(
     coord.claim("src/a.py", h)
     code = (
         "import sys; from agenthold.claims import Coordinator; from agenthold.store import "
-        "StateStore; from agenthold.uris import Resolver, Workspace; "
+        "StateStore; from agenthold.claims.names import Resolver, Workspace; "
         "c = Coordinator(StateStore(sys.argv[1]), resolver=Resolver([Workspace('default', "
         "sys.argv[2])])); c.wait('src/a.py', 60, agent_id=sys.argv[3], claim=True)"
     )

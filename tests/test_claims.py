@@ -1,4 +1,4 @@
-"""Tests for agenthold.claims: agents, resource claims, leases and waiting.
+"""Tests for agenthold.claims.coordinator: agents, resource claims, leases and waiting.
 
 Everything runs on real databases, real threads and real processes; nothing of ours is mocked:
 the contract tests (marked ``backends``) on a SQLite file and on PostgreSQL, the rest on SQLite.
@@ -31,8 +31,8 @@ from typing import Any
 import pytest
 from support import REPO, LineProcess, WireCoordinator, child_env, coordinator_at, run_threads
 
-from agenthold import claim_tools, claims
-from agenthold.claims import (
+from agenthold.claims import coordinator as claims
+from agenthold.claims.coordinator import (
     OUTCOMES,
     Agent,
     ClaimInfo,
@@ -40,8 +40,9 @@ from agenthold.claims import (
     NotHolderError,
     UnknownAgentError,
 )
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.serve import claim_tools
 from agenthold.store import InvalidInputError, StateStore
-from agenthold.uris import Resolver, Workspace
 
 HELPER = Path(__file__).parent / "helpers" / "claims_worker.py"
 BENCH = REPO / "bench" / "perf" / "claims_bench.py"
