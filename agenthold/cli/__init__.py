@@ -1,5 +1,10 @@
 """The ``agenthold`` command line: the parser and dispatch (main.py) and the subcommands that are
 not the inspector's (tokens, retention, backup, completion). Names load on first use.
+
+Beside ``main``, the face names the steps ``agenthold`` takes to serve, for a program that serves
+the same way with something added (bench/perf/'s no-op servers): the parser and its checked
+options, the coordinator they open, the listening socket, the stop signals, and the freeze of
+what start-up made.
 """
 
 from __future__ import annotations
@@ -8,15 +13,36 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agenthold.cli.main import (
+        build_parser,
+        freeze_startup_objects,
+        listen,
         main,
+        open_coordinator,
+        serve_options,
+        stop_signals,
     )
+    from agenthold.db.locations import UsageError
 
 __all__ = [
+    "UsageError",
+    "build_parser",
+    "freeze_startup_objects",
+    "listen",
     "main",
+    "open_coordinator",
+    "serve_options",
+    "stop_signals",
 ]
 
 _LAZY = {
+    "UsageError": "agenthold.db.locations",
+    "build_parser": "agenthold.cli.main",
+    "freeze_startup_objects": "agenthold.cli.main",
+    "listen": "agenthold.cli.main",
     "main": "agenthold.cli.main",
+    "open_coordinator": "agenthold.cli.main",
+    "serve_options": "agenthold.cli.main",
+    "stop_signals": "agenthold.cli.main",
 }
 
 

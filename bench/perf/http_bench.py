@@ -5,7 +5,7 @@
     python bench/perf/http_bench.py --json     # the same results as JSON instead of tables
     python bench/perf/http_bench.py --auth-only  # part 4 alone (about three minutes)
 
-The server is the real one (``_serve_http`` with the options the ``agenthold`` command builds),
+The server is the real one (``serve_http`` with the options the ``agenthold`` command builds),
 started as ``python bench/perf/http_bench.py --serve ...`` in a process of its own. That launcher
 serves the advanced tools, the standard tools next to them (so one server takes the mixed load),
 and ``bench_noop``: a tool that goes through the same dispatch as the others (argument check,
@@ -109,11 +109,11 @@ QUICK = Sizes("quick", 20, 5, 8, 0.5, 20, 0.5, 30)
 
 
 def serve(argv: list[str]) -> int:
-    """Serve the advanced and standard tools and bench_noop with ``_serve_http``; print the
+    """Serve the advanced and standard tools and bench_noop with ``serve_http``; print the
     port on stdout once listening; stop on SIGTERM like ``agenthold --transport http``."""
     import logging
 
-    from agenthold.cli.main import (
+    from agenthold.cli import (
         build_parser,
         freeze_startup_objects,
         listen,
@@ -121,15 +121,12 @@ def serve(argv: list[str]) -> int:
         serve_options,
         stop_signals,
     )
-    from agenthold.serve import app as srv
-    from agenthold.serve.claim_tools import standard_tools
-    from agenthold.serve.http import serve_http
-    from agenthold.serve.toolkit import ToolCall, ToolSpec
+    from agenthold.serve import Agenthold, ToolCall, ToolSpec, serve_http, standard_tools
 
     opts, _ = serve_options(build_parser().parse_args(argv), {})
     logging.basicConfig(stream=sys.stderr, level=opts.log_level.upper())
     coordinator = open_coordinator(opts)
-    app = srv.Agenthold(coordinator, tools="advanced", disconnect_grace=opts.disconnect_grace)
+    app = Agenthold(coordinator, tools="advanced", disconnect_grace=opts.disconnect_grace)
     app.transport = "http"
 
     async def noop(call: ToolCall) -> dict[str, Any]:
@@ -300,7 +297,7 @@ def token_file(path: Path, principals: int) -> str:
     the one in the middle (scoped, when there are several), which the clients use. The file is
     dated ten seconds back: one changed in the last two seconds is read again at every call
     (principals.RACY_NS), which is not the steady state this measures."""
-    from agenthold.identity.principals import digest
+    from agenthold.identity import digest
 
     entries = {}
     for i in range(principals):
@@ -321,8 +318,8 @@ def check_cost(tmp: Path, repeats: int = 7, n: int = 5000) -> dict[str, dict[str
     difference that noise cannot hide. Microseconds per check: the median and the best of
     ``repeats`` runs of ``n`` checks, in elapsed time and in this thread's CPU time (which
     other work on the machine does not lengthen)."""
-    from agenthold.identity.principals import TokenTable
-    from agenthold.serve.auth import BearerAuth
+    from agenthold.identity import TokenTable
+    from agenthold.serve import BearerAuth
 
     costs = {}
     for principals in (1, PRINCIPALS):
