@@ -90,9 +90,45 @@ def violations(source: str, known_faces: set[str]) -> list[str]:
 BENCH_FILES = sorted(BENCH.rglob("*.py"))
 
 
+# Scripts another script starts as its child, with arguments of its own: not a command line
+# a person runs, so not the harness's.
+CHILDREN = {"perf/mcp_bench_server.py", "torture/workers.py", "torture/loris.py"}
+
+
+def harness_options_used(source: str) -> bool:
+    """Whether ``source`` builds its command line with the harness's ``options``."""
+    tree = ast.parse(source)
+    imported = any(
+        isinstance(node, ast.ImportFrom)
+        and node.module == "harness"
+        and any(alias.name == "options" for alias in node.names)
+        for node in ast.walk(tree)
+    )
+    called = any(
+        isinstance(node, ast.Call) and getattr(node.func, "id", "") == "options"
+        for node in ast.walk(tree)
+    )
+    return imported and called
+
+
 def test_bench_is_split_into_performance_and_torture_around_one_harness() -> None:
     assert (BENCH / "harness.py").exists()
     assert {p.parent.name for p in BENCH_FILES if p.name != "harness.py"} == {"perf", "torture"}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        p
+        for p in BENCH_FILES
+        if '__name__ == "__main__"' in p.read_text(encoding="utf-8")
+        and str(p.relative_to(BENCH)) not in CHILDREN
+    ],
+    ids=lambda p: str(p.relative_to(BENCH)),
+)
+def test_every_script_a_person_runs_takes_the_harness_options(path: Path) -> None:
+    """--quick, --full, --json and --output FILE, from bench/harness.py's one parser."""
+    assert harness_options_used(path.read_text(encoding="utf-8"))
 
 
 @pytest.mark.parametrize("path", BENCH_FILES, ids=lambda p: str(p.relative_to(BENCH)))
@@ -129,3 +165,26 @@ def test_the_check_catches_a_private_name_a_module_behind_a_face_and_a_lazy_impo
         ]
     )
     assert violations(good, faces()) == []
+
+
+def test_the_harness_options_take_one_size_and_finish_writes_the_results_where_asked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("bench_harness", BENCH / "harness.py")
+    assert spec is not None and spec.loader is not None
+    harness = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(harness)
+    parser = harness.options("A bench.\n\nMore.")
+    args = parser.parse_args(["--quick", "--output", str(tmp_path / "out.json")])
+    assert (args.quick, args.full, args.json) == (True, False, False)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--quick", "--full"])
+    capsys.readouterr()
+    harness.finish(args, {"rate": 5}, lambda results: f"rate {results['rate']}")
+    assert capsys.readouterr().out == "rate 5\n"
+    assert json.loads((tmp_path / "out.json").read_text()) == {"rate": 5}
+    harness.finish(parser.parse_args(["--json"]), {"rate": 5}, None)
+    assert json.loads(capsys.readouterr().out) == {"rate": 5}
