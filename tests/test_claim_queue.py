@@ -26,7 +26,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from support import REPO, OverlapOracle, child_env, in_process_client, reply_of
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.claims.schema import CLAIMS_LOCK
 from agenthold.store import InvalidInputError, StateStore

@@ -31,8 +31,7 @@ from typing import Any
 import pytest
 from support import REPO, LineProcess, WireCoordinator, child_env, coordinator_at, run_threads
 
-from agenthold.claims import coordinator as claims
-from agenthold.claims.coordinator import (
+from agenthold.claims import (
     OUTCOMES,
     Agent,
     ClaimInfo,
@@ -40,6 +39,7 @@ from agenthold.claims.coordinator import (
     NotHolderError,
     UnknownAgentError,
 )
+from agenthold.claims import coordinator as claims
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.serve import claim_tools
 from agenthold.store import InvalidInputError, StateStore

@@ -52,7 +52,7 @@ from support import (
 )
 
 import agenthold.store as store_module
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.serve.app import Agenthold
 from agenthold.store import StateStore

@@ -189,7 +189,8 @@ def server_script(checkout: Path) -> Path | None:
 
 def start_server(tmp: Path, name: str, *flags: str, checkout: Path | None = None) -> Server:
     """A server started by this script's --serve; with ``checkout``, by that checkout's own
-    bench/http_bench.py, importing that checkout's agenthold (see http_versus.py)."""
+    http_bench.py (``server_script``), importing that checkout's agenthold (see
+    http_versus.py)."""
     db, log = tmp / f"{name}.db", tmp / f"{name}.log"
     argv = ["--db", str(db), "--transport", "http", "--claim-ttl", "3600", *flags]
     script, env, cwd = HERE, None, None
