@@ -3,8 +3,10 @@
 An agent registers once and gets an unguessable id. Before changing a resource it claims it;
 afterwards it releases it with an honest outcome (modified, created, deleted, moved), which the
 next claimant is told. Decisions behind it:
-- Claims live in their own tables (``agents``, ``claims``, ``claim_events``), so no state-store
-  write can forge or steal one. Each claim or release is one short transaction with one event row.
+- Claims live in their own tables (``claims``, ``claim_events``), so no state-store write can
+  forge or steal one. Each claim or release is one short transaction with one event row. Who an
+  agent is, its id and its owner are the agent registry's (agenthold.identity.agents, which the
+  bus shares); its lease is the Coordinator's, kept in the registry's ``agents`` row.
 - A resource's ``version`` is a fencing token: it grows by one with every claim and release, also
   across expiry takeovers, and is never reused.
 - One liveness mechanism: a lease per agent, stored in the database. With a claim TTL, every call
@@ -25,7 +27,6 @@ next claimant is told. Decisions behind it:
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -101,7 +102,6 @@ from agenthold.claims.rows import (
     Fetch,
     Prefetched,
     blocking,
-    check_owner,
     claim_info,
     fetch_in,
     own,
@@ -110,7 +110,6 @@ from agenthold.claims.rows import (
     targets_of,
 )
 from agenthold.claims.schema import (
-    _AGENT_ROW,
     _CLAIM_ROW,
     _EVENT,
     _EVENT_BY,
@@ -122,13 +121,21 @@ from agenthold.claims.schema import (
     agent_topic,
     resource_topic,
 )
+from agenthold.identity.agents import (
+    AGENT_NAMES,
+    AGENT_ROW_BY_ID,
+    AGENT_ROWS,
+    add_agent,
+    check_owner,
+    check_registration,
+    new_agent_id,
+)
 from agenthold.store import (
     MAX_WAIT_SECONDS,
     InvalidInputError,
     StateStore,
     Topic,
     check_seconds,
-    check_text,
     read_events,
     utc_iso,
     wait_until,
@@ -221,36 +228,23 @@ class Coordinator:
         """Register an agent and return its new ``agent_id``. ``principal`` (the
         caller, as a token names it) is who the agent belongs to from then on; ``host`` the
         process its client runs in, where a stdio server can tell (agenthold.hooks)."""
-        check_text("name", name, MAX_AGENT_NAME)
-        if model:
-            check_text("model", model, MAX_MODEL)
-        elif not isinstance(model, str):
-            raise InvalidInputError(f"model must be a string, got {type(model).__name__}")
-        if purpose:
-            check_text("purpose", purpose, MAX_PURPOSE)
-        elif not isinstance(purpose, str):
-            raise InvalidInputError(f"purpose must be a string, got {type(purpose).__name__}")
-        agent_id = "agent-" + secrets.token_hex(8)
+        check_registration(name, model, purpose)
+        agent_id = new_agent_id()
         with self.db.write() as (conn, changed):
             now = self.db.serialize(conn, CLAIMS_LOCK)
             at = utc_iso(now)
             lease = None if self.claim_ttl is None else now + self.claim_ttl
-            conn.execute(
-                "INSERT INTO agents (agent_id, name, model, purpose, registered_at, "
-                "last_seen_at, lease_ends_at, lease_end_outcome, principal, host) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    agent_id,
-                    name,
-                    model,
-                    purpose,
-                    at,
-                    at,
-                    lease,
-                    None if lease is None else "expired",
-                    principal,
-                    host,
-                ),
+            add_agent(
+                conn,
+                agent_id,
+                name,
+                model,
+                purpose,
+                at,
+                lease_ends_at=lease,
+                lease_end_outcome=None if lease is None else "expired",  # a lease left to end
+                principal=principal,
+                host=host,
             )
             conn.execute(
                 _EVENT_BY,
@@ -264,14 +258,14 @@ class Coordinator:
         check_agent_id(agent_id)
         if not self._tables:
             raise unknown_agent(agent_id)
-        row = self.db.fetchone(_AGENT_ROW + "WHERE agent_id = ?", (agent_id,))
+        row = self.db.fetchone(AGENT_ROW_BY_ID, (agent_id,))
         if row is None:
             raise unknown_agent(agent_id)
         return Agent(*row)
 
     def agent_names(self, conn: Any = None) -> dict[str, str]:
         """The name of every registered agent, by id (read in the snapshot ``conn`` if given)."""
-        sql = "SELECT agent_id, name FROM agents"
+        sql = AGENT_NAMES
         if not self._tables:
             return {}
         return dict(conn.execute(sql).fetchall() if conn is not None else self.db.fetchall(sql))
@@ -303,7 +297,7 @@ class Coordinator:
         """Every registered agent, oldest registration first."""
         if not self._tables:
             return []
-        return [Agent(*r) for r in self.db.fetchall(_AGENT_ROW + "ORDER BY registered_at")]
+        return [Agent(*r) for r in self.db.fetchall(AGENT_ROWS)]
 
     # -- claims --------------------------------------------------------------------------------
 

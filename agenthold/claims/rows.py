@@ -32,7 +32,7 @@ from agenthold.claims.patterns import (
     parse_pattern,
     resolve_target,
 )
-from agenthold.claims.records import OUTCOMES, ClaimInfo, ForeignAgentError
+from agenthold.claims.records import OUTCOMES, ClaimInfo
 from agenthold.claims.schema import (
     _ALIASES,
     _CLAIM_ROW,
@@ -236,16 +236,6 @@ def _alias(
         if f"{found.st_dev}:{found.st_ino}" == resource.file_id:
             return info
     return None
-
-
-def check_owner(conn: Any, agent_id: str, principal: str | None) -> None:
-    """ForeignAgentError if ``principal`` is not who ``agent_id`` belongs to (None: trusted).
-    An unknown agent passes here; the call that follows says it is unknown."""
-    if principal is None:
-        return
-    row = conn.execute("SELECT principal FROM agents WHERE agent_id = ?", (agent_id,)).fetchone()
-    if row is not None and row[0] != principal:
-        raise ForeignAgentError(agent_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,8 @@ def _event_topics(row: tuple[Any, ...]) -> Iterable[Topic]:
 
 CLAIMS_LOCK = ("claims",)  # every claim write holds it: claims take turns, on any engine
 
+# The agents table's rows are the agent registry's (agenthold.identity.agents: registering,
+# looking up, owners); its lease columns are the Coordinator's.
 _SQLITE_V1 = """
     -- An agent's lease ends at lease_ends_at (unix seconds; NULL = no end);
     -- lease_end_outcome says what its end means.
@@ -122,8 +124,8 @@ _V2 = """
     CREATE INDEX claims_by_file ON claims (file_id) WHERE file_id IS NOT NULL;
 """
 
-# The principal (the caller a token names, principals.py) an agent belongs to and that
-# made each claim event; NULL where no token said who called.
+# The principal (the caller a token names, agenthold.identity.principals) an agent belongs to
+# and that made each claim event; NULL where no token said who called.
 _V3 = """
     ALTER TABLE agents ADD COLUMN principal TEXT;
     ALTER TABLE claim_events ADD COLUMN principal TEXT;
@@ -313,10 +315,6 @@ _LOOK_ROW = (
     "c.last_holder, c.last_outcome_at, c.moved_to, a.name, a.model, a.lease_ends_at, "
     "a.lease_end_outcome, c.scope, c.file_id FROM claims AS c "
     "LEFT JOIN agents AS a ON a.agent_id = c.holder "
-)
-_AGENT_ROW = (
-    "SELECT agent_id, name, model, purpose, registered_at, last_seen_at, lease_ends_at, "
-    "lease_end_outcome, principal FROM agents "
 )
 # What a claim write asks of the database before it decides (claim_queue.Activity), as columns
 # that are read with the agent's lease, in one statement (_TOUCH), or alone.
