@@ -120,6 +120,7 @@ def outside_stdlib(names: set[str]) -> set[str]:
         "cli.tokens",
         "cli.main",
         "serve.front",
+        "serve.warm_protocol",
         "serve.rpc_id",
     ],
 )
@@ -225,7 +226,8 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold.serve",  # the faces of the rooms above
             "agenthold.inspect",
         },
-        "serve.front": set(),
+        "serve.front": {"agenthold.serve.warm_protocol"},  # every warm call: these two alone
+        "serve.warm_protocol": set(),
         "serve.rpc_id": set(),
     }[module]
     assert outside_stdlib(imported_modules(module)) <= allowed
@@ -233,18 +235,25 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
 
 MODULES = [m for m in ALL_MODULES if m != "__main__"]
 WEB = {m for m in MODULES if m.split(".")[0] == "web"}  # uvicorn and starlette, never mcp
-# the modules that import mcp themselves (the server shim re-exports serve.app's names)
-SERVING = {"serve.toolkit", "serve.app", "serve.stdio", "serve.http", "serve.warm"}
+# the modules that import mcp themselves (the server shim re-exports serve.app's names; the
+# warm server serves through stdio.py)
+SERVING = {"serve.toolkit", "serve.app", "serve.stdio", "serve.http", "serve.compat.mcp_sdk"}
+# ... and those that import uvicorn, sse-starlette or h11 outside the live page: HTTP and the
+# compatibility modules of those libraries
+ON_HTTP_SERVERS = {"serve.http", "serve.compat.uvicorn_h11", "serve.compat.sse"}
+HTTP_SERVERS = ("uvicorn", "sse_starlette", "h11")
 
 
 def test_only_the_serving_modules_import_mcp_and_the_library_knows_no_transport() -> None:
     for module in MODULES:
-        kinds = ("mcp",) if module in WEB else ("mcp", "uvicorn")
-        mcp_like = {n for n in imported_modules(module) if n.split(".")[0] in kinds}
+        tops = {n.split(".")[0] for n in imported_modules(module)}
         if module in SERVING:
-            assert mcp_like, f"{module} is listed as serving MCP but imports no mcp"
+            assert "mcp" in tops, f"{module} is listed as serving MCP but imports no mcp"
         else:
-            assert not mcp_like, f"{module} imports {mcp_like}"
+            assert "mcp" not in tops, f"{module} imports mcp"
+        if module not in WEB:
+            servers = tops & set(HTTP_SERVERS)
+            assert bool(servers) == (module in ON_HTTP_SERVERS), (module, servers)
     claims_imports = {
         n for n in imported_modules("claims.coordinator") if n.startswith("agenthold")
     }
@@ -309,7 +318,7 @@ def test_the_inspector_holds_no_sql_and_names_no_table() -> None:
 # Every module but those that serve or word replies for agents (a new module is library unless
 # listed here, so it is checked from its first line).
 NOT_LIBRARY = {"serve", "serve.tools", "server", "serve.front", "serve.auth", "serve.sessions",
-               "serve.limits", "serve.rpc_id"}  # fmt: skip
+               "serve.limits", "serve.rpc_id", "serve.warm", "serve.warm_protocol"}  # fmt: skip
 LIBRARY = tuple(
     m
     for m in MODULES
@@ -587,8 +596,9 @@ PROCESS_WIDE_ELSEWHERE = {
     ("serve.warm", "signal.pthread_sigmask"): 2,
     # sse-starlette's class-wide "close every stream" flag, put back to its import-time value
     # each time HTTP is served (a second server in one process, as in the tests, would
-    # otherwise close its streams at once): with the other private parts http.py relies on
-    ("serve.http", "sse_starlette.sse.AppStatus.should_exit"): 1,
+    # otherwise close its streams at once): in its compatibility module, with the other
+    # private parts agenthold relies on
+    ("serve.compat.sse", "sse_starlette.sse.AppStatus.should_exit"): 1,
 }
 
 
@@ -641,7 +651,7 @@ def test_only_the_command_line_changes_the_whole_process() -> None:
             for use in process_wide_uses(module):
                 found[module, use] = found.get((module, use), 0) + 1
     assert found == PROCESS_WIDE_ELSEWHERE
-    assert not {module for module, _ in found} & SERVING - {"serve.warm", "serve.http"}
+    assert not {module for module, _ in found} & SERVING
     # the check sees what cli.py does, so an empty result above means something
     assert {"logging.basicConfig", ".addHandler", "signal.signal", "resource.setrlimit",
             "gc.freeze", "SystemExit", "anyio.open_signal_receiver"} <= set(
