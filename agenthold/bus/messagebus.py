@@ -111,6 +111,7 @@ from agenthold.store import (
     check_text,
     page_end,
     read_events,
+    sizes_sql,
     utc_iso,
     wait_until,
 )
@@ -709,7 +710,9 @@ class MessageBus:
         fetched; ``more`` is exact. No snapshot is needed (it would cost more than the reads):
         messages never change, and a thread is only deleted whole, never reused."""
         db = self.db
-        last, taken, more = page_end(db, POLL_SIZES, (tid,), after_seq, limit, max_bytes)
+        last, taken, more = page_end(
+            db, sizes_sql(db, POLL_SIZES), (tid,), after_seq, limit, max_bytes
+        )
         rows = db.fetchall(POLL, (tid, after_seq, last)) if taken else []
         if not rows and db.fetchone(THREAD, (tid,)) is None:
             return None

@@ -141,9 +141,9 @@ INSERT = (
     "INSERT INTO msg_messages (thread_id, seq, sender_id, sender_name, content, created_at, "
     "principal) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
-POLL_SIZES = (  # a poll's page is cut by these first (store.page_end), then read by POLL
-    "SELECT seq, length(CAST(content AS BLOB)) FROM msg_messages "
-    "WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+POLL_SIZES = (  # a poll's page is cut by these first (store.page_end), then read by POLL;
+    # {content}: the backend's byte count of the column (store.sizes_sql)
+    "SELECT seq, {content} FROM msg_messages WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
 POLL = (
     "SELECT seq, sender_id, sender_name, content, created_at, principal FROM msg_messages "

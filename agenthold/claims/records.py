@@ -12,7 +12,7 @@ Decisions behind it:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agenthold.identity.agents import (
     AGENT_ID_RE,
@@ -27,6 +27,10 @@ from agenthold.identity.agents import (
     unknown_agent,
 )
 from agenthold.store import InvalidInputError, Topic, utc_iso
+
+if TYPE_CHECKING:
+    from agenthold.claims.names import Resource
+    from agenthold.claims.patterns import Pattern
 
 __all__ = [  # the agent's names are the registry's (agenthold.identity.agents), named here too
     "AGENT_ID_RE",
@@ -44,16 +48,20 @@ __all__ = [  # the agent's names are the registry's (agenthold.identity.agents),
     "Holder",
     "NotHolderError",
     "Previous",
+    "QueueLook",
     "Registration",
     "ReleaseResult",
     "ReleaseSetResult",
     "StatusResult",
+    "Unheard",
     "UnknownAgentError",
     "WaitProbe",
     "WaitResult",
     "check_agent_id",
     "check_mode",
+    "claim_waited",
     "unknown_agent",
+    "waited",
 ]
 
 Outcome = Literal["released", "modified", "created", "deleted", "moved"]
@@ -98,7 +106,7 @@ class Holder:
     lease_ends_at: float | None
     held_as: str | None = None
     mode: str = "exclusive"  # "shared": one of possibly many readers
-    queued: bool = False  # not a holder: a wait with claim, ahead in the queue (claim_queue)
+    queued: bool = False  # not a holder: a wait with claim, ahead in the queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +127,8 @@ class ClaimInfo:
     last_holder: str | None
     last_outcome_at: str | None
     moved_to: str | None
-    scope: str | None = None  # a directory or glob claim's directory key (claim_match)
-    mode: str = "exclusive"  # "shared": a shared hold (claim_queue), one of possibly many
+    scope: str | None = None  # a directory or glob claim's directory key (claims.patterns)
+    mode: str = "exclusive"  # "shared": a shared hold, one of possibly many
 
     def previous(self) -> Previous | None:
         """What the last holder left, if the resource is free and it is worth knowing."""
@@ -249,6 +257,50 @@ class WaitProbe:
     @property
     def available(self) -> bool:
         return self.status.status == "available"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLook:
+    """One look of a wait with claim: its seq, the claim if it was granted, whether it is
+    still in line (False: it was removed, its agent's lease having ended), and what to listen
+    to until the next look."""
+
+    seq: int
+    result: ClaimResult | None
+    in_line: bool = True
+    topics: frozenset[Topic] = frozenset()
+    wake_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unheard:
+    """A wait with claim whose caller will never read its answer (cancelled, interrupted, its
+    connection closed), as the caller knows it: what it waited for, for whom, in what mode, and
+    the claim a look already read for it (``got``), whose answer was lost on the way."""
+
+    target: Resource | Pattern
+    agent_id: str
+    mode: str
+    principal: str | None = None
+    got: ClaimResult | None = None
+
+
+def waited(resource: Resource | Pattern, probe: WaitProbe, elapsed: float) -> WaitResult:
+    """The result of a wait for ``resource`` that ends with ``probe``, its last look."""
+    status, elapsed = probe.status, round(elapsed, 3)
+    if status.status == "available":
+        return WaitResult("available", status.resource, elapsed, status.previous)
+    return WaitResult("timeout", resource.uri, elapsed, holder=status.holder)
+
+
+def claim_waited(result: ClaimResult, elapsed: float) -> WaitResult:
+    """The result of a wait with claim that was granted ``result``."""
+    status: Literal["claimed", "already_claimed"] = (
+        "already_claimed" if result.status == "already_claimed" else "claimed"
+    )
+    return WaitResult(
+        status, result.resource, round(elapsed, 3), result.previous, version=result.version
+    )
 
 
 def check_mode(mode: object) -> str:

@@ -1,10 +1,12 @@
 """The ``agenthold`` command line: the parser and dispatch (main.py) and the subcommands that are
-not the inspector's (tokens, retention, backup, completion). Names load on first use.
+not the inspector's (tokens, retention, backup, completion). ``agenthold.cli.main.main`` is the
+entry point that ``agenthold/__main__.py`` calls when no warm server takes the call.
 
-Beside ``main``, the face names the steps ``agenthold`` takes to serve, for a program that serves
-the same way with something added (bench/perf/'s no-op servers): the parser and its checked
-options, the coordinator they open, the listening socket, the stop signals, and the freeze of
-what start-up made.
+The face names the steps ``agenthold`` takes to serve, for a program that serves the same way
+with something added (bench/perf/'s no-op servers): the parser and its checked options, the
+coordinator they open, the listening socket, the stop signals, and the freeze of what start-up
+made. They load on first use. It names no ``main``: that name is the submodule cli.main, which a
+function of that name would shadow.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ if TYPE_CHECKING:
         build_parser,
         freeze_startup_objects,
         listen,
-        main,
         open_coordinator,
         serve_options,
         stop_signals,
@@ -28,7 +29,6 @@ __all__ = [
     "build_parser",
     "freeze_startup_objects",
     "listen",
-    "main",
     "open_coordinator",
     "serve_options",
     "stop_signals",
@@ -39,7 +39,6 @@ _LAZY = {
     "build_parser": "agenthold.cli.main",
     "freeze_startup_objects": "agenthold.cli.main",
     "listen": "agenthold.cli.main",
-    "main": "agenthold.cli.main",
     "open_coordinator": "agenthold.cli.main",
     "serve_options": "agenthold.cli.main",
     "stop_signals": "agenthold.cli.main",

@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 # The errors' bases and the text checks live with the store's records until db/ holds them.
-from agenthold.store import AgentholdError, InvalidInputError, check_text, utc_iso
+from agenthold.db.errors import AgentholdError, InvalidInputError
+from agenthold.db.records import check_text, utc_iso
 
 __all__ = [
     "AGENT_ID_RE",
