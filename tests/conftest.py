@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from lanes import assign
 from pgserver import SKIP_REASON, Cluster, find_bindir
 from support import stop_warm_servers
 
@@ -130,6 +131,12 @@ BACKENDS = ("sqlite", "postgresql")
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "backends: a contract test, run on SQLite and on PostgreSQL")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks given here
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test joins the lanes its fixtures and code put it in (lanes.py)."""
+    assign(items)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
