@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 from lanes import assign
 from pgserver import SKIP_REASON, Cluster, find_bindir
-from support import stop_warm_servers
+from support import Coordinators, stop_warm_servers
 
+from agenthold.claims import Coordinator
 from agenthold.store import StateStore
 from agenthold.warm import SERVED, UNOPENED
 
@@ -165,6 +166,21 @@ def store(db_url: str) -> Iterator[StateStore]:
     PostgreSQL schema."""
     with StateStore(db_url) as s:
         yield s
+
+
+@pytest.fixture
+def opened(db_url: str, root: Path) -> Iterator[Coordinators]:
+    """Opens Coordinators on the test's database (``db_url``), each on a store of its own,
+    whose workspace "default" is the test module's ``root``; every store is closed after."""
+    coordinators = Coordinators(db_url, root)
+    yield coordinators
+    coordinators.close()
+
+
+@pytest.fixture
+def coord(opened: Coordinators) -> Coordinator:
+    """A Coordinator on the test's database, without a claim TTL."""
+    return opened()
 
 
 @pytest.fixture

@@ -90,6 +90,37 @@ def coordinator_at(
     return kind(store, resolver=Resolver([Workspace("default", str(root))]), claim_ttl=claim_ttl)
 
 
+class Coordinators:
+    """Opens Coordinators on one database (a file or a PostgreSQL URL) whose workspace
+    "default" is ``root``, each on a StateStore of its own, as another server process would
+    have; ``close`` closes every store. ``replies``: WireCoordinators (coordinator_at)."""
+
+    def __init__(self, db: Path | str, root: Path, *, replies: bool = False) -> None:
+        self.db, self.root, self.replies = db, root, replies
+        self.stores: list[StateStore] = []
+
+    def __call__(
+        self, claim_ttl: float | None = None, *, waiter_liveness: float | None = None
+    ) -> Coordinator:
+        """A new Coordinator, with ``claim_ttl`` and (if given) ``waiter_liveness``, the
+        seconds a queued wait's place is kept between its waiter's looks."""
+        store = StateStore(self.db)
+        self.stores.append(store)
+        coord = coordinator_at(store, self.root, claim_ttl=claim_ttl, replies=self.replies)
+        if waiter_liveness is not None:
+            coord.waiter_liveness = waiter_liveness
+        return coord
+
+    def close(self) -> None:
+        for store in self.stores:
+            store.close()
+
+
+def agents(coord: Coordinator, *names: str) -> list[str]:
+    """The ids of new agents of these names, registered through ``coord``."""
+    return [coord.register(n).agent_id for n in names]
+
+
 @contextlib.asynccontextmanager
 async def in_process_client(
     coordinator: Coordinator, *, tools: str, mode: str = "auto", **options: Any
