@@ -469,6 +469,41 @@ def run_agenthold(
     )
 
 
+def run_python(
+    code: str, *args: Path | str, timeout: float = 60
+) -> subprocess.CompletedProcess[bytes]:
+    """``python -c code ARGS`` to its end (its output not captured)."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], env=child_env(), timeout=timeout
+    )
+
+
+@contextlib.contextmanager
+def python_child(code: str, *args: Path | str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``python -c code ARGS``, which says it is ready by printing a line, then holds what it
+    opened until its stdin ends: yields it and that first line (stripped) once printed; its
+    stdin is closed when the block ends, and it is waited for (its ``returncode`` then set)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, *map(str, args)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(),
+    )  # fmt: skip
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        yield child, child.stdout.readline().strip()
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
+        child.stdout.close()
+
+
+def backed_up_store(source: Path, dest: Path, key: str = "k", value: Any = "backed-up") -> None:
+    """A new database at ``source`` whose one record is ns/``key`` = ``value``, backed up to
+    ``dest``: a fresh copy, as ``agenthold backup`` leaves it, that no store has opened."""
+    with StateStore(source) as store:
+        store.set("ns", key, value, updated_by="t")
+        store.backup(dest)
+
+
 class LineProcess:
     """A child process whose stdout a thread reads line by line into a queue (None at its
     end), so that every read can have a timeout. ``popen`` goes to subprocess.Popen."""
