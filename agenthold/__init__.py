@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agenthold.claims import Coordinator
-    from agenthold.messages import MessageBus
+    from agenthold.bus.messagebus import MessageBus
+    from agenthold.claims.coordinator import Coordinator
     from agenthold.models import StateRecord, StateRecordHistory
     from agenthold.resources import (
         DEFAULT_WORKSPACE_NAME,
@@ -62,8 +62,8 @@ _LAZY = {
     "ResourceId": "agenthold.resources",
     "Workspace": "agenthold.resources",
     "WorkspaceRegistry": "agenthold.resources",
-    "Coordinator": "agenthold.claims",
-    "MessageBus": "agenthold.messages",
+    "Coordinator": "agenthold.claims.coordinator",
+    "MessageBus": "agenthold.bus.messagebus",
 }
 
 

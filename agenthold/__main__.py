@@ -27,13 +27,13 @@ def main() -> int:
 
             return hook_main(args[1:])
         if _may_serve(args):
-            from agenthold.front import try_warm
+            from agenthold.serve.front import try_warm
 
             status = try_warm(args)
             if status is not None:
                 return status
-        from agenthold.cli import exit_now
-        from agenthold.cli import main as cli_main
+        from agenthold.cli.main import exit_now
+        from agenthold.cli.main import main as cli_main
 
         status = cli_main(args)
     except KeyboardInterrupt:  # Ctrl-C before the server's own handlers are in place (while

@@ -1,12 +1,12 @@
 """agenthold 0.10's ``agenthold.coordinator``, kept importable: claims live in
 :mod:`agenthold.claims`, whose :class:`~agenthold.claims.Coordinator` still takes the store and a
 registry of workspaces (an :class:`agenthold.resources.WorkspaceRegistry` or any
-:class:`~agenthold.uris.Resolver`) as 0.10's did. Its results are typed, not dicts
+:class:`~agenthold.claims.names.Resolver`) as 0.10's did. Its results are typed, not dicts
 (docs/upgrading.md)."""
 
 from __future__ import annotations
 
-from agenthold.claims import LAPSE_OUTCOMES, OUTCOMES, Coordinator
+from agenthold.claims.coordinator import LAPSE_OUTCOMES, OUTCOMES, Coordinator
 
 __all__ = ["AGENT_OUTCOMES", "ALL_OUTCOMES", "Coordinator"]
 

@@ -6,7 +6,7 @@ about a bad argument also derives from ``ValueError`` through ``InvalidInputErro
 ``DamagedRecordError`` (a stored value that is not JSON).
 """
 
-from agenthold.claims import NotHolderError, UnknownAgentError
+from agenthold.claims.coordinator import NotHolderError, UnknownAgentError
 from agenthold.store import (
     AgentholdError,
     BusyError,

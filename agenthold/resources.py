@@ -1,8 +1,8 @@
 """agenthold 0.10's names for workspaces and resource names, kept importable.
 
 0.10 had its own module for these (``Workspace``, ``WorkspaceRegistry``, ``ResourceId``,
-``parse_resource_input``). 0.11 names resources in :mod:`agenthold.uris`, and this module maps
-the old names onto it rather than keeping a second set of rules: a name parsed here is the name
+``parse_resource_input``). 0.11 names resources in :mod:`agenthold.claims.names`, and this module
+maps the old names onto it rather than keeping a second set of rules: a name parsed here is the name
 the server would give the same text, symlinks, Unicode normalisation and nested workspaces
 included. What differs from 0.10 is listed in docs/upgrading.md (roots are absolute paths of
 this host; case folding is one choice per registry, not per workspace; error wording).
@@ -16,9 +16,9 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agenthold.claims.names import _SEPARATOR_RE, Resolver
+from agenthold.claims.names import Workspace as _Workspace
 from agenthold.store import InvalidInputError
-from agenthold.uris import _SEPARATOR_RE, Resolver
-from agenthold.uris import Workspace as _Workspace
 
 __all__ = [
     "DEFAULT_WORKSPACE_NAME",
@@ -38,8 +38,8 @@ def _platform_case_sensitive() -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Workspace(_Workspace):
-    """A workspace as 0.10 spelled it: :class:`agenthold.uris.Workspace` plus whether its file
-    names are case-sensitive (by default: not on macOS and Windows)."""
+    """A workspace as 0.10 spelled it: :class:`agenthold.claims.names.Workspace` plus whether its
+    file names are case-sensitive (by default: not on macOS and Windows)."""
 
     case_sensitive: bool = dataclasses.field(default_factory=_platform_case_sensitive)
 
@@ -70,8 +70,8 @@ class ResourceId:
 
 
 class WorkspaceRegistry(Resolver):
-    """0.10's registry of workspaces: a :class:`~agenthold.uris.Resolver` over them, with 0.10's
-    lookups. At least one workspace is required (0.10 had no implicit default). A
+    """0.10's registry of workspaces: a :class:`~agenthold.claims.names.Resolver` over them, with
+    0.10's lookups. At least one workspace is required (0.10 had no implicit default). A
     :class:`Workspace` of this module carries ``case_sensitive``; the workspaces of one registry
     must agree on it, because 0.11 folds case per resolver."""
 
@@ -118,8 +118,8 @@ class WorkspaceRegistry(Resolver):
 
 
 def parse_resource_input(raw: object, registry: Resolver) -> ResourceId:
-    """Canonicalise ``raw`` as ``registry`` does (:meth:`agenthold.uris.Resolver.resolve`) and
-    return it as a :class:`ResourceId`. Raises InvalidInputError (a ValueError) on bad input."""
+    """Canonicalise ``raw`` as ``registry`` does (:meth:`agenthold.claims.names.Resolver.resolve`)
+    and return it as a :class:`ResourceId`. Raises InvalidInputError (a ValueError) on bad input."""
     resource = registry.resolve(raw)  # type: ignore[arg-type]  # it refuses a non-string
     if resource.kind == "custom":
         return ResourceId(scope="custom", workspace=None, path=resource.uri[len("custom://") :])

@@ -852,7 +852,7 @@ STORE_SCHEMA = Component(
     );
     """,
             """
-    -- The principal (the caller a token names, agenthold.principals) that made each write;
+    -- The principal (the caller a token names, agenthold.identity.principals) that made each write;
     -- NULL where no token said who called.
     ALTER TABLE state_history ADD COLUMN principal TEXT;
     """,
@@ -888,7 +888,7 @@ STORE_SCHEMA = Component(
     CREATE INDEX state_history_by_xid ON state_history (xid);
     """,
             """
-    -- The principal (the caller a token names, agenthold.principals) that made each write;
+    -- The principal (the caller a token names, agenthold.identity.principals) that made each write;
     -- NULL where no token said who called.
     ALTER TABLE state_history ADD COLUMN principal TEXT;
     """,
@@ -1749,7 +1749,7 @@ class Subscription(Protocol):
 
 class Database(Protocol):
     """The seam between agenthold's components (store, claims, messages) and a database engine:
-    ``SQLiteDatabase`` below, ``agenthold.postgres.PostgresDatabase`` for PostgreSQL.
+    ``SQLiteDatabase`` below, ``agenthold.db.postgres.PostgresDatabase`` for PostgreSQL.
 
     Components write their SQL once, with ``?`` placeholders and the syntax both engines share;
     their tables come from a ``Component`` given to ``ensure``. The connection that ``snapshot``
@@ -1806,7 +1806,7 @@ def open_database(
     database: Database
     if isinstance(target, str) and target.startswith(POSTGRES_PREFIXES):
         try:  # by name: the backend imports this module, not the other way round
-            backend = importlib.import_module("agenthold.postgres")
+            backend = importlib.import_module("agenthold.db.postgres")
         except ImportError:
             # Not 'pip install "agenthold[postgres]"': until 0.11 is published that installs
             # the registry's 0.10, which has no such extra. psycopg itself is on the registry.

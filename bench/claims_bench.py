@@ -75,14 +75,15 @@ from _common import (
     target_lines,
 )
 
+from agenthold.claims.coordinator import _CLAIM_ROW, _EVENT, _FREE, Coordinator
+from agenthold.claims.names import Resolver, Workspace
+
 # The private SQL constants are imported on purpose: the baseline must run exactly these.
-from agenthold.claim_queue import _TAKE as _TAKE_ROW
-from agenthold.claim_schema import _EVENT_MODE, _LOOK_ROW, rows_statement
-from agenthold.claim_schema import _TOUCH as _TOUCH_ACTIVITY
-from agenthold.claim_types import WaitResult
-from agenthold.claims import _CLAIM_ROW, _EVENT, _FREE, Coordinator
+from agenthold.claims.queue import _TAKE as _TAKE_ROW
+from agenthold.claims.records import WaitResult
+from agenthold.claims.schema import _EVENT_MODE, _LOOK_ROW, rows_statement
+from agenthold.claims.schema import _TOUCH as _TOUCH_ACTIVITY
 from agenthold.store import StateStore, utc_iso
-from agenthold.uris import Resolver, Workspace
 
 RESOURCE = "src/app.py"
 TTL = 1800.0  # the claim TTL of the "with a TTL" run, as an HTTP server might use

@@ -43,10 +43,10 @@ from pathlib import Path
 import _common  # finds this checkout's agenthold; its table and machine line
 
 import agenthold
-from agenthold.claims import Coordinator
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
 from agenthold.hooks.ancestry import host_of
 from agenthold.store import StateStore
-from agenthold.uris import Resolver, Workspace
 
 TARGET_MS = 40.0
 

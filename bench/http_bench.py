@@ -112,9 +112,7 @@ def serve(argv: list[str]) -> int:
     port on stdout once listening; stop on SIGTERM like ``agenthold --transport http``."""
     import logging
 
-    from agenthold import server as srv
-    from agenthold.claim_tools import standard_tools
-    from agenthold.cli import (
+    from agenthold.cli.main import (
         build_parser,
         freeze_startup_objects,
         listen,
@@ -122,8 +120,10 @@ def serve(argv: list[str]) -> int:
         serve_options,
         stop_signals,
     )
-    from agenthold.http import serve_http
-    from agenthold.toolkit import ToolCall, ToolSpec
+    from agenthold.serve import app as srv
+    from agenthold.serve.claim_tools import standard_tools
+    from agenthold.serve.http import serve_http
+    from agenthold.serve.toolkit import ToolCall, ToolSpec
 
     opts, _ = serve_options(build_parser().parse_args(argv), {})
     logging.basicConfig(stream=sys.stderr, level=opts.log_level.upper())
@@ -287,7 +287,7 @@ def token_file(path: Path, principals: int) -> str:
     the one in the middle (scoped, when there are several), which the clients use. The file is
     dated ten seconds back: one changed in the last two seconds is read again at every call
     (principals.RACY_NS), which is not the steady state this measures."""
-    from agenthold.principals import digest
+    from agenthold.identity.principals import digest
 
     entries = {}
     for i in range(principals):
@@ -308,8 +308,8 @@ def check_cost(tmp: Path, repeats: int = 7, n: int = 5000) -> dict[str, dict[str
     difference that noise cannot hide. Microseconds per check: the median and the best of
     ``repeats`` runs of ``n`` checks, in elapsed time and in this thread's CPU time (which
     other work on the machine does not lengthen)."""
-    from agenthold.auth import BearerAuth
-    from agenthold.principals import TokenTable
+    from agenthold.identity.principals import TokenTable
+    from agenthold.serve.auth import BearerAuth
 
     costs = {}
     for principals in (1, PRINCIPALS):

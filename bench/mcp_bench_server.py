@@ -5,7 +5,7 @@
 
 Decisions behind it:
 - The first form is the real agenthold stdio server (the same flags, checks, logging and
-  ``serve_stdio`` as ``agenthold.cli.serve``) with one extra tool, ``bench_noop``. The no-op
+  ``serve_stdio`` as ``agenthold.cli.main.serve``) with one extra tool, ``bench_noop``. The no-op
   takes the same path as every agenthold tool (argument binding, dispatch, reply shaping, the
   same output schema) but does no database work, so a tool's time minus the no-op's, measured
   on the same server in the same run, is what the tool itself costs.
@@ -32,7 +32,9 @@ def serve_agenthold(argv: list[str]) -> int:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     import anyio
 
-    from agenthold import cli, server, stdio, toolkit
+    from agenthold.cli import main as cli
+    from agenthold.serve import app as server
+    from agenthold.serve import stdio, toolkit
 
     args = cli.build_parser().parse_args(argv)
     try:

@@ -68,8 +68,10 @@ from _common import (
     target_lines,
 )
 
+from agenthold.bus.messagebus import BusAgent, MessageBus
+
 # The bus's own SQL, imported on purpose: the baseline must run exactly these statements.
-from agenthold.message_schema import (
+from agenthold.bus.schema import (
     BUMP,
     CURSOR,
     INSERT,
@@ -80,7 +82,6 @@ from agenthold.message_schema import (
     THREAD_INFO,
     thread_topic,
 )
-from agenthold.messages import BusAgent, MessageBus
 from agenthold.store import utc_iso
 
 CONTENT = "Tests pass on branch fix-123; please review src/app.py lines 40-80."
@@ -157,7 +158,7 @@ class RawPostgres(Raw):
 
         self.pg = psycopg.connect(str(url), autocommit=True)
         self.tid, self.agent = thread_id, agent
-        from agenthold.postgres import _pg  # the bus's statements in PostgreSQL's spelling
+        from agenthold.db.postgres import _pg  # the bus's statements in PostgreSQL's spelling
 
         self.sql = {name: _pg(text) for name, text in SQL.items()}
         topic = json.dumps([list(thread_topic(thread_id))])  # what the bus notifies

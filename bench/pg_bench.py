@@ -55,9 +55,9 @@ import psycopg
 from _common import best_rates, check_line, load_average, percentile, table
 
 from agenthold import store as st
-from agenthold.claims import Coordinator
-from agenthold.postgres import lock_key
-from agenthold.uris import Resolver, Workspace
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.db.postgres import lock_key
 
 RESOURCE = "src/app.py"
 URI = "custom://bench/wake"  # the resource of the wake-ups through servers

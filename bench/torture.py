@@ -126,7 +126,7 @@ from torture_workers import (  # noqa: E402
     CRASH_NAMESPACE,
 )
 
-from agenthold.claims import Coordinator  # noqa: E402
+from agenthold.claims.coordinator import Coordinator  # noqa: E402
 from agenthold.store import StateStore  # noqa: E402
 
 Database = Path | str  # a SQLite file, or the postgresql:// URL of a schema of its own
@@ -705,7 +705,7 @@ async def fill_thread_pools(db: Database, *servers: Server) -> None:
     if is_postgres(db):  # the locks the warm-up writes take (see PostgresDatabase.serialize)
         import psycopg
 
-        from agenthold.postgres import lock_key
+        from agenthold.db.postgres import lock_key
 
         lock = psycopg.connect(str(db), autocommit=True)
         lock.execute("BEGIN")

@@ -18,8 +18,8 @@ from pgserver import SKIP_REASON, Cluster, find_bindir
 from support import Coordinators, stop_warm_servers
 
 from agenthold.claims import Coordinator
+from agenthold.serve.warm import SERVED, UNOPENED
 from agenthold.store import StateStore
-from agenthold.warm import SERVED, UNOPENED
 
 HANG_SECONDS = 180.0  # far beyond any test's duration, even on a slow, busy machine
 

@@ -38,13 +38,13 @@ from mcp.types import CallToolResult
 from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp
 
-from agenthold.claim_tools import reply
-from agenthold.claims import Coordinator
-from agenthold.cli import listen
-from agenthold.http import ConnectionGuard, _Uvicorn, web_config
-from agenthold.server import Agenthold, build_server
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.cli.main import listen
+from agenthold.serve.app import Agenthold, build_server
+from agenthold.serve.claim_tools import reply
+from agenthold.serve.http import ConnectionGuard, _Uvicorn, web_config
 from agenthold.store import StateStore
-from agenthold.uris import Resolver, Workspace
 
 REPO = Path(__file__).resolve().parents[1]
 STORE_WORKER = REPO / "tests" / "helpers" / "store_worker.py"
@@ -264,9 +264,9 @@ async def token_server(
     ``scoped`` a token and its scopes (None: every scope), on ``db`` (None: a fresh file). A
     session that ends ends its agents' leases after ``disconnect_grace`` seconds (None:
     never)."""
-    from agenthold.cli import ServeOptions
-    from agenthold.http import http_app
-    from agenthold.principals import TokenTable, add_token
+    from agenthold.cli.main import ServeOptions
+    from agenthold.identity.principals import TokenTable, add_token
+    from agenthold.serve.http import http_app
 
     auth_file = tmp_path / "tokens.json"
     tokens = {name: add_token(auth_file, name, scopes)[0] for name, scopes in scoped.items()}
@@ -723,7 +723,7 @@ def glob_matches(pattern: str, path: str) -> bool:
     it); in a segment, * is any run of characters, ? one character, [abc], [a-z] and [!abc]
     one character of a class (a ] first in the class is itself); ** as a whole segment is any
     number of segments, none included; anything else is itself. Written here rather than
-    taken from agenthold.claim_match, so that a checker using it can catch a bug there."""
+    taken from agenthold.claims.patterns, so that a checker using it can catch a bug there."""
     parts = path.split("/")
     if pattern.endswith("/"):
         above = pattern[:-1].split("/")

@@ -26,11 +26,17 @@ import pytest
 from mcp import Client
 from support import STARTUP, free_port, run_agenthold, sdk_client, uvicorn_serving
 
-from agenthold.auth import UNAUTHORIZED, BearerAuth, LoopbackOrigins, is_loopback, usable_tokens
-from agenthold.claims import Coordinator
-from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
-from agenthold.http import http_app
-from agenthold.server import Agenthold
+from agenthold.claims.coordinator import Coordinator
+from agenthold.cli.main import ServeOptions, UsageError, build_parser, serve_options
+from agenthold.serve.app import Agenthold
+from agenthold.serve.auth import (
+    UNAUTHORIZED,
+    BearerAuth,
+    LoopbackOrigins,
+    is_loopback,
+    usable_tokens,
+)
+from agenthold.serve.http import http_app
 from agenthold.store import StateStore
 
 TOKENS = ["first-token-1234", "second-token-5678"]

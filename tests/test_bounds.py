@@ -46,14 +46,14 @@ from support import (
     uvicorn_serving,
 )
 
-from agenthold import http as http_module
-from agenthold import limits
-from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
-from agenthold.http import ConnectionGuard, http_app
-from agenthold.limits import Bounds
-from agenthold.principals import SHARED, TokenTable, add_token
-from agenthold.server import Agenthold
-from agenthold.sessions import SessionLimits
+from agenthold.cli.main import ServeOptions, UsageError, build_parser, serve_options
+from agenthold.identity.principals import SHARED, TokenTable, add_token
+from agenthold.serve import http as http_module
+from agenthold.serve import limits
+from agenthold.serve.app import Agenthold
+from agenthold.serve.http import ConnectionGuard, http_app
+from agenthold.serve.limits import Bounds
+from agenthold.serve.sessions import SessionLimits
 from agenthold.store import StateStore
 
 pytestmark = pytest.mark.anyio
@@ -221,19 +221,19 @@ async def test_refusals_are_counted_in_one_log_line_per_interval_without_a_trace
 
         def counted() -> int:
             found = (re.search(r"(\d+) displaced before sending", r.getMessage())
-                     for r in caplog.records if r.name == "agenthold.http")  # fmt: skip
+                     for r in caplog.records if r.name == "agenthold.serve.http")  # fmt: skip
             return sum(int(m.group(1)) for m in found if m)
 
         await poll(lambda: counted() == 40)
         spent = time.monotonic() - started
-        lines = [r for r in caplog.records if r.name == "agenthold.http"]
+        lines = [r for r in caplog.records if r.name == "agenthold.serve.http"]
         # one count per interval (the 45 connections may span two on a busy machine), no
         # line per connection and no traceback
         assert 1 <= len(lines) <= 2 + int(spent / 0.3), [r.getMessage() for r in lines]
         assert all("limit: 5 open connections" in r.getMessage() for r in lines)
         assert not any(r.exc_info for r in lines)
         await anyio.sleep(0.6)  # a quiet interval logs nothing
-        assert [r for r in caplog.records if r.name == "agenthold.http"] == lines
+        assert [r for r in caplog.records if r.name == "agenthold.serve.http"] == lines
         for stream in streams:
             await stream.aclose()
     assert not any(r.exc_info for r in caplog.records)
@@ -846,7 +846,7 @@ def test_an_asked_connection_limit_beyond_the_descriptors_is_kept_with_a_warning
 def test_raising_the_descriptor_limit_reaches_the_hard_limit(tmp_path: Path) -> None:
     """In a child process, so this one's limit stays as it was."""
     code = (
-        "import resource; from agenthold.cli import raise_descriptor_limit as r;"
+        "import resource; from agenthold.cli.main import raise_descriptor_limit as r;"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 300));"
         "print(r(), resource.getrlimit(resource.RLIMIT_NOFILE)[0], r())"
     )

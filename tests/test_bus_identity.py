@@ -19,8 +19,8 @@ import pytest
 from mcp import Client
 from support import TokenServer, child_env, flagged_call, token_server, tools_seen
 
-from agenthold.message_tools import MESSAGES_NAMES
-from agenthold.uris import Resolver, Workspace
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.serve.message_tools import MESSAGES_NAMES
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-"""Tests of agenthold.claim_index: the held patterns a Coordinator keeps between claims are never
+"""Tests of agenthold.claims.index: the held patterns a Coordinator keeps between claims are never
 stale (another process's or another connection's glob claim is seen by the very next claim, on
 both backends), and the index finds exactly the patterns covers_file finds.
 
@@ -16,17 +16,17 @@ from pathlib import Path
 import pytest
 from support import REPO, Coordinators, child_env
 
-from agenthold.claim_index import HeldPatterns
-from agenthold.claim_match import covers_file, parse_pattern
-from agenthold.claims import Coordinator
-from agenthold.uris import Resolver, Workspace
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.index import HeldPatterns
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.claims.patterns import covers_file, parse_pattern
 
 # argv: db, root, then "claim PATTERN" (prints the new agent's id) or "release PATTERN AGENT"
 CHILD = """
 import sys
-from agenthold.claims import Coordinator
+from agenthold.claims.coordinator import Coordinator
 from agenthold.store import StateStore
-from agenthold.uris import Resolver, Workspace
+from agenthold.claims.names import Resolver, Workspace
 db, root, op, pattern, *agent = sys.argv[1:]
 store = StateStore(db)
 coord = Coordinator(store, resolver=Resolver([Workspace("default", root)]))

@@ -34,8 +34,8 @@ from support import (
     reply_of,
 )
 
-from agenthold.claim_schema import CLAIMS_LOCK
-from agenthold.claims import Coordinator
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.schema import CLAIMS_LOCK
 from agenthold.store import InvalidInputError
 
 WORKER = Path(__file__).parent / "helpers" / "queue_worker.py"
@@ -314,7 +314,7 @@ def test_a_waiter_whose_process_died_and_whose_lease_ended_is_skipped(
     coord.claim("src/a.py", h)
     code = (
         "import sys; from agenthold.claims import Coordinator; from agenthold.store import "
-        "StateStore; from agenthold.uris import Resolver, Workspace; "
+        "StateStore; from agenthold.claims.names import Resolver, Workspace; "
         "c = Coordinator(StateStore(sys.argv[1]), resolver=Resolver([Workspace('default', "
         "sys.argv[2])])); c.wait('src/a.py', 60, agent_id=sys.argv[3], claim=True)"
     )

@@ -31,11 +31,11 @@ from support import (
     reply_of,
 )
 
-from agenthold.claim_match import Pattern, ancestors, overlaps, parse_pattern
-from agenthold.claim_tools import BUSY_HINT, BUSY_SET_HINT, LAPSED_HINT
-from agenthold.claims import Coordinator
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.claims.patterns import Pattern, ancestors, overlaps, parse_pattern
+from agenthold.serve.claim_tools import BUSY_HINT, BUSY_SET_HINT, LAPSED_HINT
 from agenthold.store import InvalidInputError, StateStore
-from agenthold.uris import Resolver, Workspace
 
 WORKER = Path(__file__).parent / "helpers" / "sets_worker.py"
 

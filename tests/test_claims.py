@@ -1,4 +1,4 @@
-"""Tests for agenthold.claims: agents, resource claims, leases and waiting.
+"""Tests for agenthold.claims.coordinator: agents, resource claims, leases and waiting.
 
 Everything runs on real databases, real threads and real processes; nothing of ours is mocked:
 the contract tests (marked ``backends``) on a SQLite file and on PostgreSQL, the rest on SQLite.
@@ -38,8 +38,8 @@ from support import (
     run_threads,
 )
 
-from agenthold import claim_tools, claims
-from agenthold.claims import (
+from agenthold.claims import coordinator as claims
+from agenthold.claims.coordinator import (
     OUTCOMES,
     Agent,
     ClaimInfo,
@@ -47,8 +47,9 @@ from agenthold.claims import (
     NotHolderError,
     UnknownAgentError,
 )
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.serve import claim_tools
 from agenthold.store import InvalidInputError, StateStore
-from agenthold.uris import Resolver, Workspace
 
 HELPER = Path(__file__).parent / "helpers" / "claims_worker.py"
 BENCH = REPO / "bench" / "claims_bench.py"

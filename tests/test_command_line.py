@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from support import REPO, LineProcess, child_env
 
-from agenthold import inspect as inspector
-from agenthold.cli import build_parser, main
+from agenthold.cli.main import build_parser, main
+from agenthold.inspect import commands as inspector
 from agenthold.store import StateStore
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals")

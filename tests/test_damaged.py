@@ -278,7 +278,7 @@ async def test_a_stored_number_too_large_for_a_float_is_a_damaged_record_over_mc
 def test_the_inspector_shows_damaged_values_flagged_and_everything_else(
     db_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from agenthold.cli import main
+    from agenthold.cli.main import main
 
     with StateStore(db_path) as store:
         fill(store)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from support import REPO, child_env
 
-from agenthold.cli import (
+from agenthold.cli.main import (
     UsageError,
     build_parser,
     database_path,

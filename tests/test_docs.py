@@ -26,9 +26,9 @@ import anyio
 import pytest
 from support import coordinator_at, in_process_client
 
-from agenthold.claims import Coordinator
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
 from agenthold.store import StateStore
-from agenthold.uris import Resolver, Workspace
 
 pytestmark = pytest.mark.anyio
 
@@ -262,7 +262,7 @@ async def test_every_reply_in_the_messages_tools_doc_is_the_servers(tmp_path: Pa
     text = tools_doc_parts()[1]
     story = list(STANDARD_EXAMPLE.finditer(text))
     assert text.count("**Request**") == len(story), "a request without a reply block"
-    from agenthold.message_tools import MESSAGES_NAMES
+    from agenthold.serve.message_tools import MESSAGES_NAMES
 
     assert {m["tool"] for m in story} == MESSAGES_NAMES  # every tool is shown
     ids: dict[str, str] = {}
@@ -722,7 +722,7 @@ async def test_a_wrong_token_gets_the_readmes_401_and_the_sdk_client_an_mcperror
     from mcp.client.streamable_http import streamable_http_client
     from mcp.shared.exceptions import MCPError
 
-    from agenthold.principals import add_token
+    from agenthold.identity.principals import add_token
 
     part = section(readme(), CURL)
     body = re.search(r"`(\{\"error\": \"unauthorized\".*?\})`", " ".join(part.split()))
@@ -925,7 +925,7 @@ def test_the_pipx_and_uv_lines_for_a_checkout_install_a_working_agenthold(
 
 
 def test_the_configuration_page_has_a_row_for_every_flag_the_server_takes() -> None:
-    from agenthold.cli import build_parser
+    from agenthold.cli.main import build_parser
 
     page = (REPO / "docs" / "configuration.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| (`--.*?) \|", page, re.MULTILINE)

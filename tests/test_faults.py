@@ -52,10 +52,10 @@ from support import (
 )
 
 import agenthold.store as store_module
-from agenthold.claims import Coordinator
-from agenthold.server import Agenthold
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.serve.app import Agenthold
 from agenthold.store import StateStore
-from agenthold.uris import Resolver, Workspace
 
 pytestmark = pytest.mark.anyio
 

@@ -2,7 +2,7 @@
 
 A glob matched by a backtracking regex could take 45 s for one claim (``*a*a*…*b*`` against a
 file of 36 a's) while every other caller waited. These tests hold the matcher of
-agenthold.claim_match to three things:
+agenthold.claims.patterns to three things:
 - it says what a brute-force oracle written without it says (``support.glob_matches``, which
   tries every way a ``*`` or ``**`` could be lined up), for random patterns and names over small
   alphabets, and two patterns it calls disjoint share no name the oracle can find;
@@ -29,7 +29,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from support import glob_matches, in_process_client, reply_of
 
-from agenthold.claim_match import (
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.claims.patterns import (
     LIMITS_HINT,
     MAX_PATTERN_DEEP,
     MAX_PATTERN_LENGTH,
@@ -41,9 +43,7 @@ from agenthold.claim_match import (
     parse_pattern,
     tail_of,
 )
-from agenthold.claims import Coordinator
 from agenthold.store import InvalidInputError, StateStore
-from agenthold.uris import Resolver, Workspace
 
 pytestmark = pytest.mark.anyio
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from support import child_env
 
-from agenthold.claims import Coordinator
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
 from agenthold.hooks.install import CONFIG
 from agenthold.store import StateStore
-from agenthold.uris import Resolver, Workspace
 
 # What other tools already put in each host's file: their hooks on the same events as ours,
 # and settings of the host's own.

@@ -23,12 +23,12 @@ import pytest
 from mcp import Client, StdioServerParameters
 from support import child_env, reply_of
 
-from agenthold.claims import Coordinator
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
 from agenthold.hooks import command as hook_command
 from agenthold.hooks.ancestry import host_of, my_host, parent_of
 from agenthold.hooks.hosts import HOSTS
 from agenthold.store import StateStore
-from agenthold.uris import Resolver, Workspace
 
 pytestmark = pytest.mark.anyio
 
@@ -579,13 +579,13 @@ def test_help_says_how_to_use_it_and_agenthold_help_lists_the_hook() -> None:
     top = subprocess.run([sys.executable, "-m", "agenthold", "--help"],
                          capture_output=True, text=True, env=child_env(), timeout=60)  # fmt: skip
     assert "hook" in top.stdout and "edit hook" in top.stdout
-    from agenthold.cli import main as cli_main
+    from agenthold.cli.main import main as cli_main
 
     assert cli_main(["hook", "--help"]) == 0
 
 
 def test_the_hook_finds_the_servers_default_database(tmp_path: Path) -> None:
-    from agenthold.cli import database_path
+    from agenthold.cli.main import database_path
 
     for environ in (
         {},
@@ -598,7 +598,7 @@ def test_the_hook_finds_the_servers_default_database(tmp_path: Path) -> None:
     assert hook_command.database_path("~/y.db", {}) == database_path("~/y.db", {})[0]
     for platform in ("darwin", "win32", "linux"):
         assert hook_command.state_directory({}, platform) == __import__(
-            "agenthold.cli", fromlist=["state_directory"]
+            "agenthold.cli.main", fromlist=["state_directory"]
         ).state_directory({}, platform)
 
 
@@ -614,7 +614,7 @@ def test_the_hook_command_never_imports_mcp_nor_the_claims_coordinator(
     )  # fmt: skip
     imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
     assert "agenthold.hooks.lookup" in imported  # the trace is read, not empty
-    assert not {"mcp", "agenthold.claims", "agenthold.cli", "argparse"} & imported
+    assert not {"mcp", "agenthold.claims.coordinator", "agenthold.cli.main", "argparse"} & imported
 
 
 def test_the_reason_says_who_since_when_until_when_and_what_helps() -> None:

@@ -67,13 +67,13 @@ from support import (
     warm_pids,
 )
 
-from agenthold import http as http_module
-from agenthold.claims import OUTCOMES, Coordinator
-from agenthold.cli import ServeOptions
-from agenthold.http import http_app
-from agenthold.server import Agenthold
+from agenthold.claims.coordinator import OUTCOMES, Coordinator
+from agenthold.cli.main import ServeOptions
+from agenthold.serve import http as http_module
+from agenthold.serve.app import Agenthold
+from agenthold.serve.http import http_app
+from agenthold.serve.toolkit import ToolSpec
 from agenthold.store import StateStore
-from agenthold.toolkit import ToolSpec
 
 pytestmark = pytest.mark.anyio
 
@@ -1084,7 +1084,7 @@ async def test_malformed_and_oversized_http_bodies_get_4xx_in_both_eras_and_othe
 def test_the_top_level_id_scan_finds_only_a_top_level_id_and_gives_up_on_broken_text() -> None:
     """rpc_id.top_level_id, shared by stdio and HTTP: strings are skipped with their escapes,
     nested ids do not count, and text it cannot follow has no id."""
-    from agenthold.rpc_id import top_level_id
+    from agenthold.serve.rpc_id import top_level_id
 
     assert top_level_id('{"params": {"id": 1}, "a": "x\\"\\\\", "id" : "r-1"}') == "r-1"
     assert top_level_id('{"method": "unterminated') is None
@@ -1193,7 +1193,7 @@ async def test_wrong_content_types_and_accept_headers_get_4xx_and_others_are_ser
 async def test_a_client_that_stalls_in_its_body_gets_408_while_others_are_served(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("agenthold.http.BODY_TIMEOUT", 1.0)
+    monkeypatch.setattr("agenthold.serve.http.BODY_TIMEOUT", 1.0)
     async with (
         http_serving(tmp_path, json_response=True) as s,
         httpx2.AsyncClient(timeout=ANSWER_LIMIT) as http,

@@ -52,11 +52,11 @@ from support import (
     uvicorn_serving,
 )
 
-from agenthold.claim_tools import reply as tool_reply
-from agenthold.claims import Coordinator
-from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
-from agenthold.http import CancelOnDisconnect, _http_stack
-from agenthold.server import Agenthold
+from agenthold.claims.coordinator import Coordinator
+from agenthold.cli.main import ServeOptions, UsageError, build_parser, serve_options
+from agenthold.serve.app import Agenthold
+from agenthold.serve.claim_tools import reply as tool_reply
+from agenthold.serve.http import CancelOnDisconnect, _http_stack
 from agenthold.store import StateStore
 
 pytestmark = pytest.mark.anyio
@@ -406,7 +406,7 @@ async def test_a_body_over_4_mib_gets_413(tmp_path: Path) -> None:
 async def test_a_body_not_sent_in_time_gets_408(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("agenthold.http.BODY_TIMEOUT", 0.3)
+    monkeypatch.setattr("agenthold.serve.http.BODY_TIMEOUT", 0.3)
     async with serving(tmp_path) as s:
         stream = await raw_connection(s.port)
         async with stream:

@@ -32,10 +32,10 @@ from support import (
 from test_auth import serving as auth_serving
 from test_auth import set_request
 
-from agenthold.claims import Coordinator
-from agenthold.principals import TokenTable, add_token, revoke
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.identity.principals import TokenTable, add_token, revoke
 from agenthold.store import StateStore
-from agenthold.uris import Resolver, Workspace
 
 pytestmark = pytest.mark.anyio
 
@@ -526,7 +526,7 @@ async def test_a_session_whose_owner_was_forgotten_is_refused_not_served_to_anyo
     """The owners of sessions are remembered up to a bound; past it, a session id of no known
     owner may be a forgotten one's, so it is refused (its client opens a new session) rather
     than served to whoever names it."""
-    from agenthold import auth
+    from agenthold.serve import auth
 
     monkeypatch.setattr(auth, "MAX_SESSIONS", 2)
     async with serving(tmp_path) as server:

@@ -25,10 +25,10 @@ from typing import Any
 import pytest
 from support import REPO, LineProcess
 
-from agenthold import inspect as inspector
-from agenthold import tables
-from agenthold.claims import Coordinator
-from agenthold.cli import main
+from agenthold.claims.coordinator import Coordinator
+from agenthold.cli.main import main
+from agenthold.inspect import commands as inspector
+from agenthold.inspect import tables
 from agenthold.store import SCHEMA_VERSION, StateStore
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals")
@@ -529,7 +529,7 @@ def test_the_shared_token_is_named_once_and_a_resource_keeps_its_width_at_100_co
     """The shared token's principal is named "(shared token)" already: shown as such beside
     the actor, not in a second pair of parentheses. At 100 columns the log's WHAT keeps the
     resource whole (36 cells) and the actor with its principal gives way first."""
-    from agenthold.principals import SHARED
+    from agenthold.identity.principals import SHARED
 
     resource = "custom://pg-demo-1/chapter-one.md"  # 33 cells
     with StateStore(db_url) as store:
@@ -1047,7 +1047,7 @@ def test_ages_are_relative_to_now() -> None:
 
 WRITER = """
 import sys
-from agenthold.claims import Coordinator
+from agenthold.claims.coordinator import Coordinator
 from agenthold.store import StateStore
 
 store = StateStore(sys.argv[1])
@@ -1193,7 +1193,7 @@ def test_log_follow_stops_quietly_when_its_reader_goes_away(demo: Demo) -> None:
 def test_no_inspector_subcommand_imports_mcp(demo: Demo) -> None:
     script = (
         "import sys\n"
-        "from agenthold.cli import main\n"
+        "from agenthold.cli.main import main\n"
         f"db = {demo.db!r}\n"
         "commands = [['agents'], ['claims', '--all'], ['namespaces'], ['keys', 'orders'],\n"
         "            ['history', 'orders', 'order-1'], ['log'], ['--help']]\n"

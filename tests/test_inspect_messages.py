@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from support import REPO, LineProcess, child_env
 
-from agenthold.cli import main
-from agenthold.messages import MessageBus
+from agenthold.bus.messagebus import MessageBus
+from agenthold.cli.main import main
 from agenthold.store import StateStore
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals")
@@ -224,7 +224,7 @@ def test_log_follow_shows_an_append_by_another_process(chat: Any) -> None:
             [
                 sys.executable,
                 "-c",
-                "import sys; from agenthold.messages import MessageBus; "
+                "import sys; from agenthold.bus.messagebus import MessageBus; "
                 "MessageBus(sys.argv[1]).append(sys.argv[2], 'worker-2', 'late news')",
                 db,
                 review,

@@ -22,8 +22,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 from support import STARTUP, child_env, coordinator_at, in_process_client, reply_of
 
-from agenthold.message_tools import MESSAGES_NAMES
-from agenthold.messages import MessageBus
+from agenthold.bus.messagebus import MessageBus
+from agenthold.serve.message_tools import MESSAGES_NAMES
 from agenthold.store import StateStore
 
 pytestmark = pytest.mark.anyio

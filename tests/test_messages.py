@@ -1,4 +1,4 @@
-"""The message bus (agenthold.messages): the AgentMsgs examples as written, its guarantees
+"""The message bus (agenthold.bus.messagebus): the AgentMsgs examples as written, its guarantees
 (sequences, visibility order, crashes, pushed waits) and a clear error for every bad input.
 
 Everything runs on real databases with real threads and processes: the ``bus`` fixture's tests on
@@ -25,10 +25,8 @@ from typing import Any
 import pytest
 from support import REPO, LineProcess, child_env, run_threads
 
-from agenthold import messages
-from agenthold.claims import Coordinator, UnknownAgentError
-from agenthold.message_schema import MESSAGES_SCHEMA
-from agenthold.messages import (
+from agenthold.bus import messagebus as messages
+from agenthold.bus.messagebus import (
     DEFAULT_POLL_LIMIT,
     MAX_POLL_LIMIT,
     BusAgent,
@@ -39,6 +37,8 @@ from agenthold.messages import (
     TooFewParticipantsError,
     UnknownThreadError,
 )
+from agenthold.bus.schema import MESSAGES_SCHEMA
+from agenthold.claims.coordinator import Coordinator, UnknownAgentError
 from agenthold.store import SCHEMA_VERSION as store_schema
 from agenthold.store import Component, IncompatibleDatabaseError, InvalidInputError, StateStore
 
@@ -76,7 +76,7 @@ def worker(*args: str) -> LineProcess:
 # --------------------------------------------------------------------------------------------
 
 IMPORTS = """
-from agenthold.messages import MessageBus as App
+from agenthold.bus.messagebus import MessageBus as App
 from agenthold.store import StateStore as SQLiteStore
 InMemoryStore = lambda: SQLiteStore(":memory:")
 """

@@ -70,7 +70,8 @@ def test_a_path_longer_than_sqlite_takes_is_refused_naming_the_limit(tmp_path: P
 
 
 def test_the_command_line_and_the_store_know_one_path_limit() -> None:
-    from agenthold import locations, store
+    from agenthold import store
+    from agenthold.db import locations
 
     assert locations.SQLITE_MAX_PATH == store.SQLITE_MAX_PATH
 

@@ -317,7 +317,7 @@ def test_a_lock_held_past_busy_timeout_is_busy_through_a_server(
     async def run(admin: psycopg.Connection[Any]) -> None:
         async with connect(server.url) as client:
             agent = (await call(client, "agenthold_register", name="a"))["agent_id"]
-            from agenthold.postgres import lock_key
+            from agenthold.db.postgres import lock_key
 
             admin.execute("BEGIN")
             admin.execute("SELECT pg_advisory_xact_lock(%s)", (lock_key("claims"),))

@@ -32,10 +32,11 @@ import pytest
 from pgserver import Cluster
 from support import run_threads
 
-from agenthold.claim_schema import resource_topic
-from agenthold.claims import Coordinator
-from agenthold.pending import clock
-from agenthold.postgres import MAX_PAYLOAD, PostgresDatabase, lock_key, redact
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.claims.pending import clock
+from agenthold.claims.schema import resource_topic
+from agenthold.db.postgres import MAX_PAYLOAD, PostgresDatabase, lock_key, redact
 from agenthold.store import (
     MAX_KEY_LENGTH,
     AgentholdError,
@@ -49,7 +50,6 @@ from agenthold.store import (
     key_topic,
     wait_until,
 )
-from agenthold.uris import Resolver, Workspace
 
 STORE_WORKER = Path(__file__).parent / "helpers" / "store_worker.py"
 
@@ -199,7 +199,7 @@ def test_leases_are_judged_by_the_servers_clock(
     assert [s.status for s in coord.status_many(["x.py", "y.py"])] == ["claimed", "available"]
     other = coord.register("b").agent_id
     assert coord.claim("x.py", other).status == "busy"
-    from agenthold.inspect import Inspector
+    from agenthold.inspect.commands import Inspector
 
     assert abs(Inspector(pg, as_json=True).now - real()) < 60  # its "ends in" and "ended"
 
@@ -849,7 +849,7 @@ def test_the_inspectors_message_ages_are_not_judged_by_a_skewed_database_clock(
     """Messages and threads are stamped by the writing host's wall clock (docs/architecture.md,
     "Which clock measures what"), so the inspector shows their ages by this host's clock: a
     message just written is seconds old, not an hour, on a server whose clock is an hour off."""
-    from agenthold.messages import MessageBus
+    from agenthold.bus.messagebus import MessageBus
 
     bus = MessageBus(skewed.db)
     thread = bus.create_thread(bus.create_agent("ann"), bus.create_agent("bob"))

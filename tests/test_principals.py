@@ -23,10 +23,9 @@ import pytest
 from support import REPO, free_port, sdk_client, uvicorn_serving
 from test_auth import MODERN_META
 
-from agenthold.claims import Coordinator, ForeignAgentError
-from agenthold.cli import ServeOptions, UsageError, build_parser, serve_options
-from agenthold.http import http_app
-from agenthold.principals import (
+from agenthold.claims.coordinator import Coordinator, ForeignAgentError
+from agenthold.cli.main import ServeOptions, UsageError, build_parser, serve_options
+from agenthold.identity.principals import (
     SHARED,
     AuthFileError,
     ForbiddenError,
@@ -43,7 +42,8 @@ from agenthold.principals import (
     require_tool_set,
     revoke,
 )
-from agenthold.server import Agenthold
+from agenthold.serve.app import Agenthold
+from agenthold.serve.http import http_app
 from agenthold.store import StateStore
 
 pytestmark = pytest.mark.anyio
@@ -203,7 +203,7 @@ def test_token_commands_never_import_mcp(tmp_path: Path) -> None:
     """add, list and revoke, each run to its end in one process that never loads mcp."""
     path = str(tmp_path / "t.json")
     code = (
-        "import sys; from agenthold.cli import main; "
+        "import sys; from agenthold.cli.main import main; "
         f"main(['token', 'add', 'a', '--auth-file', {path!r}]); "
         f"main(['token', 'add', 'b', '--auth-file', {path!r}]); "
         f"main(['token', 'revoke', 'a', '--auth-file', {path!r}]); "
@@ -578,7 +578,7 @@ def test_a_token_file_changed_within_a_timestamp_tick_is_read_again(tmp_path: Pa
 # waits for "go" on stdin so that all start together, and prints what each command reported.
 RACER = r"""
 import contextlib, io, sys
-from agenthold.cli import main
+from agenthold.cli.main import main
 
 path, me, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
 sys.stdin.readline()

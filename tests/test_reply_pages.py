@@ -17,8 +17,8 @@ import pytest
 from mcp import Client
 from support import coordinator_at, in_process_client, reply_of
 
+from agenthold.serve.toolkit import MAX_REPLY_BYTES, PAGE_BYTES, fit_page, json_size
 from agenthold.store import StateStore
-from agenthold.toolkit import MAX_REPLY_BYTES, PAGE_BYTES, fit_page, json_size
 
 pytestmark = [pytest.mark.anyio, pytest.mark.backends]
 

@@ -183,7 +183,8 @@ def test_a_process_ended_by_exit_now_closes_what_it_left_open_and_flushes_its_ou
     and what the process printed still reaches its reader."""
     db = tmp_path / "left-open.db"
     code = (
-        "import sys; from agenthold.store import StateStore; from agenthold.cli import exit_now; "
+        "import sys; from agenthold.store import StateStore; "
+        "from agenthold.cli.main import exit_now; "
         "store = StateStore(sys.argv[1]); store.set('ns', 'k', 1, updated_by='t'); "
         "print('written', end=''); exit_now(3)"
     )
@@ -297,7 +298,7 @@ def test_the_backup_command_fails_in_one_line_and_never_imports_mcp(tmp_path: Pa
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-c",
-             "import sys; from agenthold.cli import main; status = main(sys.argv[1:]); "
+             "import sys; from agenthold.cli.main import main; status = main(sys.argv[1:]); "
              "print('mcp' in sys.modules); sys.exit(status)", *args],
             capture_output=True, text=True, timeout=60, env=child_env(), cwd=tmp_path,
         )  # fmt: skip

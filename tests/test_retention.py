@@ -25,8 +25,8 @@ from support import (
     reply_of,
 )
 
-from agenthold.claims import Coordinator
-from agenthold.messages import MessageBus
+from agenthold.bus.messagebus import MessageBus
+from agenthold.claims.coordinator import Coordinator
 from agenthold.retention import (
     SETTINGS,
     Retention,
@@ -523,7 +523,7 @@ def test_a_missing_database_is_one_line_and_status_2(tmp_path: Path) -> None:
 def test_the_commands_never_import_mcp(db_path: Path) -> None:
     StateStore(db_path).close()
     code = (
-        "import sys; from agenthold.cli import main; "
+        "import sys; from agenthold.cli.main import main; "
         "statuses = [main(['--db', sys.argv[1], *a.split()]) for a in sys.argv[2:]]; "
         "assert 'mcp' not in sys.modules, 'mcp imported'; print(statuses)"
     )
@@ -566,7 +566,7 @@ def test_the_compaction_benchmark_quick_run_reports_both_runs() -> None:
 def test_a_database_busy_past_the_timeout_is_one_line_and_status_1(
     db_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from agenthold.cli import main
+    from agenthold.cli.main import main
 
     StateStore(db_path).close()
     with another_process_holds_the_write_lock(db_path):
@@ -589,7 +589,7 @@ def test_a_rule_of_a_newer_agenthold_is_left_alone(memory_store: StateStore) -> 
 async def test_a_servers_pass_skips_a_read_only_database_and_survives_a_busy_one(
     db_path: Path,
 ) -> None:
-    from agenthold.server import Agenthold
+    from agenthold.serve.app import Agenthold
 
     with StateStore(db_path) as store:
         write_versions(store, "k", 3)
@@ -610,7 +610,7 @@ async def test_a_servers_pass_skips_a_read_only_database_and_survives_a_busy_one
 def test_the_inspectors_history_of_a_wholly_compacted_key_is_one_line_and_status_1(
     db_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from agenthold.cli import main
+    from agenthold.cli.main import main
     from agenthold.exceptions import HistoryCompactedError as Exported
 
     assert Exported is HistoryCompactedError

@@ -31,12 +31,12 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from support import REPO, in_process_client, reply_of
 
-from agenthold import claims as claims_module
-from agenthold.claims import Coordinator
-from agenthold.server import PROCESS, PROGRESS_EVERY, Agenthold
+from agenthold.claims import coordinator as claims_module
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.serve.app import PROCESS, PROGRESS_EVERY, Agenthold
+from agenthold.serve.toolkit import MAX_WAIT_SECONDS, result
 from agenthold.store import StateStore
-from agenthold.toolkit import MAX_WAIT_SECONDS, result
-from agenthold.uris import Resolver, Workspace
 
 pytestmark = pytest.mark.anyio
 
@@ -1498,7 +1498,7 @@ def test_progress_comes_every_8_s_so_a_late_loop_still_keeps_the_10_s_promise(
 ) -> None:
     """The promise is a notification at least every 10 s; a report can be late by the event
     loop's delay, so the period leaves 2 s of room, and the docs say both numbers."""
-    from agenthold.cli import _progress_every
+    from agenthold.cli.main import _progress_every
 
     assert PROGRESS_EVERY <= 10.0 - 2.0
     with StateStore(tmp_path / "state.db") as store:
@@ -1566,7 +1566,7 @@ def test_a_call_over_json_rpc_without_a_progress_token_gets_no_progress_reporter
     given no reporter, so it is never woken to report (the SDK would drop the report anyway)."""
     from mcp.server.context import ServerRequestContext
 
-    from agenthold.server import report_if_asked
+    from agenthold.serve.app import report_if_asked
 
     class Session:  # what the SDK's session offers a handler: its report_progress
         async def report_progress(self, *_: Any) -> None:

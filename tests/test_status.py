@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from support import REPO, child_env
 
-from agenthold.claims import Coordinator
-from agenthold.cli import main
-from agenthold.messages import MessageBus
-from agenthold.overview import SHOWN
+from agenthold.bus.messagebus import MessageBus
+from agenthold.claims.coordinator import Coordinator
+from agenthold.cli.main import main
+from agenthold.inspect.status import SHOWN
 from agenthold.store import StateStore
 
 
@@ -185,7 +185,7 @@ def test_status_never_imports_mcp(db_url: str) -> None:
         [
             sys.executable,
             "-c",
-            "import sys; from agenthold.cli import main; status = main(sys.argv[1:]); "
+            "import sys; from agenthold.cli.main import main; status = main(sys.argv[1:]); "
             "print('mcp' in sys.modules); sys.exit(status)",
             "status",
             "--db",
@@ -202,7 +202,7 @@ def test_status_never_imports_mcp(db_url: str) -> None:
 
 
 def test_the_size_of_a_database_file_is_shown_in_the_largest_whole_unit() -> None:
-    from agenthold.overview import _size
+    from agenthold.inspect.status import _size
 
     shown = [_size(n) for n in (None, 512, 55_296, 5 * 2**20, 3 * 2**30, 2**42)]
     assert shown == ["", ", 512 bytes", ", 54.0 KiB", ", 5.0 MiB", ", 3.0 GiB", ", 4096.0 GiB"]

@@ -38,10 +38,10 @@ import pytest
 from mcp import Client, StdioServerParameters
 from support import STARTUP, agenthold_args, coordinator_at, reply_of
 
-from agenthold.claim_tools import reply as tool_reply
-from agenthold.claims import Coordinator
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver
+from agenthold.serve.claim_tools import reply as tool_reply
 from agenthold.store import StateStore
-from agenthold.uris import Resolver
 
 # Every test runs twice: with servers that serve their calls themselves, and through warm
 # servers (see the stdio_path fixture in conftest.py).

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from support import REPO, in_process_client, reply_of, run_agenthold, write_0_10_database
 
-from agenthold.cli import TOOL_SET_NAMES, _tool_sets
+from agenthold.cli.main import TOOL_SET_NAMES, _tool_sets
 from agenthold.store import (
     MAX_KEY_LENGTH,
     MAX_NAMESPACE_LENGTH,
@@ -160,7 +160,7 @@ def test_0_10_names_that_0_11_refuses_are_reported_at_import_and_cleared(
 async def test_agenthold_clear_namespace_removes_a_0_10_namespace_0_11_refuses(
     tmp_path: Path,
 ) -> None:
-    from agenthold.claims import Coordinator
+    from agenthold.claims.coordinator import Coordinator
 
     write_0_10_database(tmp_path / "old.db", ODD_0_10_NAMES)
     with StateStore(tmp_path / "old.db") as store:
@@ -337,7 +337,8 @@ def test_every_name_0_10_exported_imports_from_where_0_10_had_it(module: str) ->
 
 def test_the_old_names_are_the_0_11_classes() -> None:
     import agenthold
-    from agenthold import claims, models, store
+    from agenthold import models, store
+    from agenthold.claims import coordinator as claims
 
     assert models.StateRecord is store.Record
     assert models.StateRecordHistory is store.HistoryEntry
@@ -357,7 +358,7 @@ def test_a_conflict_detail_has_the_keys_its_typed_dict_names(tmp_path: Path) -> 
 
 
 def test_a_0_10_coordinator_call_works_with_a_registered_agent(tmp_path: Path) -> None:
-    from agenthold.claim_types import NotHolderError, UnknownAgentError
+    from agenthold.claims.records import NotHolderError, UnknownAgentError
     from agenthold.coordinator import Coordinator
     from agenthold.resources import Workspace, WorkspaceRegistry, parse_resource_input
 
@@ -399,9 +400,9 @@ def test_a_0_10_coordinator_call_works_with_a_registered_agent(tmp_path: Path) -
 
 
 def test_a_workspace_registry_resolves_as_the_server_does(tmp_path: Path) -> None:
+    from agenthold.claims.names import Resolver
+    from agenthold.claims.names import Workspace as PlainWorkspace
     from agenthold.resources import ResourceId, Workspace, WorkspaceRegistry, parse_resource_input
-    from agenthold.uris import Resolver
-    from agenthold.uris import Workspace as PlainWorkspace
 
     outer, inner = tmp_path / "outer", tmp_path / "outer" / "inner"
     inner.mkdir(parents=True)
@@ -480,7 +481,7 @@ ZERO_TEN_PUBLIC = {
         "WorkspaceRegistry",
         "parse_resource_input",
     ],
-    "agenthold.server": [
+    "agenthold.serve.app": [
         "coordination_instructions",
         "COORDINATION_INSTRUCTIONS",
         "make_server",
@@ -517,7 +518,7 @@ def test_every_public_name_of_0_10_imports_where_it_was_or_the_doc_says_what_rep
 
 
 def test_0_10s_outcome_sets_keep_their_meaning() -> None:
-    from agenthold.claims import LAPSE_OUTCOMES, OUTCOMES
+    from agenthold.claims.coordinator import LAPSE_OUTCOMES, OUTCOMES
     from agenthold.coordinator import AGENT_OUTCOMES, ALL_OUTCOMES
 
     assert {"released", "modified", "created", "deleted", "moved"} == AGENT_OUTCOMES

@@ -1,4 +1,4 @@
-"""Tests for agenthold.uris: canonical resource names."""
+"""Tests for agenthold.claims.names: canonical resource names."""
 
 from __future__ import annotations
 
@@ -13,9 +13,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from agenthold import uris
-from agenthold.store import InvalidInputError
-from agenthold.uris import (
+from agenthold.claims import names as uris
+from agenthold.claims.names import (
     MAX_INPUT_LENGTH,
     WORKSPACE_NAME_RE,
     Resolver,
@@ -24,6 +23,7 @@ from agenthold.uris import (
     Workspace,
     default_workspace,
 )
+from agenthold.store import InvalidInputError
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX paths and symlinks")
 

@@ -33,12 +33,12 @@ from support import (
 )
 from test_claim_queue import Waits, agents, queued, until
 
-from agenthold.claim_queue import LIVENESS, Unheard
-from agenthold.claim_schema import CLAIMS_SCHEMA
-from agenthold.claims import Coordinator
-from agenthold.principals import TokenTable, add_token, revoke
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.claims.queue import LIVENESS, Unheard
+from agenthold.claims.schema import CLAIMS_SCHEMA
+from agenthold.identity.principals import TokenTable, add_token, revoke
 from agenthold.store import AgentholdError, StateStore
-from agenthold.uris import Resolver, Workspace
 
 SHORT = 1.5  # seconds: the liveness of the library tests' queued rows (a look every 0.5 s)
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from support import REPO, child_env, stop_warm_servers, warm_pids
 
-from agenthold import front
+from agenthold.serve import front
 
 SERVED = "serving this call"
 
@@ -308,9 +308,9 @@ def test_the_front_imports_nothing_heavy_and_help_and_the_inspector_never_go_war
     err = done.stderr.decode()
     assert SERVED in err and json.loads(done.stdout)["id"] == 0
     imported = {line.split("|")[-1].strip() for line in err.splitlines() if "|" in line}
-    assert "agenthold.front" in imported
+    assert "agenthold.serve.front" in imported
     heavy = {m for m in imported if m.split(".")[0] in ("mcp", "pydantic", "anyio", "sqlite3")}
-    assert not heavy and "agenthold.cli" not in imported and "argparse" not in imported
+    assert not heavy and "agenthold.cli.main" not in imported and "argparse" not in imported
     for args in (["--help"], ["claims", "--db", str(tmp_path / "warm.db")]):
         shown = subprocess.run(
             [sys.executable, "-m", "agenthold", *args],
@@ -347,7 +347,7 @@ def test_help_version_and_the_subcommands_skip_the_front_and_import_no_store(
         )
         err = done.stderr.decode()
         imported = {line.split("|")[-1].strip() for line in err.splitlines() if "|" in line}
-        assert "agenthold.cli" in imported and "agenthold.front" not in imported, args
+        assert "agenthold.cli.main" in imported and "agenthold.serve.front" not in imported, args
         if args[0] != "claims":  # nothing opened a database: ending does not import the store
             assert done.returncode == 0 and "agenthold.store" not in imported, args
     # a command line that may serve stdio tries the front first, even with a subcommand's
@@ -360,7 +360,7 @@ def test_help_version_and_the_subcommands_skip_the_front_and_import_no_store(
         env=child_env(),
         timeout=60,
     )
-    assert "agenthold.front" in done.stderr.decode()
+    assert "agenthold.serve.front" in done.stderr.decode()
 
 
 def initialized_front(tmp_path: Path, client: str) -> subprocess.Popen[bytes]:
@@ -404,7 +404,9 @@ def test_sigterm_at_the_front_ends_the_session_and_the_warm_server_serves_on(
 def test_the_package_entry_points_go_through_the_front() -> None:
     text = (REPO / "pyproject.toml").read_text()
     assert 'agenthold = "agenthold.__main__:main"' in text
-    assert "agenthold.front import try_warm" in (REPO / "agenthold" / "__main__.py").read_text()
+    assert (
+        "agenthold.serve.front import try_warm" in (REPO / "agenthold" / "__main__.py").read_text()
+    )
 
 
 @pytest.mark.usefixtures("no_child_coverage")  # the copy's modules are not the measured ones
@@ -439,7 +441,7 @@ def test_a_warm_server_without_a_client_notices_by_itself_that_it_is_stale_and_e
     # default; shortened here), instead of holding the old file open until its idle time
     import shutil
 
-    from agenthold import warm
+    from agenthold.serve import warm
 
     assert warm.check_seconds({}) == warm.CHECK_SECONDS == 20.0  # as docs/warm.md says
     assert warm.check_seconds({front.CHECK: "nan"}) == warm.check_seconds({front.CHECK: "-1"}) == 20
@@ -588,7 +590,7 @@ def test_a_warm_server_whose_socket_was_taken_while_it_started_ends_and_leaves_i
 ) -> None:
     # a call that found it slow to answer took its socket away and left another server there
     # (here a listener of the test's): once up, it must neither serve nor remove that one
-    from agenthold.warm import TAKEN
+    from agenthold.serve.warm import TAKEN
 
     proc = initialized_front(tmp_path, "long session")  # its warm server waits for its end
     found = plan_of(tmp_path)
@@ -706,7 +708,7 @@ def test_a_new_warm_server_removes_what_killed_ones_left(tmp_path: Path, runtime
     import fcntl
     import signal
 
-    from agenthold.warm import STALE_AFTER
+    from agenthold.serve.warm import STALE_AFTER
 
     one_call(tmp_path, "--tools", "advanced", env={front.WARM: "wait"})
     wait_for(lambda: len(warm_pids(runtime)) == 1)

@@ -29,10 +29,10 @@ import pytest
 from support import REPO, STARTUP, LineProcess, StdioPipes, agenthold_args, child_env
 
 from agenthold import StateStore
-from agenthold.claims import Coordinator
-from agenthold.messages import MessageBus
-from agenthold.principals import add_token
-from agenthold.uris import Resolver, Workspace
+from agenthold.bus.messagebus import MessageBus
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.identity.principals import add_token
 
 CHROMIUM = os.environ.get("AGENTHOLD_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -435,7 +435,7 @@ def test_a_page_and_a_stream_never_read_do_not_delay_mcp_calls(
 def test_with_a_token_file_the_page_asks_for_a_token_and_shows_what_its_scopes_allow(
     tmp_path: Path, page: Any
 ) -> None:
-    from agenthold.principals import revoke
+    from agenthold.identity.principals import revoke
 
     demo_database(tmp_path / "state.db", tmp_path)
     with StateStore(str(tmp_path / "state.db")) as store:
@@ -576,8 +576,9 @@ def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
 
 def test_the_web_command_never_imports_mcp() -> None:
     script = (
-        "import sys, agenthold.cli, agenthold.web.app, agenthold.web.feed, agenthold.web.views\n"
-        "agenthold.cli.build_parser()\n"
+        "import sys, agenthold.cli.main, agenthold.web.app, agenthold.web.feed\n"
+        "import agenthold.web.views\n"
+        "agenthold.cli.main.build_parser()\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types')))"
     )
     done = subprocess.run(

@@ -231,7 +231,8 @@ def _judge(host: Host, opts: Options, db: str) -> int:
         return 0
     if db != ":memory:" and "://" not in db and not os.path.exists(db):
         raise FileNotFoundError(f"no database at {db!r}; start an agenthold server first")
-    from agenthold.claim_schema import CLAIMS_SCHEMA
+    from agenthold.claims.names import Workspace
+    from agenthold.claims.schema import CLAIMS_SCHEMA
     from agenthold.hooks.lookup import (
         Own,
         claim_on_edit,
@@ -241,7 +242,6 @@ def _judge(host: Host, opts: Options, db: str) -> int:
         resolver_for,
     )
     from agenthold.store import StateStore
-    from agenthold.uris import Workspace
 
     workspaces = [Workspace.parse(os.path.expanduser(w)) for w in opts.workspaces]
     resolver = resolver_for(workspaces, call.cwd)

@@ -89,11 +89,11 @@ def run_git(args: list[str]) -> int:
 
 
 def _check(which: str, opts: Options, db: str) -> int:
-    from agenthold.claim_schema import CLAIMS_SCHEMA
+    from agenthold.claims.names import Workspace
+    from agenthold.claims.schema import CLAIMS_SCHEMA
     from agenthold.hooks.ancestry import my_host
     from agenthold.hooks.lookup import Own, refused, resolver_for
     from agenthold.store import StateStore
-    from agenthold.uris import Workspace
 
     top = _git(["rev-parse", "--show-toplevel"], os.getcwd()).strip()
     refs = sys.stdin.read() if which == "pre-push" else ""

@@ -30,10 +30,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agenthold.claim_match import ancestors, covers_file
-from agenthold.claim_schema import _ALIASES, _CLAIM_ROW, _HELD_UNDER, _PATTERN_KEYS_AT
+from agenthold.claims.names import Resolver, Resource, Workspace, default_workspace
+from agenthold.claims.patterns import ancestors, covers_file
+from agenthold.claims.schema import _ALIASES, _CLAIM_ROW, _HELD_UNDER, _PATTERN_KEYS_AT
 from agenthold.store import StateStore
-from agenthold.uris import Resolver, Resource, Workspace, default_workspace
 
 ROOT_WORKSPACE = "agenthold-hook-root"  # files outside every workspace still have a claim key
 TOP = "\U0010ffff"  # as claim_rows.TOP: [k, k + TOP) is every key that starts with k
@@ -182,7 +182,7 @@ def _live_hits(db: Any, hits: Sequence[tuple[Any, str, str]], path: str) -> list
 
 def _shared(store: StateStore, names: Sequence[Resource], path: str) -> list[Blocker]:
     """The shared holds in the way of an exclusive use of ``names``, by the queue's own rules."""
-    from agenthold.claim_queue import shares_in_way  # only when some shared hold exists
+    from agenthold.claims.queue import shares_in_way  # only when some shared hold exists
 
     db = store.db
     now = db.now()
@@ -262,7 +262,7 @@ def claim_on_edit(
     MCP if it has one, else the agent named after the session (registered now if missing,
     with a lease of ``lease`` seconds, renewed by each claim). Returns what stood in the way
     (nothing claimed then)."""
-    from agenthold.claims import Coordinator
+    from agenthold.claims.coordinator import Coordinator
 
     agent_id = None
     if own.host is not None:
@@ -301,7 +301,7 @@ def claim_on_edit(
 def end_session(store: StateStore, resolver: Resolver, own: Own) -> list[str]:
     """Release what the session's agent claimed on edit (outcome "modified": it claimed them
     because it edited them); the URIs released."""
-    from agenthold.claims import Coordinator
+    from agenthold.claims.coordinator import Coordinator
 
     if own.session_agent is None:
         return []

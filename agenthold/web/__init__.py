@@ -68,8 +68,8 @@ def run(
     arrives; the exit status. Errors are one line on standard error: 2 for a bad flag, 1 for a
     database or port that cannot be had. cli.py hands over its helpers (the database's path,
     workspaces, the listening socket, the signals), so this module never imports it."""
+    from agenthold.claims.names import Workspace
     from agenthold.store import AgentholdError, InvalidInputError
-    from agenthold.uris import Workspace
 
     def fail(message: str, status: int) -> int:
         print(f"agenthold: {message}", file=sys.stderr)
@@ -91,7 +91,7 @@ def run(
     table = None
     auth_file = getattr(args, "auth_file", None)
     if auth_file is not None:
-        from agenthold.principals import AuthFileError, TokenTable
+        from agenthold.identity.principals import AuthFileError, TokenTable
 
         try:
             table = TokenTable(auth_file)
@@ -113,7 +113,7 @@ def run(
 
 
 def _is_loopback(host: str) -> bool:
-    from agenthold.auth import is_loopback
+    from agenthold.serve.auth import is_loopback
 
     return is_loopback(host)
 

@@ -44,8 +44,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agenthold.auth import BearerAuth, LoopbackOrigins, UnusableFile, is_loopback, refuse
-from agenthold.principals import Principal, TokenTable
+from agenthold.identity.principals import Principal, TokenTable
+from agenthold.serve.auth import BearerAuth, LoopbackOrigins, UnusableFile, is_loopback, refuse
 from agenthold.store import AgentholdError
 from agenthold.web.feed import PING, SEND_TIMEOUT, Hub, Stream
 from agenthold.web.views import MAX_PAGE, PAGE, View, WebInputError

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import anyio.to_thread
 
 if TYPE_CHECKING:
-    from agenthold.principals import Principal
+    from agenthold.identity.principals import Principal
     from agenthold.web.views import View
 
 SETTLE = 0.05  # seconds between two reads at most once

@@ -26,18 +26,18 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agenthold.claims import Coordinator
-from agenthold.inspect import Inspector
-from agenthold.messages import MessageBus
+from agenthold.bus.messagebus import MessageBus
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver
+from agenthold.inspect.commands import Inspector
+from agenthold.inspect.tables import flagged
 from agenthold.store import AgentholdError, InvalidInputError, StateStore
-from agenthold.tables import flagged
-from agenthold.uris import Resolver
 
 if TYPE_CHECKING:
-    from agenthold.claim_queue import Queued
-    from agenthold.claim_types import ClaimInfo
-    from agenthold.principals import Principal
-    from agenthold.uris import Workspace
+    from agenthold.claims.names import Workspace
+    from agenthold.claims.queue import Queued
+    from agenthold.claims.records import ClaimInfo
+    from agenthold.identity.principals import Principal
 
 PAGE = 200  # events in one page of the log
 MAX_PAGE = 1000
@@ -111,8 +111,8 @@ class View:
     def claim_record(
         self, info: ClaimInfo, queue: Sequence[Queued], known: Sequence[str], now: float
     ) -> dict[str, Any]:
-        from agenthold.claim_queue import conflict
-        from agenthold.claim_rows import pattern_of
+        from agenthold.claims.queue import conflict
+        from agenthold.claims.rows import pattern_of
 
         target = self.coordinator.target(info.uri) if info.scope is None else pattern_of(info)
         behind = [w for w in queue if conflict(w.target, w.mode, target, info.mode)]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 import time
 
-from agenthold.messages import MessageBus, UnknownThreadError
+from agenthold.bus.messagebus import MessageBus, UnknownThreadError
 
 
 def main(argv: list[str]) -> int:

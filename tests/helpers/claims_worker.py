@@ -24,10 +24,10 @@ import sys
 import time
 from typing import Any
 
-from agenthold.claim_tools import reply
-from agenthold.claims import Coordinator
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
+from agenthold.serve.claim_tools import reply
 from agenthold.store import AgentholdError, StateStore
-from agenthold.uris import Resolver, Workspace
 
 
 def say(message: dict[str, Any] | str) -> None:

@@ -13,9 +13,9 @@ import random
 import sys
 import time
 
-from agenthold.claims import Coordinator
+from agenthold.claims.coordinator import Coordinator
+from agenthold.claims.names import Resolver, Workspace
 from agenthold.store import StateStore
-from agenthold.uris import Resolver, Workspace
 
 
 def main() -> None:
