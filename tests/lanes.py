@@ -8,23 +8,26 @@ remembering to mark it.
 - ``subprocess``: a test that starts a process: it uses the ``stdio_path`` fixture (stdio and
   warm servers), or its code, or that of a fixture it uses, refers to what starts one
   (``subprocess``, ``sys.executable``, ``os.fork``, the SDK's stdio client), directly or
-  through the functions and classes of tests/ it calls (support.py's ``StdioPipes``,
-  ``run_agenthold``, a module's own server class, ...).
+  through the functions and classes of tests/ and bench/ it calls (support.py's
+  ``StdioPipes``, ``run_agenthold``, a module's own server class, a torture scenario, ...).
 - ``bench``: a test that runs a benchmark script's quick run (its code passes ``--quick``).
 
 The look at a test's code is by name, not by running it: a test that refers to a process
 helper on a path it never takes is still a subprocess test (the lane is then slower, never
-wrong). What it cannot see (a process started by an object handed in from elsewhere) is
-marked by hand with ``pytestmark`` or ``@pytest.mark.subprocess``; the package-install tests
-are marked ``slow`` by hand. Nothing of conftest.py or pgserver.py is looked into: the
-cluster's own processes make a test a PostgreSQL test, not a subprocess one.
+wrong). What it cannot see (a process started by agenthold's own code, or by an object
+handed in from elsewhere) is marked by hand, ``@pytest.mark.subprocess`` or a module's
+``pytestmark``; ``slow`` is only ever given by hand (the package-install tests, and the
+few that take seconds in one process). Nothing of conftest.py or pgserver.py is looked into:
+the cluster's own processes make a test a PostgreSQL test, not a subprocess one.
 """
 
 from __future__ import annotations
 
+import dis
 import functools
 import inspect
 import os
+import sys
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,28 +69,29 @@ BENCH_FLAG = "--quick"
 NOT_LOOKED_INTO = frozenset({"conftest", "pgserver", "lanes"})
 
 
-_FOLDERS = {str(TESTS), str(TESTS / "helpers")}
+# The folders whose code is followed: tests/ (its helpers too) and bench/, whose torture
+# scenarios the stress tests call (they start the processes).
+_FOLDERS = tuple(str(folder) + os.sep for folder in (TESTS, TESTS.parent / "bench"))
 
 
 @functools.cache
-def _in_tests(module: types.ModuleType) -> bool:
-    """Whether ``module`` is one of tests/ (or tests/helpers/), but those not looked into."""
+def _followed(module: types.ModuleType) -> bool:
+    """Whether ``module`` is one of _FOLDERS' (but those not looked into)."""
     path = getattr(module, "__file__", None)
     if path is None or module.__name__ in NOT_LOOKED_INTO:
         return False
-    return os.path.dirname(os.path.abspath(path)) in _FOLDERS
+    return os.path.abspath(path).startswith(_FOLDERS)
 
 
 def _ours(obj: Any) -> bool:
-    """Whether ``obj`` is a function or class defined in a module of tests/ (but conftest.py
-    and pgserver.py)."""
+    """Whether ``obj`` is a function or class of a followed module."""
     module = inspect.getmodule(obj)
-    return module is not None and _in_tests(module)
+    return module is not None and _followed(module)
 
 
 def _codes(obj: Any) -> Iterator[types.CodeType]:
     """The code objects of a function (its nested functions and lambdas too), or of every
-    method of a class and of its bases in tests/."""
+    method of a class and of its bases in the followed folders."""
     if isinstance(obj, type):
         for cls in obj.__mro__:
             if _ours(cls):
@@ -109,15 +113,12 @@ def _codes(obj: Any) -> Iterator[types.CodeType]:
 
 
 class Uses:
-    """What a function refers to, transitively through the functions and classes of tests/
-    it names: every name and every string constant. Cached by object: a helper shared by a
-    hundred tests is read once."""
+    """What a function refers to, transitively through the functions and classes of the
+    followed folders it names: every name and every string constant. Cached by object: a
+    helper shared by a hundred tests is read once."""
 
     def __init__(self) -> None:
         self._seen: dict[int, tuple[frozenset[str], frozenset[str]]] = {}
-        self._modules: dict[
-            int, list[types.ModuleType]
-        ] = {}  # the tests/ modules a namespace imported
 
     def of(self, obj: Any) -> tuple[frozenset[str], frozenset[str]]:
         """(names, strings) that ``obj`` refers to."""
@@ -127,38 +128,46 @@ class Uses:
         self._seen[key] = (frozenset(), frozenset())  # a cycle of helpers ends here
         names: set[str] = set()
         strings: set[str] = set()
-        namespace = self._namespace(obj)
+        namespace = _namespace(obj)
         for code in _codes(obj):
             names.update(code.co_names)
             strings.update(c for c in code.co_consts if isinstance(c, str))
-            for name in code.co_names:
-                for found in self._resolve(namespace, name):
-                    more_names, more_strings = self.of(found)
-                    names |= more_names
-                    strings |= more_strings
+            for found in _called(code, namespace):
+                more_names, more_strings = self.of(found)
+                names |= more_names
+                strings |= more_strings
         self._seen[key] = (frozenset(names), frozenset(strings))
         return self._seen[key]
 
-    @staticmethod
-    def _namespace(obj: Any) -> dict[str, Any]:
-        if isinstance(obj, type):
-            return vars(inspect.getmodule(obj) or types.ModuleType("none"))
-        return getattr(inspect.unwrap(obj), "__globals__", {})
 
-    def _resolve(self, namespace: dict[str, Any], name: str) -> Iterator[Any]:
-        """The functions and classes of tests/ that ``name`` means in ``namespace``: a global
-        of that name, or an attribute of that name of a tests/ module it imported whole
-        (``support.run_agenthold``)."""
-        modules = self._modules.get(id(namespace))
-        if modules is None:
-            modules = [
-                v for v in namespace.values() if isinstance(v, types.ModuleType) and _in_tests(v)
-            ]
-            self._modules[id(namespace)] = modules
-        candidates = [namespace.get(name), *(getattr(m, name, None) for m in modules)]
-        for found in candidates:
-            if isinstance(found, (type, types.FunctionType)) and _ours(found):
-                yield found
+def _namespace(obj: Any) -> dict[str, Any]:
+    if isinstance(obj, type):
+        return vars(inspect.getmodule(obj) or types.ModuleType("none"))
+    return getattr(inspect.unwrap(obj), "__globals__", {})
+
+
+def _called(code: types.CodeType, namespace: dict[str, Any]) -> Iterator[Any]:
+    """The followed functions and classes that ``code`` names: globals (``run_agenthold``)
+    and attributes of followed modules it names (``support.run_agenthold``,
+    ``torture.run_crash``) and names it imports from one that is loaded (``from support
+    import ...`` inside a test), read from its instructions so that an attribute of anything else
+    (``thread.run``) is not taken for a module's function of that name."""
+    module = imported = None
+    for instruction in dis.get_instructions(code):
+        found = None
+        name = str(instruction.argval)
+        if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME"):
+            found = namespace.get(name)
+        elif instruction.opname in ("LOAD_ATTR", "LOAD_METHOD") and module is not None:
+            found = getattr(module, name, None)
+        elif instruction.opname == "IMPORT_NAME":  # an import inside the function
+            imported = sys.modules.get(name)
+            found = imported
+        elif instruction.opname == "IMPORT_FROM" and imported is not None and _followed(imported):
+            found = getattr(imported, name, None)
+        module = found if isinstance(found, types.ModuleType) and _followed(found) else None
+        if isinstance(found, (type, types.FunctionType)) and _ours(found):
+            yield found
 
 
 def lanes_of(item: pytest.Item, uses: Uses) -> set[str]:

@@ -499,6 +499,7 @@ async def increment(c: Client, key: str, writer: str) -> int:
         conflicts += 1
 
 
+@pytest.mark.slow  # many clients, many rounds: seconds in one process
 async def test_concurrent_clients_of_both_eras_lose_no_increment(tmp_path: Path) -> None:
     clients, rounds, keys = 8, 15, ["a", "b"]
     async with serving(tmp_path, tools="advanced") as s:
@@ -516,6 +517,7 @@ async def test_concurrent_clients_of_both_eras_lose_no_increment(tmp_path: Path)
     assert totals == [clients * rounds // 2] * 2
 
 
+@pytest.mark.slow  # many clients, many rounds: seconds in one process
 async def test_concurrent_claimers_never_hold_a_resource_together(tmp_path: Path) -> None:
     clients, rounds = 8, 6
     intervals: dict[str, list[tuple[float, float]]] = {"custom://x": [], "custom://y": []}
