@@ -49,7 +49,7 @@ from typing import Any
 import _common  # noqa: F401
 
 import agenthold.store
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.store import StateStore
 
 TARGET_MS = 150.0

@@ -43,7 +43,7 @@ from pathlib import Path
 import _common  # finds this checkout's agenthold; its table and machine line
 
 import agenthold
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.hooks.ancestry import host_of
 from agenthold.store import StateStore

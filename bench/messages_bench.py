@@ -68,8 +68,6 @@ from _common import (
     target_lines,
 )
 
-from agenthold.bus.messagebus import BusAgent, MessageBus
-
 # The bus's own SQL, imported on purpose: the baseline must run exactly these statements.
 from agenthold.bus.schema import (
     BUMP,
@@ -82,6 +80,7 @@ from agenthold.bus.schema import (
     THREAD_INFO,
     thread_topic,
 )
+from agenthold.messages import BusAgent, MessageBus
 from agenthold.store import utc_iso
 
 CONTENT = "Tests pass on branch fix-123; please review src/app.py lines 40-80."

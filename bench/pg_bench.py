@@ -55,7 +55,7 @@ import psycopg
 from _common import best_rates, check_line, load_average, percentile, table
 
 from agenthold import store as st
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.db.postgres import lock_key
 

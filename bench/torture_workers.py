@@ -34,7 +34,7 @@ from typing import Any
 # _common sits beside this script; importing it finds this checkout's agenthold if need be.
 import _common  # noqa: F401
 
-from agenthold.claims.coordinator import OUTCOMES, Coordinator
+from agenthold.claims import OUTCOMES, Coordinator
 from agenthold.store import BusyError, ConflictError, NotFoundError, StateStore
 
 # The crash scenario's data: its keys, its resources, and the key and resource every new

@@ -25,7 +25,7 @@ from typing import Any
 from _common import ROOT, machine, machine_line, table
 
 from agenthold import StateStore
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.web.views import View
 
 

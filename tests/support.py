@@ -38,7 +38,7 @@ from mcp.types import CallToolResult
 from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.cli.main import listen
 from agenthold.serve.app import Agenthold, build_server

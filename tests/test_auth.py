@@ -26,7 +26,7 @@ import pytest
 from mcp import Client
 from support import STARTUP, free_port, run_agenthold, sdk_client, uvicorn_serving
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.cli.main import ServeOptions, UsageError, build_parser, serve_options
 from agenthold.serve.app import Agenthold
 from agenthold.serve.auth import (

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from support import REPO, Coordinators, child_env
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.index import HeldPatterns
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.claims.patterns import covers_file, parse_pattern
@@ -24,7 +24,7 @@ from agenthold.claims.patterns import covers_file, parse_pattern
 # argv: db, root, then "claim PATTERN" (prints the new agent's id) or "release PATTERN AGENT"
 CHILD = """
 import sys
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.store import StateStore
 from agenthold.claims.names import Resolver, Workspace
 db, root, op, pattern, *agent = sys.argv[1:]

@@ -34,7 +34,7 @@ from support import (
     reply_of,
 )
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.schema import CLAIMS_LOCK
 from agenthold.store import InvalidInputError
 

@@ -31,7 +31,7 @@ from support import (
     reply_of,
 )
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.claims.patterns import Pattern, ancestors, overlaps, parse_pattern
 from agenthold.serve.claim_tools import BUSY_HINT, BUSY_SET_HINT, LAPSED_HINT

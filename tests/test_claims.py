@@ -38,8 +38,7 @@ from support import (
     run_threads,
 )
 
-from agenthold.claims import coordinator as claims
-from agenthold.claims.coordinator import (
+from agenthold.claims import (
     OUTCOMES,
     Agent,
     ClaimInfo,
@@ -47,6 +46,7 @@ from agenthold.claims.coordinator import (
     NotHolderError,
     UnknownAgentError,
 )
+from agenthold.claims import coordinator as claims
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.serve import claim_tools
 from agenthold.store import InvalidInputError, StateStore

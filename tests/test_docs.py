@@ -26,7 +26,7 @@ import anyio
 import pytest
 from support import coordinator_at, in_process_client
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.store import StateStore
 

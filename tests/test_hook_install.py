@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from support import child_env
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.hooks.install import CONFIG
 from agenthold.store import StateStore

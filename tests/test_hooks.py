@@ -23,7 +23,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from support import child_env, reply_of
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.hooks import command as hook_command
 from agenthold.hooks.ancestry import host_of, my_host, parent_of

@@ -67,7 +67,7 @@ from support import (
     warm_pids,
 )
 
-from agenthold.claims.coordinator import OUTCOMES, Coordinator
+from agenthold.claims import OUTCOMES, Coordinator
 from agenthold.cli.main import ServeOptions
 from agenthold.serve import http as http_module
 from agenthold.serve.app import Agenthold

@@ -52,7 +52,7 @@ from support import (
     uvicorn_serving,
 )
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.cli.main import ServeOptions, UsageError, build_parser, serve_options
 from agenthold.serve.app import Agenthold
 from agenthold.serve.claim_tools import reply as tool_reply

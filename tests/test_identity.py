@@ -32,7 +32,7 @@ from support import (
 from test_auth import serving as auth_serving
 from test_auth import set_request
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.identity.principals import TokenTable, add_token, revoke
 from agenthold.store import StateStore

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from support import REPO, LineProcess
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.cli.main import main
 from agenthold.inspect import commands as inspector
 from agenthold.inspect import tables
@@ -1047,7 +1047,7 @@ def test_ages_are_relative_to_now() -> None:
 
 WRITER = """
 import sys
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.store import StateStore
 
 store = StateStore(sys.argv[1])

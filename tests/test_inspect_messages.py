@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from support import REPO, LineProcess, child_env
 
-from agenthold.bus.messagebus import MessageBus
 from agenthold.cli.main import main
+from agenthold.messages import MessageBus
 from agenthold.store import StateStore
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals")

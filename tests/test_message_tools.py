@@ -22,7 +22,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from support import STARTUP, child_env, coordinator_at, in_process_client, reply_of
 
-from agenthold.bus.messagebus import MessageBus
+from agenthold.messages import MessageBus
 from agenthold.serve.message_tools import MESSAGES_NAMES
 from agenthold.store import StateStore
 

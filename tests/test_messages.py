@@ -26,7 +26,9 @@ import pytest
 from support import REPO, LineProcess, child_env, run_threads
 
 from agenthold.bus import messagebus as messages
-from agenthold.bus.messagebus import (
+from agenthold.bus.schema import MESSAGES_SCHEMA
+from agenthold.claims import Coordinator, UnknownAgentError
+from agenthold.messages import (
     DEFAULT_POLL_LIMIT,
     MAX_POLL_LIMIT,
     BusAgent,
@@ -37,8 +39,6 @@ from agenthold.bus.messagebus import (
     TooFewParticipantsError,
     UnknownThreadError,
 )
-from agenthold.bus.schema import MESSAGES_SCHEMA
-from agenthold.claims.coordinator import Coordinator, UnknownAgentError
 from agenthold.store import SCHEMA_VERSION as store_schema
 from agenthold.store import Component, IncompatibleDatabaseError, InvalidInputError, StateStore
 
@@ -76,7 +76,7 @@ def worker(*args: str) -> LineProcess:
 # --------------------------------------------------------------------------------------------
 
 IMPORTS = """
-from agenthold.bus.messagebus import MessageBus as App
+from agenthold.messages import MessageBus as App
 from agenthold.store import StateStore as SQLiteStore
 InMemoryStore = lambda: SQLiteStore(":memory:")
 """

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import pytest
 
-from agenthold.bus.messagebus import MessageBus
+from agenthold.messages import MessageBus
 from agenthold.store import MAX_PAGE_BYTES, InvalidInputError, KeyTooLargeError, StateStore
 
 T = TypeVar("T")

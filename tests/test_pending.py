@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from support import StdioPipes, agenthold_args
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.claims.pending import apply_pending, clock, defer, pending_path
 from agenthold.serve.app import EXIT_PATIENCE, Agenthold, exit_patience

@@ -32,7 +32,7 @@ import pytest
 from pgserver import Cluster
 from support import run_threads
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.claims.pending import clock
 from agenthold.claims.schema import resource_topic
@@ -849,7 +849,7 @@ def test_the_inspectors_message_ages_are_not_judged_by_a_skewed_database_clock(
     """Messages and threads are stamped by the writing host's wall clock (docs/architecture.md,
     "Which clock measures what"), so the inspector shows their ages by this host's clock: a
     message just written is seconds old, not an hour, on a server whose clock is an hour off."""
-    from agenthold.bus.messagebus import MessageBus
+    from agenthold.messages import MessageBus
 
     bus = MessageBus(skewed.db)
     thread = bus.create_thread(bus.create_agent("ann"), bus.create_agent("bob"))

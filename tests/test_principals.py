@@ -23,7 +23,7 @@ import pytest
 from support import REPO, free_port, sdk_client, uvicorn_serving
 from test_auth import MODERN_META
 
-from agenthold.claims.coordinator import Coordinator, ForeignAgentError
+from agenthold.claims import Coordinator, ForeignAgentError
 from agenthold.cli.main import ServeOptions, UsageError, build_parser, serve_options
 from agenthold.identity.principals import (
     SHARED,

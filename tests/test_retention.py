@@ -25,8 +25,8 @@ from support import (
     reply_of,
 )
 
-from agenthold.bus.messagebus import MessageBus
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
+from agenthold.messages import MessageBus
 from agenthold.retention import (
     SETTINGS,
     Retention,

@@ -31,8 +31,8 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from support import REPO, in_process_client, reply_of
 
+from agenthold.claims import Coordinator
 from agenthold.claims import coordinator as claims_module
-from agenthold.claims.coordinator import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.serve.app import PROCESS, PROGRESS_EVERY, Agenthold
 from agenthold.serve.toolkit import MAX_WAIT_SECONDS, result

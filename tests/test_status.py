@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from support import REPO, child_env
 
-from agenthold.bus.messagebus import MessageBus
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.cli.main import main
 from agenthold.inspect.status import SHOWN
+from agenthold.messages import MessageBus
 from agenthold.store import StateStore
 
 

@@ -38,7 +38,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from support import STARTUP, agenthold_args, coordinator_at, reply_of
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver
 from agenthold.serve.claim_tools import reply as tool_reply
 from agenthold.store import StateStore

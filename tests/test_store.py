@@ -2109,7 +2109,7 @@ def test_a_schema_version_1_database_gains_the_claims_file_id_column(tmp_path: P
     """Version 2 of the claims tables added claims.file_id (hard links share a claim); a file
     of layout 1 (store and claims at version 1) migrates in place once claims open it, keeping
     its rows, and a store alone leaves it unchanged."""
-    from agenthold.claims.coordinator import CLAIMS_SCHEMA, Coordinator
+    from agenthold.claims import CLAIMS_SCHEMA, Coordinator
     from agenthold.store import STORE_SCHEMA
 
     path = tmp_path / "v1.db"

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.store import StateStore
 
 ROOT = Path(__file__).resolve().parents[1]

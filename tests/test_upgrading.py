@@ -160,7 +160,7 @@ def test_0_10_names_that_0_11_refuses_are_reported_at_import_and_cleared(
 async def test_agenthold_clear_namespace_removes_a_0_10_namespace_0_11_refuses(
     tmp_path: Path,
 ) -> None:
-    from agenthold.claims.coordinator import Coordinator
+    from agenthold.claims import Coordinator
 
     write_0_10_database(tmp_path / "old.db", ODD_0_10_NAMES)
     with StateStore(tmp_path / "old.db") as store:
@@ -481,7 +481,7 @@ ZERO_TEN_PUBLIC = {
         "WorkspaceRegistry",
         "parse_resource_input",
     ],
-    "agenthold.serve.app": [
+    "agenthold.server": [
         "coordination_instructions",
         "COORDINATION_INSTRUCTIONS",
         "make_server",
@@ -518,7 +518,7 @@ def test_every_public_name_of_0_10_imports_where_it_was_or_the_doc_says_what_rep
 
 
 def test_0_10s_outcome_sets_keep_their_meaning() -> None:
-    from agenthold.claims.coordinator import LAPSE_OUTCOMES, OUTCOMES
+    from agenthold.claims import LAPSE_OUTCOMES, OUTCOMES
     from agenthold.coordinator import AGENT_OUTCOMES, ALL_OUTCOMES
 
     assert {"released", "modified", "created", "deleted", "moved"} == AGENT_OUTCOMES

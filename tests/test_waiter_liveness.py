@@ -33,7 +33,7 @@ from support import (
 )
 from test_claim_queue import Waits, agents, queued, until
 
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.claims.queue import LIVENESS, Unheard
 from agenthold.claims.schema import CLAIMS_SCHEMA

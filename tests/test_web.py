@@ -29,10 +29,10 @@ import pytest
 from support import REPO, STARTUP, LineProcess, StdioPipes, agenthold_args, child_env
 
 from agenthold import StateStore
-from agenthold.bus.messagebus import MessageBus
-from agenthold.claims.coordinator import Coordinator
+from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.identity.principals import add_token
+from agenthold.messages import MessageBus
 
 CHROMIUM = os.environ.get("AGENTHOLD_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_FLAGS = [

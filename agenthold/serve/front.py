@@ -159,12 +159,17 @@ def code_stamp() -> str:
     """What the running code is: the interpreter, and the size and time of every module of
     agenthold and of the mcp SDK's entry points. Any upgrade or edit changes it."""
     parts = [sys.version, sys.executable]
-    here = os.path.dirname(os.path.abspath(__file__))
-    with os.scandir(here) as entries:
-        for entry in sorted(entries, key=lambda e: e.name):
-            if entry.name.endswith(".py"):
-                st = entry.stat()
-                parts.append(f"{entry.path}:{st.st_size}:{st.st_mtime_ns}")
+    # the whole package, every room: this module lives in agenthold/serve/
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    folders = [package]
+    while folders:
+        with os.scandir(folders.pop()) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.name.endswith(".py"):
+                    st = entry.stat()
+                    parts.append(f"{entry.path}:{st.st_size}:{st.st_mtime_ns}")
+                elif entry.is_dir() and entry.name != "__pycache__":
+                    folders.append(entry.path)
     from importlib.util import find_spec  # loaded at start-up already: no cost
 
     for name in ("mcp", "mcp_types"):
