@@ -40,7 +40,7 @@ from starlette.types import ASGIApp
 
 from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
-from agenthold.cli.main import listen
+from agenthold.cli.main import listen, main
 from agenthold.serve.app import Agenthold, build_server
 from agenthold.serve.claim_tools import reply
 from agenthold.serve.http import ConnectionGuard, _Uvicorn, web_config
@@ -452,6 +452,17 @@ def agenthold_args(db: Path | str, root: Path, *flags: str) -> list[str]:
     """The arguments of ``python`` that serve ``db`` over stdio, with one workspace "default"
     at ``root``."""
     return ["-m", "agenthold", "--db", str(db), "--workspace", f"default={root}", *flags]
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``agenthold ARGV`` run in this process (the command line's main): its exit status,
+    stdout and stderr."""
+    try:
+        status = main(list(argv))
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return status, out, err
 
 
 def run_agenthold(
