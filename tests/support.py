@@ -554,6 +554,63 @@ class LineProcess:
         self.proc.wait(timeout=30)
 
 
+class HttpServerProcess:
+    """``python -m agenthold --db DB --transport http ARGS`` in ``cwd`` on a free loopback
+    port (``env`` over this process's environment); its stderr is read live, its stdout
+    dropped."""
+
+    def __init__(
+        self, db: Path | str, cwd: Path, *args: str, env: dict[str, str] | None = None
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.db = db
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "agenthold", "--db", str(db), "--transport", "http",
+             "--port", str(self.port), *args],
+            cwd=cwd, env={**child_env(), **(env or {})}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self._serving = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if "serving" in line:
+                self._serving.set()
+        self._serving.set()  # the process ended
+
+    def wait_serving(self) -> None:
+        assert self._serving.wait(STARTUP), "the server never started"
+        assert self.proc.poll() is None, self.stderr
+
+    def wait(self, timeout: float = 15) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._reader.join(5)
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(signum)
+        return self.wait()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(5)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.lines)
+
+
 @contextlib.contextmanager
 def another_process_holds_the_write_lock(db: Path) -> Iterator[None]:
     """SQLite's write lock (BEGIN IMMEDIATE and an uncommitted change), held by another

@@ -23,7 +23,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -39,9 +38,9 @@ from support import (
     ACCEPT,
     LEGACY,
     REPO,
+    HttpServerProcess,
     another_process_holds_the_write_lock,
     coordinator_at,
-    free_port,
     initialize_request,
     open_session,
     post_head,
@@ -619,67 +618,9 @@ async def test_reads_answer_while_another_process_holds_the_write_lock_under_50_
 # --------------------------------------------------------------------------------------------
 
 
-class ServerProcess:
-    """``python -m agenthold --transport http`` on a free port; its stderr is read live."""
-
-    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.db = tmp_path / "state.db"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agenthold", "--db", str(self.db), "--transport", "http",
-             "--port", str(self.port), *args],
-            cwd=tmp_path,
-            env={**os.environ, **(env or {})},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        self.lines: list[str] = []
-        self._serving = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            if "serving" in line:
-                self._serving.set()
-        self._serving.set()  # the process ended
-
-    def wait_serving(self) -> None:
-        assert self._serving.wait(20), "the server never started"
-        assert self.proc.poll() is None, self.stderr
-
-    def wait(self, timeout: float = 15) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._reader.join(5)
-
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        self.proc.send_signal(signum)
-        return self.wait()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self._reader.join(5)
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe is not None:
-                pipe.close()
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self.lines)
-
-
 @contextlib.contextmanager
-def server_process(tmp_path: Path, *args: str, **kw: Any) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path, *args, **kw)
+def server_process(tmp_path: Path, *args: str, **kw: Any) -> Iterator[HttpServerProcess]:
+    proc = HttpServerProcess(tmp_path / "state.db", tmp_path, *args, **kw)
     try:
         yield proc
     finally:
