@@ -23,9 +23,10 @@ def main() -> int:
     args = sys.argv[1:]
     try:
         if args and args[0] == "hook":  # a coding host's edit hook: a fresh process per edit,
-            from agenthold.hooks import main as hook_main  # so it imports the hooks' rooms alone
+            from agenthold.hooks import end as hook_end  # so it imports the hooks' rooms alone
+            from agenthold.hooks import main as hook_main
 
-            return hook_main(args[1:])
+            hook_end(hook_main(args[1:]))
         if _may_serve(args):
             from agenthold.serve.front import try_warm
 

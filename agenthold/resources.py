@@ -10,7 +10,6 @@ this host; case folding is one choice per registry, not per workspace; error wor
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -36,12 +35,29 @@ def _platform_case_sensitive() -> bool:
     return sys.platform not in ("darwin", "win32")
 
 
-@dataclass(frozen=True, slots=True)
 class Workspace(_Workspace):
     """A workspace as 0.10 spelled it: :class:`agenthold.claims.names.Workspace` plus whether its
     file names are case-sensitive (by default: not on macOS and Windows)."""
 
-    case_sensitive: bool = dataclasses.field(default_factory=_platform_case_sensitive)
+    __slots__ = ("case_sensitive",)
+    __match_args__ = ("name", "root", "case_sensitive")
+
+    case_sensitive: bool
+
+    def __init__(self, name: str, root: str, case_sensitive: bool | None = None) -> None:
+        if case_sensitive is None:
+            case_sensitive = _platform_case_sensitive()
+        object.__setattr__(self, "case_sensitive", case_sensitive)
+        super().__init__(name, root)
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.name, self.root, self.case_sensitive)
+
+    def __repr__(self) -> str:
+        return (
+            f"Workspace(name={self.name!r}, root={self.root!r}, "
+            f"case_sensitive={self.case_sensitive!r})"
+        )
 
     def fold(self, path: str) -> str:
         """``path`` as this workspace compares it."""

@@ -13,7 +13,9 @@ with the hook input on stdin, for
 2. ``agenthold hook claude-code`` allowing an edit of a free file;
 3. the same refusing an edit of a file another agent holds (the deny JSON printed);
 4. the same allowing an edit of a file its own agent holds;
-5. ``agenthold --version``, for scale.
+5. the same allowing an edit where nobody holds anything (answered by the glance, without
+   opening the store: agenthold/hooks/glance.py);
+6. ``agenthold --version``, for scale.
 
 Beside the wall time, the CPU time each process used (user and system, from the children's
 rusage): on a loaded machine the wall time also counts the time a process waited for a core,
@@ -71,6 +73,19 @@ def make_database(root: Path) -> Path:
     return db
 
 
+def make_free_database(root: Path) -> Path:
+    """A database with the claims tables and an agent, and no claim held."""
+    db = root / "free.db"
+    store = StateStore(str(db))
+    resolver = Resolver([Workspace.parse(f"default={root}")])
+    coordinator = Coordinator(store, resolver)
+    agent = coordinator.register("idle-agent", "bench", "holds nothing").agent_id
+    coordinator.claim("free.py", agent)
+    coordinator.release("free.py", agent)
+    store.close()
+    return db
+
+
 def hook_input(root: Path, name: str) -> bytes:
     return json.dumps(
         {
@@ -95,12 +110,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp).resolve()
         db = make_database(root)
+        free_db = make_free_database(root)
         hook = [sys.executable, "-m", "agenthold", "hook", "claude-code", "--db", str(db)]
+        nothing_held = [*hook[:-1], str(free_db)]
         cases = {
             "python -c pass (floor)": ([sys.executable, "-c", "pass"], b""),
             "hook: allow (free file)": (hook, hook_input(root, "free.py")),
             "hook: deny (held by another)": (hook, hook_input(root, "src/held7.py")),
             "hook: allow (own claim)": (hook, hook_input(root, "mine.py")),
+            "hook: allow (nothing held)": (nothing_held, hook_input(root, "free.py")),
             "agenthold --version": ([sys.executable, "-m", "agenthold", "--version"], b""),
         }
         outputs: dict[str, bytes] = {}
@@ -123,6 +141,7 @@ def main() -> int:
         assert b'"deny"' in outputs["hook: deny (held by another)"]
         assert outputs["hook: allow (free file)"] == b""
         assert outputs["hook: allow (own claim)"] == b""
+        assert outputs["hook: allow (nothing held)"] == b""
         trace = subprocess.run(
             [sys.executable, "-X", "importtime", *hook[1:]],
             input=hook_input(root, "src/held7.py"),

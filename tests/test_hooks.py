@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -26,6 +27,7 @@ from support import child_env, reply_of
 from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.hooks import command as hook_command
+from agenthold.hooks import glance
 from agenthold.hooks.ancestry import host_of, my_host, parent_of
 from agenthold.hooks.hosts import HOSTS
 from agenthold.store import StateStore
@@ -602,19 +604,130 @@ def test_the_hook_finds_the_servers_default_database(tmp_path: Path) -> None:
         ).state_directory({}, platform)
 
 
+def import_trace(host: str, payload: dict[str, Any], db: str, *flags: str) -> list[str]:
+    """The ``-X importtime`` lines of ``agenthold hook`` given ``payload``: each a module's
+    name, indented two spaces a level below the module that imported it (which comes after)."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "agenthold", "hook", host, "--db", db, *flags],
+        input=json.dumps(payload), capture_output=True, text=True, env=child_env(), timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = [line.rsplit("|", 1)[-1][1:] for line in done.stderr.splitlines() if "|" in line]
+    return lines[1:]  # less the header
+
+
+def imports_of(host: str, payload: dict[str, Any], db: str, *flags: str) -> set[str]:
+    """The modules ``agenthold hook`` imports for ``payload``."""
+    return {line.strip() for line in import_trace(host, payload, db, *flags)}
+
+
+def importers(trace: list[str], module: str) -> list[str]:
+    """The chain of modules through which ``module`` was first imported, innermost first."""
+    at = next(i for i, line in enumerate(trace) if line.strip() == module)
+    depth = len(trace[at]) - len(trace[at].lstrip())
+    chain = []
+    for line in trace[at + 1 :]:
+        indent = len(line) - len(line.lstrip())
+        if indent < depth:
+            chain.append(line.strip())
+            depth = indent
+    return chain
+
+
 def test_the_hook_command_never_imports_mcp_nor_the_claims_coordinator(
     tmp_path: Path, root: Path
 ) -> None:
     db = str(tmp_path / "i.db")
+    store = StateStore(db)
+    resolver = Resolver([Workspace.parse(f"default={root}")])
+    holder = Coordinator(store, resolver).register("other", host="another host").agent_id
+    Coordinator(store, resolver).claim("src/b.py", holder)
+    store.close()
+    never = {"mcp", "agenthold.claims.coordinator", "agenthold.cli.main", "argparse"}
+    for name in ("src/a.py", "src/b.py"):  # free, held: both looked at
+        payload = claude(root, "Write", file_path=str(root / name))
+        imported = imports_of("claude-code", payload, db)
+        assert "agenthold.hooks.lookup" in imported  # the trace is read, not empty
+        assert not never & imported, never & imported
+    # the hook's own rooms (hooks, the claims' names, patterns and schema) make no dataclass,
+    # and import neither dataclasses nor logging: what it still pays for them is the store's
+    trace = import_trace("claude-code", claude(root, "Write", file_path=str(root / "src/b.py")), db)
+    for heavy in ("dataclasses", "logging", "inspect"):
+        if heavy in {line.strip() for line in trace}:
+            assert "agenthold.store" in importers(trace, heavy), (heavy, importers(trace, heavy))
+    # a shell command that writes nothing opens no database and parses only the command
+    imported = imports_of("claude-code", claude(root, "Bash", command="ls src"), db)
+    assert "agenthold.hooks.parse" in imported
+    assert not {"agenthold.store", "sqlite3", "dataclasses"} & imported
+
+
+def test_where_nothing_is_held_the_hook_answers_without_the_store(
+    tmp_path: Path, root: Path
+) -> None:
+    db = str(tmp_path / "g.db")
+    store = StateStore(db)
+    resolver = Resolver([Workspace.parse(f"default={root}")])
+    coordinator = Coordinator(store, resolver)
+    holder = coordinator.register("other", host="another host").agent_id
+    coordinator.claim("src/b.py", holder)
+    coordinator.release("src/b.py", holder)  # claims once held, none now
+    store.close()
+    payload = claude(root, "Write", file_path=str(root / "src/b.py"))
+    imported = imports_of("claude-code", payload, db)
+    assert "agenthold.hooks.glance" in imported  # the trace is read, not empty
+    lean = {"agenthold.store", "agenthold.claims.names", "agenthold.hooks.lookup", "mcp"}
+    assert not lean & imported, lean & imported
+    assert not {"dataclasses", "logging", "inspect"} & imported
+    # strict mode and a claim on edit always open the store (glance.py says why)
+    assert "agenthold.hooks.lookup" in imports_of("claude-code", payload, db, "--on-error", "deny")
+    done = hook("claude-code", payload, db, "--claim-on-edit")
+    allowed(done)
+    assert glance.nothing_held(db) is False  # the edit claimed the file
+
+
+def test_the_glance_says_nothing_is_held_only_when_it_is_sure(tmp_path: Path, root: Path) -> None:
+    from agenthold.claims.schema import CLAIMS_SCHEMA
+    from agenthold.store import APPLICATION_ID, SCHEMA_VERSION, STORE_SCHEMA
+
+    assert (glance.APPLICATION_ID, glance.LAYOUT) == (APPLICATION_ID, SCHEMA_VERSION)
+    versions = (STORE_SCHEMA.version, CLAIMS_SCHEMA.version)
+    assert versions == (glance.STORE_VERSION, glance.CLAIMS_VERSION)
+    db = str(tmp_path / "s.db")
     StateStore(db).close()
-    payload = json.dumps(claude(root, "Write", file_path=str(root / "src/a.py")))
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "agenthold", "hook", "claude-code", "--db", db],
-        input=payload, capture_output=True, text=True, env=child_env(), timeout=60,
-    )  # fmt: skip
-    imported = {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()}
-    assert "agenthold.hooks.lookup" in imported  # the trace is read, not empty
-    assert not {"mcp", "agenthold.claims.coordinator", "agenthold.cli.main", "argparse"} & imported
+    assert glance.nothing_held(db)  # no claims tables: nothing held (the store reads 0)
+    store = StateStore(db)
+    resolver = Resolver([Workspace.parse(f"default={root}")])
+    coordinator = Coordinator(store, resolver, claim_ttl=3600)
+    holder = coordinator.register("other", host="another host").agent_id
+    assert glance.nothing_held(db)  # the tables, an agent, no claim
+    coordinator.claim("src/a.py", holder)
+    assert not glance.nothing_held(db)
+    with store.db.write() as (conn, _):  # its holder's lease ended, unswept: no live claim
+        conn.execute("UPDATE agents SET lease_ends_at = 1.0 WHERE agent_id = ?", (holder,))
+    assert glance.nothing_held(db)
+    verdict = hook("claude-code", claude(root, "Write", file_path=str(root / "src/a.py")), db)
+    allowed(verdict)
+    assert verdict.stderr == ""
+    with store.db.write() as (conn, _):
+        conn.execute("UPDATE agents SET lease_ends_at = NULL WHERE agent_id = ?", (holder,))
+    coordinator.release("src/a.py", holder)
+    coordinator.claim("docs/x.md", holder, mode="shared")
+    assert not glance.nothing_held(db)  # any shared hold: look
+    coordinator.release("docs/x.md", holder)
+    assert glance.nothing_held(db)
+    with store.db.write() as (conn, _):  # a version this code does not read: look (and refuse)
+        conn.execute(
+            "UPDATE agenthold_components SET version = version + 1 WHERE component = 'claims'"
+        )
+    assert not glance.nothing_held(db)
+    store.close()
+    done = hook("claude-code", claude(root, "Write", file_path=str(root / "src/a.py")), db)
+    allowed(done)
+    assert "newer than this agenthold" in done.stderr
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE claims (x)").connection.close()
+    assert not glance.nothing_held(str(other))  # not agenthold's: look (and say so)
+    assert not glance.nothing_held(":memory:") and not glance.nothing_held("postgresql://x/y")
 
 
 def test_the_reason_says_who_since_when_until_when_and_what_helps() -> None:

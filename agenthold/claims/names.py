@@ -26,17 +26,19 @@ taken under (docs/claims.md says what that means for its holder).
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import os
 import re
 import stat
 import sys
 import unicodedata
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 from agenthold.store import _INVISIBLE, InvalidInputError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, Literal
 
 __all__ = [
     "MAX_INPUT_LENGTH",
@@ -56,10 +58,20 @@ WORKSPACE_NAME_RE: re.Pattern[str] = re.compile(r"[A-Za-z0-9_-]+")
 
 _SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 _SEPARATOR_RE = re.compile(r"[/\\]")
-_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_SURROGATE_RE = re.compile(r"[\ud800-\udfff]")  # not encodable as UTF-8, so never storable
-# any of them, or an invisible character (store._INVISIBLE): one scan when the name is clean
-_REFUSED_RE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]|" + _INVISIBLE.pattern)
+_CONTROL = r"[\x00-\x1f\x7f-\x9f]"
+_SURROGATE = r"[\ud800-\udfff]"  # not encodable as UTF-8, so never storable
+
+
+@functools.cache
+def _refused(which: str) -> re.Pattern[str]:
+    """A control character, an unpaired surrogate, or either or an invisible character
+    (store._INVISIBLE), compiled on first use: a name of printable ASCII, the usual kind, is
+    clean without them (see _clean), and the edit hook starts a process per edit."""
+    if which == "any":
+        return re.compile(_CONTROL[:-1] + _SURROGATE[1:] + "|" + _INVISIBLE.pattern)
+    return re.compile(_CONTROL if which == "control" else _SURROGATE)
+
+
 RESOURCE_HINT = (
     "Name the resource as a path relative to the workspace (src/main.py), an absolute path "
     "inside a workspace, file://<workspace>/<path>, or custom://<name> for things that are "
@@ -89,18 +101,26 @@ def _names(workspaces: Sequence[Workspace]) -> str:
     return ", ".join(repr(ws.name) for ws in workspaces)
 
 
-@dataclass(frozen=True, slots=True)
 class Workspace:
     """A named directory that file resources live in.
 
     ``root`` is absolute. Build one with :meth:`parse`, which also normalises the root and checks
-    that it is an existing directory.
+    that it is an existing directory. Immutable, compared and hashed by name and root (as a
+    frozen dataclass would be; written out, as Resource is).
     """
+
+    __slots__ = ("name", "root")
+    __match_args__ = ("name", "root")
 
     name: str
     root: str
 
-    def __post_init__(self) -> None:
+    def __init__(self, name: str, root: str) -> None:
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "root", root)
+        self._check()
+
+    def _check(self) -> None:
         for field, value in (("name", self.name), ("root", self.root)):
             if not isinstance(value, str):
                 raise InvalidInputError(
@@ -115,6 +135,30 @@ class Workspace:
                 f"workspace root {self.root!r} is not an absolute path; use Workspace.parse, "
                 "which resolves a relative path against the current directory"
             )
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.name, self.root)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Workspace)
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, root={self.root!r})"
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: a Workspace is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}: a Workspace is immutable")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle, past __setattr__
+        return (type(self), self._fields())
 
     @classmethod
     def parse(cls, spec: str, *, cwd: str | None = None) -> Workspace:
@@ -168,7 +212,6 @@ def default_workspace(cwd: str | None = None) -> Workspace:
     return Workspace.parse("default=" + (cwd or os.getcwd()))
 
 
-@dataclass(frozen=True, slots=True)
 class Resource:
     """A resolved resource.
 
@@ -177,14 +220,64 @@ class Resource:
     and None for custom resources. ``file_id`` is "<device>:<inode>" of a file (not a directory)
     that existed when the name was resolved, else None; it is a fact about the disk at that
     moment, so it takes no part in comparing resources.
+
+    Immutable, compared and hashed by its other fields, as a frozen dataclass would be; written
+    out because making a dataclass costs a fresh process (the edit hook) more than its lookups.
     """
+
+    __slots__ = ("file_id", "key", "kind", "path", "uri", "workspace")
+    __match_args__ = ("uri", "key", "kind", "workspace", "path", "file_id")
 
     uri: str
     key: str
     kind: Literal["file", "custom"]
     workspace: str | None
     path: str | None
-    file_id: str | None = dataclasses.field(default=None, compare=False)
+    file_id: str | None
+
+    def __init__(
+        self,
+        uri: str,
+        key: str,
+        kind: Literal["file", "custom"],
+        workspace: str | None,
+        path: str | None,
+        file_id: str | None = None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "uri", uri)
+        put(self, "key", key)
+        put(self, "kind", kind)
+        put(self, "workspace", workspace)
+        put(self, "path", path)
+        put(self, "file_id", file_id)
+
+    def _compared(self) -> tuple[object, ...]:
+        return (self.uri, self.key, self.kind, self.workspace, self.path)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Resource)
+        return self._compared() == other._compared()
+
+    def __hash__(self) -> int:
+        return hash(self._compared())
+
+    def __repr__(self) -> str:
+        return (
+            f"Resource(uri={self.uri!r}, key={self.key!r}, kind={self.kind!r}, "
+            f"workspace={self.workspace!r}, path={self.path!r}, file_id={self.file_id!r})"
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: a Resource is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}: a Resource is immutable")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle, past __setattr__
+        return (Resource, (self.uri, self.key, self.kind, self.workspace, self.path, self.file_id))
 
 
 class Walk:
@@ -198,13 +291,15 @@ class Walk:
         self.seen: dict[str, os.stat_result | None] = {}
 
 
-@dataclass(frozen=True, slots=True)
 class _Anchor:
     """One spelling of a workspace root, split for matching absolute paths against it."""
 
-    drive: str
-    segments: tuple[str, ...]
-    workspace: Workspace
+    __slots__ = ("drive", "segments", "workspace")
+
+    def __init__(self, drive: str, segments: tuple[str, ...], workspace: Workspace) -> None:
+        self.drive = drive
+        self.segments = segments
+        self.workspace = workspace
 
 
 class Resolver:
@@ -493,23 +588,25 @@ class Resolver:
                 f"resource {_show(text)} is {len(text)} characters long; "
                 f"the limit is {MAX_INPUT_LENGTH}, use a shorter path or name"
             )
-        if _REFUSED_RE.search(text) is None:
+        if text.isascii() and text.isprintable():  # no control, surrogate or invisible one
+            return text  # and its own NFC form
+        if _refused("any").search(text) is None:
             return _nfc(text)
-        control = _CONTROL_RE.search(text)
+        control = _refused("control").search(text)
         if control is not None:
             raise InvalidInputError(
                 f"resource {_show(text)} contains the control character {control.group()!r} "
                 + ("(a null byte) " if control.group() == "\x00" else "")
                 + f"at index {control.start()}; remove it"
             )
-        surrogate = _SURROGATE_RE.search(text)
+        surrogate = _refused("surrogate").search(text)
         if surrogate is not None:
             raise InvalidInputError(
                 f"resource {_show(text)} contains the unpaired surrogate {surrogate.group()!r} "
                 f"at index {surrogate.start()}; send valid Unicode text"
             )
         invisible = _INVISIBLE.search(text)
-        assert invisible is not None  # what else _REFUSED_RE matches
+        assert invisible is not None  # what else _refused("any") matches
         raise InvalidInputError(
             f"resource {_show(text)} contains the invisible character "
             f"U+{ord(invisible.group()):04X} at index {invisible.start()} (a bidirectional "

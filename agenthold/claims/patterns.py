@@ -32,14 +32,15 @@ from __future__ import annotations
 
 import bisect
 import functools
-import re
 import unicodedata
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 from agenthold.claims.names import Resolver, Resource, Walk
 from agenthold.store import InvalidInputError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, Literal
 
 __all__ = [
     "MAX_PATTERN_DEEP",
@@ -56,21 +57,76 @@ __all__ = [
     "tail_of",
 ]
 
-_WILD = re.compile(r"[*?\[]")
 DEEP = "**"
 
 
-@dataclass(frozen=True, slots=True)
+def _wild(text: str) -> bool:
+    """Whether ``text`` has a wildcard ("*", "?" or "[")."""
+    return "*" in text or "?" in text or "[" in text
+
+
+# The classes here are written out, not dataclasses: making a dataclass costs a fresh process
+# (the edit hook, which matches files against held patterns) more than its whole look.
+
+
 class Pattern:
     """A directory or glob claim: ``uri`` as agents see it, ``key`` its claim identity, ``scope``
-    the key of the directory it lies under (ends with "/"), ``rest`` its segments below that."""
+    the key of the directory it lies under (ends with "/"), ``rest`` its segments below that.
+    Immutable, compared and hashed by its fields."""
+
+    __slots__ = ("key", "kind", "rest", "scope", "uri", "workspace")
+    __match_args__ = ("uri", "key", "kind", "scope", "rest", "workspace")
 
     uri: str
     key: str
     kind: Literal["dir", "glob"]
     scope: str
     rest: tuple[str, ...]
-    workspace: str | None = None
+    workspace: str | None
+
+    def __init__(
+        self,
+        uri: str,
+        key: str,
+        kind: Literal["dir", "glob"],
+        scope: str,
+        rest: tuple[str, ...],
+        workspace: str | None = None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "uri", uri)
+        put(self, "key", key)
+        put(self, "kind", kind)
+        put(self, "scope", scope)
+        put(self, "rest", rest)
+        put(self, "workspace", workspace)
+
+    def _fields(self) -> tuple[object, ...]:
+        return (self.uri, self.key, self.kind, self.scope, self.rest, self.workspace)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Pattern)
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"Pattern(uri={self.uri!r}, key={self.key!r}, kind={self.kind!r}, "
+            f"scope={self.scope!r}, rest={self.rest!r}, workspace={self.workspace!r})"
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: a Pattern is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}: a Pattern is immutable")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # copy and pickle, past __setattr__
+        return (Pattern, self._fields())
 
     @classmethod
     def from_key(cls, uri: str, key: str, scope: str) -> Pattern:
@@ -127,7 +183,7 @@ def _is_pattern(text: str) -> bool:  # kept: a claim and its release ask it of t
     stripped = text.strip()
     if stripped.lower().startswith("custom://"):
         return False
-    return stripped.endswith(("/", "\\")) or _WILD.search(stripped) is not None
+    return stripped.endswith(("/", "\\")) or _wild(stripped)
 
 
 PROBE = ".agenthold-scope"  # a name resolved inside a pattern's directory to find its key
@@ -149,7 +205,7 @@ def parse_pattern(resolver: Resolver, text: str) -> Pattern:
             text, f"it is {len(stripped):,} characters long", MAX_PATTERN_LENGTH, "characters"
         )
     is_dir = stripped.endswith(("/", "\\"))
-    segments = re.split(r"[/\\]", stripped.rstrip("/\\"))
+    segments = stripped.rstrip("/\\").replace("\\", "/").split("/")
     count = sum(1 for s in segments if s)
     if count > MAX_PATTERN_SEGMENTS:
         raise _over(text, f"it has {count} segments", MAX_PATTERN_SEGMENTS, "segments")
@@ -157,7 +213,7 @@ def parse_pattern(resolver: Resolver, text: str) -> Pattern:
     if deep > MAX_PATTERN_DEEP:
         raise _over(text, f"it has {deep} '**' segments", MAX_PATTERN_DEEP, "'**' segments")
     # the literal head: everything before the first segment with a wildcard
-    first = next((i for i, s in enumerate(segments) if _WILD.search(s)), len(segments))
+    first = next((i for i, s in enumerate(segments) if _wild(s)), len(segments))
     head, tail = segments[:first], [s for s in segments[first:] if s]
     for segment in tail:
         if segment in (".", ".."):
@@ -262,26 +318,47 @@ class _Unreadable(ValueError):
     """A segment that is not a valid glob; the message says why (parse_pattern words it)."""
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class _Segment:
-    """One compiled segment of a pattern."""
+    """One compiled segment of a pattern (never changed once made)."""
 
-    text: str
-    literal: str | None  # the segment itself when it has no wildcard
-    pieces: (
-        tuple[str, ...] | None
-    )  # its literal runs around each "*", when "*" is its only wildcard
-    size: int  # tokens that match one character each
-    stars: int  # bit t: a "*" stands before token t (bit ``size``: after the last)
-    chars: dict[str, int]  # bits of the literal tokens, by their character
-    anyone: int  # bits of the "?" tokens
-    bounds: tuple[int, ...]  # code points at which some class's membership changes, ascending
-    classes: tuple[int, ...]  # bits of the class tokens that accept code points from each bound
-    outside: int  # bits of the class tokens that accept code points below the first bound
-    toggles: tuple[tuple[int, int], ...]  # (code point, class bits whose membership flips there)
-    first: str | None  # the literal character every match starts with, if there is one
-    last: str | None  # and ends with
-    tail: str  # the literal characters every match ends with ("" after a wildcard)
+    __slots__ = (
+        "anyone", "bounds", "chars", "classes", "first", "last", "literal", "outside", "pieces",
+        "size", "stars", "tail", "text", "toggles",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        text: str,
+        literal: str | None,  # the segment itself when it has no wildcard
+        pieces: tuple[str, ...] | None,  # its literal runs around each "*", if "*" is its only
+        # wildcard
+        size: int,  # tokens that match one character each
+        stars: int,  # bit t: a "*" stands before token t (bit ``size``: after the last)
+        chars: dict[str, int],  # bits of the literal tokens, by their character
+        anyone: int,  # bits of the "?" tokens
+        bounds: tuple[int, ...],  # code points at which some class's membership changes, ascending
+        classes: tuple[int, ...],  # bits of the class tokens that accept code points from each
+        # bound
+        outside: int,  # bits of the class tokens that accept code points below the first bound
+        toggles: tuple[tuple[int, int], ...],  # (code point, class bits whose membership flips)
+        first: str | None,  # the literal character every match starts with, if there is one
+        last: str | None,  # and ends with
+        tail: str,  # the literal characters every match ends with ("" after a wildcard)
+    ) -> None:
+        self.text = text
+        self.literal = literal
+        self.pieces = pieces
+        self.size = size
+        self.stars = stars
+        self.chars = chars
+        self.anyone = anyone
+        self.bounds = bounds
+        self.classes = classes
+        self.outside = outside
+        self.toggles = toggles
+        self.first = first
+        self.last = last
+        self.tail = tail
 
 
 @functools.lru_cache(maxsize=8192)
@@ -291,7 +368,7 @@ def _segment(text: str) -> _Segment:
     A class opens at "[", then "!" negates it, and it closes at the next "]" after its first
     character (so "[]a]" and "[!]a]" hold "]"); inside it, "x-y" is a range and every other
     character (a "-" first or last too) is itself."""
-    if _WILD.search(text) is None:
+    if not _wild(text):
         return _literal(text)
     tokens: list[str | tuple[bool, list[tuple[int, int]]] | None] = []  # None: "?"
     stars, i = 0, 0
@@ -464,23 +541,43 @@ def _compiled(rest: tuple[str, ...]) -> _Compiled:
     return tuple(items)
 
 
-@dataclass(frozen=True, slots=True, eq=False)
 class _Row:
-    """A pattern's segments in one row of bits (see above)."""
+    """A pattern's segments in one row of bits (see above; never changed once made)."""
 
-    starts: int  # the first bit of each segment (not "**")
-    ends: int  # the "matched whole" bit of each segment
-    deep: int  # the bit of each "**"
-    deep_last: int  # the bit of a "**" that ends the pattern: anything below matches
-    done: int  # the bit after the last segment: the whole pattern matched
-    shape: int  # one of the common shapes below, matched without the row, or _ANY_SHAPE
-    only: _Segment | None  # the one segment of such a shape
-    stars: int
-    chars: dict[str, int]
-    anyone: int
-    bounds: tuple[int, ...]
-    classes: tuple[int, ...]
-    outside: int
+    __slots__ = (
+        "anyone", "bounds", "chars", "classes", "deep", "deep_last", "done", "ends", "only",
+        "outside", "shape", "stars", "starts",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        starts: int,  # the first bit of each segment (not "**")
+        ends: int,  # the "matched whole" bit of each segment
+        deep: int,  # the bit of each "**"
+        deep_last: int,  # the bit of a "**" that ends the pattern: anything below matches
+        done: int,  # the bit after the last segment: the whole pattern matched
+        shape: int,  # one of the common shapes below, matched without the row, or _ANY_SHAPE
+        only: _Segment | None,  # the one segment of such a shape
+        stars: int,
+        chars: dict[str, int],
+        anyone: int,
+        bounds: tuple[int, ...],
+        classes: tuple[int, ...],
+        outside: int,
+    ) -> None:
+        self.starts = starts
+        self.ends = ends
+        self.deep = deep
+        self.deep_last = deep_last
+        self.done = done
+        self.shape = shape
+        self.only = only
+        self.stars = stars
+        self.chars = chars
+        self.anyone = anyone
+        self.bounds = bounds
+        self.classes = classes
+        self.outside = outside
 
 
 # Shapes most patterns have, each one segment and perhaps a "**": they are matched by looking

@@ -12,14 +12,21 @@ The rooms, one job each (docs/architecture.md):
 - ``gitcheck``: the git hooks' check of staged and pushed files.
 
 This face imports nothing: the hook is a fresh process on every edit, and each path imports
-only the rooms it uses (never mcp).
+only the rooms it uses (never mcp). For the same reason the command ends without the
+interpreter's teardown (``end``), which costs a hook more than its look at the database.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+import sys
 
-__all__ = ["main"]
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import NoReturn
+
+__all__ = ["end", "main"]
 
 
 def main(args: Sequence[str]) -> int:
@@ -35,3 +42,22 @@ def main(args: Sequence[str]) -> int:
     from agenthold.hooks.command import run
 
     return run(args)
+
+
+def end(status: int) -> NoReturn:
+    """End the hook's process with ``status`` without the interpreter's teardown (freeing every
+    module and object one by one: 5-15 ms, a third of the hook's budget, for nothing a fresh
+    process leaves behind). What must outlast it is done first: every database still open is
+    closed (a write's last connection then checkpoints SQLite's log) and the standard streams
+    are flushed, so the host reads the whole verdict."""
+    store = sys.modules.get("agenthold.store")  # not imported: no database was opened
+    if store is not None:
+        store.close_all()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BrokenPipeError:  # a host that stopped reading: nothing to flush to
+            pass
+        except (OSError, ValueError):  # output that could not be written (a full disk...)
+            status = status or 120  # as the interpreter's own exit says it
+    os._exit(status)

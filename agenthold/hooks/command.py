@@ -19,10 +19,12 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
     from agenthold.hooks.hosts import Host
     from agenthold.hooks.lookup import Blocker
 
@@ -231,6 +233,11 @@ def _judge(host: Host, opts: Options, db: str) -> int:
         return 0
     if db != ":memory:" and "://" not in db and not os.path.exists(db):
         raise FileNotFoundError(f"no database at {db!r}; start an agenthold server first")
+    if call.kind == "edit" and not opts.claim_on_edit and opts.on_error == "allow":
+        from agenthold.hooks.glance import nothing_held
+
+        if nothing_held(db):  # nobody holds anything: no need to open the store (glance.py)
+            return 0
     from agenthold.claims.names import Workspace
     from agenthold.claims.schema import CLAIMS_SCHEMA
     from agenthold.hooks.lookup import (

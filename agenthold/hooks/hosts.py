@@ -15,35 +15,76 @@ Decisions behind it:
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import dataclass
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
+if TYPE_CHECKING:
+    from typing import Any
+
+# Plain classes with __slots__, not dataclasses: the hook is a fresh process on every edit, and
+# making a dataclass costs more than a hundred of these (and imports dataclasses and inspect).
 
 
-@dataclass(frozen=True)
 class Call:
     """What one hook input asks: ``kind`` "edit" (``paths`` it would write), "end" (the
-    session or turn ended) or "none" (nothing agenthold judges)."""
+    session or turn ended) or "none" (nothing agenthold judges). ``trees``: a path that is a
+    directory writes everything in it (rm -r, mv, Delete)."""
 
-    kind: str
-    paths: tuple[str, ...] = ()
-    session: str | None = None
-    cwd: str = ""
-    tool: str = ""
-    trees: bool = False  # a path that is a directory writes everything in it (rm -r, mv, Delete)
+    __slots__ = ("cwd", "kind", "paths", "session", "tool", "trees")
+
+    def __init__(
+        self,
+        kind: str,
+        paths: tuple[str, ...] = (),
+        session: str | None = None,
+        cwd: str = "",
+        tool: str = "",
+        trees: bool = False,
+    ) -> None:
+        self.kind = kind
+        self.paths = paths
+        self.session = session
+        self.cwd = cwd
+        self.tool = tool
+        self.trees = trees
+
+    def __repr__(self) -> str:
+        return (
+            f"Call({self.kind!r}, {self.paths!r}, session={self.session!r}, cwd={self.cwd!r}, "
+            f"tool={self.tool!r}, trees={self.trees!r})"
+        )
 
 
-@dataclass(frozen=True)
 class Host:
-    name: str
-    file_tools: dict[str, tuple[str, ...]]  # tool name -> the tool_input keys a path may be in
-    shell_tools: frozenset[str]
-    patch_tools: frozenset[str]
-    end_events: frozenset[str]
-    shell_events: frozenset[str] = frozenset()  # events whose input is itself a command (Cursor)
-    session_key: str = "session_id"
-    tree_tools: frozenset[str] = frozenset()  # file tools that may remove a whole directory
+    """One coding host's contract (see the module's docstring)."""
+
+    __slots__ = (
+        "end_events", "file_tools", "name", "patch_tools", "session_key", "shell_events",
+        "shell_tools", "tree_tools",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        name: str,
+        file_tools: dict[str, tuple[str, ...]],  # tool name -> the tool_input keys of its paths
+        shell_tools: frozenset[str],
+        patch_tools: frozenset[str],
+        end_events: frozenset[str],
+        shell_events: frozenset[str] = frozenset(),  # events whose input is a command (Cursor)
+        session_key: str = "session_id",
+        tree_tools: frozenset[str] = frozenset(),  # file tools that may remove a directory
+    ) -> None:
+        self.name = name
+        self.file_tools = file_tools
+        self.shell_tools = shell_tools
+        self.patch_tools = patch_tools
+        self.end_events = end_events
+        self.shell_events = shell_events
+        self.session_key = session_key
+        self.tree_tools = tree_tools
+
+    def __repr__(self) -> str:
+        return f"Host({self.name!r})"
 
     def read(self, data: dict[str, Any]) -> Call:
         """The call a hook input describes; ValueError if it is not what this host sends."""
@@ -101,6 +142,8 @@ class Host:
                     "permissionDecisionReason": reason,
                 }
             }
+        import json  # already imported to read the input; only a refusal writes JSON
+
         return json.dumps(shape)
 
 

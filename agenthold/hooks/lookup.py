@@ -5,14 +5,15 @@ session ends.
 Decisions behind it:
 - A lean read path. The hook is a fresh process on every edit, and ``agenthold.claims`` with
   its records and the queue costs more to import than the whole budget of the hook. So a look
-  imports the store, the resolver (``uris``), the pattern rules (``claim_match``) and the
-  claims SQL (``claim_schema``), and reads with the statements the coordinator itself uses:
-  ``_CLAIM_ROW`` for the file's own names, ``_PATTERN_KEYS_AT`` and ``covers_file`` for the
-  directory and glob claims above it, ``_ALIASES`` for its hard links. What stays restated
+  imports the store, the resolver (``claims.names``), the pattern rules (``claims.patterns``)
+  and the claims SQL (``claims.schema``), and reads with the statements the coordinator itself
+  uses: ``_CLAIM_ROW`` for the file's own names, ``_PATTERN_KEYS_AT`` and ``covers_file`` for
+  the directory and glob claims above it, ``_ALIASES`` for its hard links. What stays restated
   here is one line, the liveness of a claim (its holder's row exists and its lease has not
-  ended: ``claim_rows.claim_info``); tests/test_hooks.py compares the verdicts with
+  ended: ``claims.rows.claim_info``); tests/test_hooks.py compares the verdicts with
   ``Coordinator.status`` on the same claims. Shared holds are rarer: when any exists the
-  queue's own ``shares_in_way`` is imported and asked.
+  queue's own ``shares_in_way`` is imported and asked. Where nothing is held at all, the hook
+  does not get here (glance.py).
 - Every name of the file: as written and through its links (``Resolver.resolve_both``: a claim
   taken before a link appeared stays on the name as written), its hard links (the claim's
   recorded device and inode, counted only while the claimed name still leads to the file).
@@ -26,43 +27,67 @@ Decisions behind it:
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
 from agenthold.claims.names import Resolver, Resource, Workspace, default_workspace
 from agenthold.claims.patterns import ancestors, covers_file
 from agenthold.claims.schema import _ALIASES, _CLAIM_ROW, _HELD_UNDER, _PATTERN_KEYS_AT
-from agenthold.store import StateStore
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from agenthold.store import StateStore
 
 ROOT_WORKSPACE = "agenthold-hook-root"  # files outside every workspace still have a claim key
-TOP = "\U0010ffff"  # as claim_rows.TOP: [k, k + TOP) is every key that starts with k
+TOP = "\U0010ffff"  # as claims.rows.TOP: [k, k + TOP) is every key that starts with k
 SESSION_PURPOSE = "edits of one host session, claimed by agenthold's edit hook"
 
+# Plain classes with __slots__, not dataclasses: see hosts.py.
 
-@dataclass(frozen=True)
+
 class Blocker:
     """A live claim of someone else in an edit's way."""
 
-    path: str  # the file the edit writes, as the hook was given it (absolute)
-    uri: str  # the claim's resource, as its holder's server named it
-    agent_id: str
-    name: str
-    claimed_at: str | None
-    lease_ends_at: float | None
-    how: str  # "exclusive", "covering" (a directory or glob claim), "link" (a hard link),
-    # "shared", "inside" (a claim on something under a directory the edit removes or moves)
-    wait_on: str  # the resource to give agenthold_wait
+    __slots__ = ("agent_id", "claimed_at", "how", "lease_ends_at", "name", "path", "uri", "wait_on")
+
+    def __init__(
+        self,
+        path: str,  # the file the edit writes, as the hook was given it (absolute)
+        uri: str,  # the claim's resource, as its holder's server named it
+        agent_id: str,
+        name: str,
+        claimed_at: str | None,
+        lease_ends_at: float | None,
+        how: str,  # "exclusive", "covering" (a directory or glob claim), "link" (a hard link),
+        # "shared", "inside" (a claim on something under a directory the edit removes or moves)
+        wait_on: str,  # the resource to give agenthold_wait
+    ) -> None:
+        self.path = path
+        self.uri = uri
+        self.agent_id = agent_id
+        self.name = name
+        self.claimed_at = claimed_at
+        self.lease_ends_at = lease_ends_at
+        self.how = how
+        self.wait_on = wait_on
+
+    def __repr__(self) -> str:
+        return f"Blocker({self.path!r}, {self.uri!r}, {self.agent_id!r}, how={self.how!r})"
 
 
-@dataclass(frozen=True)
 class Own:
     """Who the edit belongs to: agents of ``host``, the agent named ``session_agent``, the
     agents of ``principal``."""
 
-    host: str | None
-    session_agent: str | None
-    principal: str | None = None
+    __slots__ = ("host", "principal", "session_agent")
+
+    def __init__(
+        self, host: str | None, session_agent: str | None, principal: str | None = None
+    ) -> None:
+        self.host = host
+        self.session_agent = session_agent
+        self.principal = principal
 
 
 def resolver_for(workspaces: Sequence[Workspace], cwd: str) -> Resolver:
@@ -75,7 +100,7 @@ def resolver_for(workspaces: Sequence[Workspace], cwd: str) -> Resolver:
 
 
 def _live(row: Sequence[Any], now: float) -> bool:
-    # as claim_rows.claim_info judges a row: held, its agent still there, its lease not ended
+    # as claims.rows.claim_info judges a row: held, its agent still there, its lease not ended
     return row[2] is not None and row[9] is not None and (row[11] is None or row[11] > now)
 
 
@@ -111,7 +136,7 @@ def _inside(resolver: Resolver, path: str) -> list[str]:
 
 
 def _alias_still_there(key: str, file_id: str) -> bool:
-    # as claim_rows._alias: a claim through a hard link counts while its name leads to the file
+    # as claims.rows._alias: a claim through a hard link counts while its name leads to the file
     try:
         found = os.stat(key.removeprefix("file://"))
     except (OSError, ValueError):
