@@ -955,6 +955,7 @@ def test_the_beyond_loopback_warning_knows_every_spelling_of_loopback(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # waits seconds for its progress reports, four times
 @pytest.mark.parametrize("json_response", [False, True], ids=["sse", "json"])
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_a_wait_with_a_progress_token_reports_progress_over_event_streams_and_sessions(

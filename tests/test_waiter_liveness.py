@@ -116,6 +116,7 @@ def test_a_claim_handed_to_a_waiter_that_never_reads_it_goes_back(coord: Coordin
     )
 
 
+@pytest.mark.slow  # waits out several liveness periods
 @pytest.mark.backends
 def test_a_waiter_that_keeps_looking_stays_in_line_past_its_liveness(coord: Coordinator) -> None:
     h, w = agents(coord, "h", "w")
