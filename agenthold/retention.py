@@ -152,19 +152,9 @@ def parse_setting(text: str) -> tuple[str, int | None]:
     return name, number  # at most 18 digits (or 12 of weeks): below _MAX_VALUE
 
 
-def _has_table(db: Database, table: str) -> bool:
-    if db.dialect == "postgresql":
-        row = db.fetchone("SELECT to_regclass(?) IS NOT NULL", (table,))
-        return bool(row[0])
-    row = db.fetchone(
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
-    )
-    return bool(row[0])
-
-
 def read_retention(db: Database) -> Retention:
     """The rules stored in ``db`` (all absent if it never had any)."""
-    if not _has_table(db, "agenthold_retention"):
+    if not db.has_table("agenthold_retention"):
         return Retention()
     found = Retention()
     rows = db.fetchall(
@@ -397,13 +387,13 @@ _KEEP_NEWEST = " AND {table}.id < (SELECT max(newest.id) FROM {table} AS newest)
 def _passes(db: Database, rules: Retention) -> list[_Pass]:
     passes = _history_passes(db, rules)
     age = rules.database.get("claims.age", 0)
-    if age and _has_table(db, "claim_events"):
+    if age and db.has_table("claim_events"):
         passes.append(_Pass("claim_events", "claim_events", "at < ?", (_cutoff(db, age),)))
     passes = [
         dataclasses.replace(p, condition=p.condition + _KEEP_NEWEST.format(table=p.table))
         for p in passes
     ]
-    if _has_table(db, "msg_messages"):
+    if db.has_table("msg_messages"):
         passes.extend(_message_passes(db, rules))
     return passes
 
@@ -459,34 +449,8 @@ def _let_writers_in(began: float) -> None:
 
 
 def _give_space_back(db: Database, report: CompactReport, step: int) -> str:
-    if db.dialect == "postgresql":
-        return "PostgreSQL: autovacuum takes the removed rows' space back on its own"
-    if getattr(db, "memory", False):
-        return "in memory: nothing to give back"
-    mode = int(db.fetchone("PRAGMA auto_vacuum")[0])
-    if mode != 2:
-        free = int(db.fetchone("PRAGMA freelist_count")[0])
-        return (
-            f"{free} free pages stay in the file for new rows (it was made without incremental "
-            "auto-vacuum); to give space back, stop the servers and run: sqlite3 FILE "
-            "'PRAGMA auto_vacuum = INCREMENTAL; VACUUM'"
-        )
-    if report.dry_run:
-        free = int(db.fetchone("PRAGMA freelist_count")[0])
-        return f"{free} free pages would be given back to the file system"
-    while True:
-        began = time.monotonic()
-        with db.write() as (conn, _):
-            free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
-            if free == 0:
-                break
-            # Python's sqlite3 steps this pragma once per execute, and each step frees one
-            # page, whatever N says: so one execute per page, a step's worth per write
-            for _ in range(min(free, step)):
-                conn.execute("PRAGMA incremental_vacuum(1)")
-            left = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
-        report.pages_freed += free - left
-        _let_writers_in(began)
-        if left >= free:  # pragma: no cover - nothing moved (SQLite refused): do not spin
-            break
-    return f"{report.pages_freed} pages given back to the file system (incremental vacuum)"
+    """Hand the pages compaction freed back to the file system, as the backend can (SQLite's
+    incremental vacuum, ``step`` pages per write; PostgreSQL's autovacuum does it by itself)."""
+    freed, said = db.give_space_back(step, report.dry_run, _let_writers_in)
+    report.pages_freed += freed
+    return said

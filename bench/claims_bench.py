@@ -75,14 +75,19 @@ from _common import (
     target_lines,
 )
 
-from agenthold.claims.coordinator import _CLAIM_ROW, _EVENT, _FREE, Coordinator
+from agenthold.claims.coordinator import Coordinator
 from agenthold.claims.names import Resolver, Workspace
-
-# The private SQL constants are imported on purpose: the baseline must run exactly these.
-from agenthold.claims.queue import _TAKE as _TAKE_ROW
 from agenthold.claims.records import WaitResult
-from agenthold.claims.schema import _EVENT_MODE, _LOOK_ROW, rows_statement
-from agenthold.claims.schema import _TOUCH as _TOUCH_ACTIVITY
+
+# The library's own statements (public in claims.schema): the baseline must run exactly these.
+from agenthold.claims.schema import CLAIM_ROW as _CLAIM_ROW
+from agenthold.claims.schema import EVENT as _EVENT
+from agenthold.claims.schema import EVENT_MODE as _EVENT_MODE
+from agenthold.claims.schema import FREE as _FREE
+from agenthold.claims.schema import LOOK_ROW as _LOOK_ROW
+from agenthold.claims.schema import TAKE as _TAKE_ROW
+from agenthold.claims.schema import TOUCH as _TOUCH_ACTIVITY
+from agenthold.claims.schema import rows_statement
 from agenthold.store import StateStore, utc_iso
 
 RESOURCE = "src/app.py"

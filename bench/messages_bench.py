@@ -131,7 +131,7 @@ class Raw:
 
     def poll(self, after_seq: int) -> list[Any]:
         cur, tid = self.cur, self.tid
-        sizes = cur.execute(POLL_SIZES, (tid, after_seq, PAGE + 1)).fetchall()[:PAGE]
+        sizes = cur.execute(SQLITE_SIZES, (tid, after_seq, PAGE + 1)).fetchall()[:PAGE]
         return cur.execute(POLL, (tid, after_seq, sizes[-1][0])).fetchall() if sizes else []
 
     def has_unread(self, thread_id: str) -> bool:
@@ -195,7 +195,10 @@ class RawPostgres(Raw):
         return row, members, latest
 
 
-SQL = {"bump": BUMP, "member": IS_MEMBER, "insert": INSERT, "poll": POLL, "sizes": POLL_SIZES,
+# the bus's size statement with each engine's byte count of a text, as its backend supplies it
+SQLITE_SIZES = POLL_SIZES.replace("{content}", "length(CAST(content AS BLOB))")
+POSTGRES_SIZES = POLL_SIZES.replace("{content}", "octet_length(content)")
+SQL = {"bump": BUMP, "member": IS_MEMBER, "insert": INSERT, "poll": POLL, "sizes": POSTGRES_SIZES,
        "cursor": CURSOR, "info": THREAD_INFO, "members": MEMBERS}  # fmt: skip
 
 

@@ -35,7 +35,6 @@ import uvicorn
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult
-from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp
 
 from agenthold.claims import Coordinator
@@ -43,7 +42,9 @@ from agenthold.claims.names import Resolver, Workspace
 from agenthold.cli.main import listen, main
 from agenthold.serve.app import Agenthold, build_server
 from agenthold.serve.claim_tools import reply
-from agenthold.serve.http import ConnectionGuard, _Uvicorn, web_config
+from agenthold.serve.compat import sse
+from agenthold.serve.compat.uvicorn_h11 import QuietServer
+from agenthold.serve.http import ConnectionGuard, web_config
 from agenthold.store import StateStore
 
 REPO = Path(__file__).resolve().parents[1]
@@ -182,14 +183,14 @@ async def uvicorn_serving(
     connection cap ``guard``, if given);
     sse-starlette's process-wide "close every stream" flag is cleared first."""
     app.transport = "http"
-    AppStatus.should_exit = False
+    sse.clear_exit_flag()
     sock = listen("127.0.0.1", 0)
     port = sock.getsockname()[1]
     config = web_config(asgi, guard=guard)
     config.timeout_graceful_shutdown = 2
     if keep_alive is not None:
         config.timeout_keep_alive = keep_alive  # type: ignore[assignment]
-    web = _Uvicorn(config)
+    web = QuietServer(config)
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(web.serve, [sock])

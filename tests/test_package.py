@@ -1,19 +1,22 @@
 """The package's shape: what may import what, the one-file store, and the public API.
 
-store.py is meant to be copied into other projects, and uris.py and auth.py promise the standard
-library only; these tests read each module's imports with ``ast`` and run the copied store in an
-interpreter that cannot see the installed package (``-S``: no site-packages).
+The store is meant to be copied into other projects as one file (vendor/agenthold_store.py,
+built from store.py and agenthold/db/ by tools/build_store_file.py), and several modules promise
+the standard library only; these tests read each module's imports with ``ast`` and run the
+copied store in an interpreter that cannot see the installed package (``-S``: no site-packages).
 """
 
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import shutil
 import subprocess
 import sys
 from importlib.metadata import version as distribution_version
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -91,8 +94,21 @@ def outside_stdlib(names: set[str]) -> set[str]:
     "module",
     [
         "store",
+        "db.errors",
+        "db.records",
+        "db.schema",
+        "db.base",
+        "db.wait",
+        "db.feed",
+        "db.watch",
+        "db.sqlite_feed",
+        "db.sqlite",
+        "db.wal",
+        "db.legacy",
+        "db.backends",
         "claims.names",
         "identity.principals",
+        "identity.agents",
         "serve.auth",
         "serve.limits",
         "serve.sessions",
@@ -101,8 +117,8 @@ def outside_stdlib(names: set[str]) -> set[str]:
         "claims.patterns",
         "claims.index",
         "claims.rows",
-        "claims.queue",
-        "claims.grant",
+        "claims.targets",
+        "claims.write",
         "claims.coordinator",
         "bus.records",
         "bus.schema",
@@ -119,18 +135,67 @@ def outside_stdlib(names: set[str]) -> set[str]:
         "cli.tokens",
         "cli.main",
         "serve.front",
+        "serve.warm_protocol",
         "serve.rpc_id",
     ],
 )
 def test_a_module_that_promises_the_standard_library_imports_nothing_else(module: str) -> None:
     allowed = {
-        "store": {"agenthold.db.postgres"},  # a postgresql:// URL loads it by name
+        "store": {
+            "agenthold.db.backends",
+            "agenthold.db.base",
+            "agenthold.db.errors",
+            "agenthold.db.legacy",
+            "agenthold.db.records",
+            "agenthold.db.schema",
+            "agenthold.db.sqlite",
+            "agenthold.db.wait",
+            "agenthold.db.wal",
+        },
+        "db.errors": set(),
+        "db.records": {"agenthold.db.errors"},
+        "db.schema": {"agenthold.db.records"},
+        "db.base": {"agenthold.db.records", "agenthold.db.schema"},
+        "db.wait": {"agenthold.db.base", "agenthold.db.records"},
+        "db.feed": {"agenthold.db.records"},
+        "db.watch": set(),
+        "db.sqlite_feed": {
+            "agenthold.db.feed",
+            "agenthold.db.records",
+            "agenthold.db.schema",
+            "agenthold.db.watch",
+        },
+        "db.sqlite": {
+            "agenthold.db.base",
+            "agenthold.db.errors",
+            "agenthold.db.feed",  # for typing only
+            "agenthold.db.legacy",
+            "agenthold.db.records",
+            "agenthold.db.schema",
+            "agenthold.db.sqlite_feed",  # with the first subscriber
+            "agenthold.db.wal",
+        },
+        "db.wal": {"agenthold.db.schema"},
+        "db.legacy": {"agenthold.db.base", "agenthold.db.records"},
+        # the backends by the scheme of a URL: postgres.py (psycopg) only for postgresql://
+        "db.backends": {
+            "agenthold.db.base",
+            "agenthold.db.errors",
+            "agenthold.db.sqlite",
+            "agenthold.db.postgres",
+        },
         "claims.names": {"agenthold.store"},
         "identity.principals": set(),
+        "identity.agents": {"agenthold.db.errors", "agenthold.db.records"},
         "serve.auth": {"agenthold.identity.principals"},
         "serve.limits": set(),
         "serve.sessions": {"agenthold.serve.auth", "agenthold.identity.principals"},
-        "claims.records": {"agenthold.store"},
+        "claims.records": {  # names and patterns for types only
+            "agenthold.store",
+            "agenthold.identity.agents",
+            "agenthold.claims.names",
+            "agenthold.claims.patterns",
+        },
         "claims.schema": {"agenthold.store"},
         "claims.patterns": {"agenthold.store", "agenthold.claims.names"},
         "claims.index": {"agenthold.claims.patterns"},
@@ -142,39 +207,40 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold.claims.schema",
             "agenthold.claims.records",
         },
-        "claims.queue": {
+        "claims.targets": {
             "agenthold.store",
             "agenthold.claims.names",
             "agenthold.claims.patterns",
-            "agenthold.claims.schema",
             "agenthold.claims.records",
-            "agenthold.claims.rows",
         },
-        "claims.grant": {
+        "claims.write": {
             "agenthold.store",
             "agenthold.claims.names",
             "agenthold.claims.patterns",
+            "agenthold.claims.index",
             "agenthold.claims.schema",
             "agenthold.claims.records",
             "agenthold.claims.rows",
-            "agenthold.claims.queue",
+            "agenthold.claims.targets",
+            "agenthold.identity.agents",
         },
         "claims.coordinator": {
             "agenthold.store",
+            "agenthold.identity.agents",
             "agenthold.claims.names",
             "agenthold.claims.records",
             "agenthold.claims.schema",
             "agenthold.claims.patterns",
             "agenthold.claims.index",
             "agenthold.claims.rows",
-            "agenthold.claims.queue",
-            "agenthold.claims.grant",
+            "agenthold.claims.targets",
+            "agenthold.claims.write",
         },
-        "bus.records": {"agenthold.store", "agenthold.claims.coordinator"},
+        "bus.records": {"agenthold.store", "agenthold.identity.agents"},
         "bus.schema": {"agenthold.store"},
         "bus.messagebus": {
             "agenthold.store",
-            "agenthold.claims.coordinator",
+            "agenthold.identity.agents",
             "agenthold.bus.records",
             "agenthold.bus.schema",
         },
@@ -222,7 +288,8 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
             "agenthold.serve",  # the faces of the rooms above
             "agenthold.inspect",
         },
-        "serve.front": set(),
+        "serve.front": {"agenthold.serve.warm_protocol"},  # every warm call: these two alone
+        "serve.warm_protocol": set(),
         "serve.rpc_id": set(),
     }[module]
     assert outside_stdlib(imported_modules(module)) <= allowed
@@ -230,31 +297,39 @@ def test_a_module_that_promises_the_standard_library_imports_nothing_else(module
 
 MODULES = [m for m in ALL_MODULES if m != "__main__"]
 WEB = {m for m in MODULES if m.split(".")[0] == "web"}  # uvicorn and starlette, never mcp
-# the modules that import mcp themselves (the server shim re-exports serve.app's names)
-SERVING = {"serve.toolkit", "serve.app", "serve.stdio", "serve.http", "serve.warm"}
+# the modules that import mcp themselves (the server shim re-exports serve.app's names; the
+# warm server serves through stdio.py)
+SERVING = {"serve.toolkit", "serve.app", "serve.stdio", "serve.http", "serve.compat.mcp_sdk"}
+# ... and those that import uvicorn, sse-starlette or h11 outside the live page: HTTP and the
+# compatibility modules of those libraries
+ON_HTTP_SERVERS = {"serve.http", "serve.compat.uvicorn_h11", "serve.compat.sse"}
+HTTP_SERVERS = ("uvicorn", "sse_starlette", "h11")
 
 
 def test_only_the_serving_modules_import_mcp_and_the_library_knows_no_transport() -> None:
     for module in MODULES:
-        kinds = ("mcp",) if module in WEB else ("mcp", "uvicorn")
-        mcp_like = {n for n in imported_modules(module) if n.split(".")[0] in kinds}
+        tops = {n.split(".")[0] for n in imported_modules(module)}
         if module in SERVING:
-            assert mcp_like, f"{module} is listed as serving MCP but imports no mcp"
+            assert "mcp" in tops, f"{module} is listed as serving MCP but imports no mcp"
         else:
-            assert not mcp_like, f"{module} imports {mcp_like}"
+            assert "mcp" not in tops, f"{module} imports mcp"
+        if module not in WEB:
+            servers = tops & set(HTTP_SERVERS)
+            assert bool(servers) == (module in ON_HTTP_SERVERS), (module, servers)
     claims_imports = {
         n for n in imported_modules("claims.coordinator") if n.startswith("agenthold")
     }
     assert claims_imports <= {
         "agenthold.store",
+        "agenthold.identity.agents",
         "agenthold.claims.names",
         "agenthold.claims.records",
         "agenthold.claims.schema",
         "agenthold.claims.patterns",
         "agenthold.claims.index",
         "agenthold.claims.rows",
-        "agenthold.claims.queue",
-        "agenthold.claims.grant",
+        "agenthold.claims.targets",
+        "agenthold.claims.write",
     }
     server_imports = {n for n in imported_modules("serve.app") if n.startswith("agenthold.")}
     assert not server_imports & {
@@ -270,7 +345,15 @@ def test_only_the_serving_modules_import_mcp_and_the_library_knows_no_transport(
         assert other not in imported_modules(transport)
         assert "agenthold.cli.main" not in imported_modules(transport)
     postgres_imports = outside_stdlib(imported_modules("db.postgres"))
-    assert postgres_imports <= {"agenthold.store", "psycopg", "psycopg_pool"}
+    assert postgres_imports <= {
+        "agenthold.db.base",
+        "agenthold.db.errors",
+        "agenthold.db.feed",
+        "agenthold.db.records",
+        "agenthold.db.schema",
+        "psycopg",
+        "psycopg_pool",
+    }
 
 
 def test_the_inspector_holds_no_sql_and_names_no_table() -> None:
@@ -305,7 +388,7 @@ def test_the_inspector_holds_no_sql_and_names_no_table() -> None:
 # Every module but those that serve or word replies for agents (a new module is library unless
 # listed here, so it is checked from its first line).
 NOT_LIBRARY = {"serve", "serve.tools", "server", "serve.front", "serve.auth", "serve.sessions",
-               "serve.limits", "serve.rpc_id"}  # fmt: skip
+               "serve.limits", "serve.rpc_id", "serve.warm", "serve.warm_protocol"}  # fmt: skip
 LIBRARY = tuple(
     m
     for m in MODULES
@@ -351,9 +434,29 @@ def test_the_tool_sets_word_the_librarys_errors_in_tool_names() -> None:
     assert hint_for("agenthold_set", other) == "own"
 
 
-# The seam's one import back up, until db/ owns the change feed's base: postgres.py subclasses
-# store.py's feed (and store.py loads postgres.py by name).
-SEAM_TODO = {("db.postgres", "store")}
+def test_claims_and_the_bus_know_agents_only_through_one_registry() -> None:
+    """What an agent is lives in one place, agenthold.identity.agents: the bus imports nothing
+    of claims, both rooms import the registry, and neither names the other's agent table."""
+    graph = import_graph()
+    for module in (m for m in MODULES if room_of(m) == "bus"):
+        assert not {i for i in graph[module] if room_of(i) == "claims"}, module
+    assert "identity.agents" in graph["bus.messagebus"] & graph["claims.coordinator"]
+    table = {"bus": r"\b(?:FROM|JOIN|INTO|UPDATE)\s+agents\b", "claims": r"\bmsg_agents\b"}
+    for module in (m for m in MODULES if room_of(m) in table):
+        for node in ast.walk(ast.parse(_source(module))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert not re.search(table[room_of(module)], node.value), (module, node.value)
+    # ... and its errors are the ones both rooms raise, under their public names
+    import agenthold.bus
+    import agenthold.claims
+    import agenthold.identity.agents as registry
+
+    assert agenthold.claims.ForeignAgentError is registry.ForeignAgentError
+    assert agenthold.claims.UnknownAgentError is registry.UnknownAgentError
+    assert agenthold.bus.ForeignBusAgentError is registry.ForeignBusAgentError
+    assert issubclass(registry.ForeignBusAgentError, registry.ForeignAgentError)
+    assert agenthold.claims.AGENT_ID_RE is registry.AGENT_ID_RE
+    assert agenthold.bus.BusAgent is registry.BusAgent
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -367,8 +470,6 @@ def import_graph() -> dict[str, set[str]]:
         names = imported_modules(module)
         graph[module] = {n.removeprefix("agenthold.") for n in names} & set(MODULES)
         graph[module].discard(module)
-    for module, imported in SEAM_TODO:  # below: the one edge still to remove
-        graph[module].discard(imported)
     return graph
 
 
@@ -399,7 +500,46 @@ def test_imports_flow_one_way_with_no_cycle_anywhere_in_the_package() -> None:
     graph = import_graph()
     assert find_cycle(graph) is None, f"import cycle: {' -> '.join(find_cycle(graph) or [])}"
     assert graph["serve.app"] >= {"serve.tools", "serve.toolkit"}  # the graph is read
-    assert "db.postgres" in graph["store"]  # ... with what importlib loads by name
+    assert "db.postgres" in graph["db.backends"]  # ... with what importlib loads by name
+    assert not {m for m in graph if room_of(m) == "db"} & {"store"}
+    assert all(room_of(i) == "db" for m in graph if room_of(m) == "db" for i in graph[m])
+
+
+def test_postgresqls_feed_builds_on_the_public_base_only() -> None:
+    """postgres.py's feed overrides only ChangeFeed's public hooks and reads no private
+    attribute of the base (it once subclassed store.py's private feed and replaced its private
+    methods)."""
+    from agenthold.db.feed import ChangeFeed
+
+    base_private = {n for n in vars(ChangeFeed) if n.startswith("_") and not n.startswith("__")}
+    base_private |= {"_by_topic", "_everything", "_count"}  # set in ChangeFeed.__init__
+    tree = ast.parse(_source("db.postgres"))
+    (feed,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "_Feed"]
+    defined = {n.name for n in feed.body if isinstance(n, ast.FunctionDef)}
+    used = {
+        n.attr
+        for n in ast.walk(feed)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "self"
+    }
+    assert not (defined | used) & base_private, sorted((defined | used) & base_private)
+    assert {"start", "halt"} <= defined
+
+
+# The components: they speak to the Database seam and name no engine.
+COMPONENT_ROOMS = ("claims", "bus", "retention", "store", "serve")
+COMPONENTS = [m for m in MODULES if m.split(".")[0] in COMPONENT_ROOMS]
+
+
+@pytest.mark.parametrize("module", COMPONENTS)
+def test_a_component_names_no_dialect_and_no_driver(module: str) -> None:
+    """No component branches on ``db.dialect`` or imports a driver: where the engines differ,
+    the backend supplies the SQL (``Database.byte_length``, ``side_file``, ``has_table``,
+    ``give_space_back``). Only a Component's scripts and adoption step are keyed by dialect."""
+    tree = ast.parse(_source(module))
+    dialect = [n for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "dialect"]
+    assert not dialect, f"{module} reads .dialect"
+    drivers = {"sqlite3", "psycopg", "psycopg_pool"}
+    assert not {n.split(".")[0] for n in imported_modules(module)} & drivers
 
 
 def test_the_cycle_finder_finds_a_cycle_when_there_is_one() -> None:
@@ -555,8 +695,9 @@ PROCESS_WIDE_ELSEWHERE = {
     ("serve.warm", "signal.pthread_sigmask"): 2,
     # sse-starlette's class-wide "close every stream" flag, put back to its import-time value
     # each time HTTP is served (a second server in one process, as in the tests, would
-    # otherwise close its streams at once): with the other private parts http.py relies on
-    ("serve.http", "sse_starlette.sse.AppStatus.should_exit"): 1,
+    # otherwise close its streams at once): in its compatibility module, with the other
+    # private parts agenthold relies on
+    ("serve.compat.sse", "sse_starlette.sse.AppStatus.should_exit"): 1,
 }
 
 
@@ -609,7 +750,7 @@ def test_only_the_command_line_changes_the_whole_process() -> None:
             for use in process_wide_uses(module):
                 found[module, use] = found.get((module, use), 0) + 1
     assert found == PROCESS_WIDE_ELSEWHERE
-    assert not {module for module, _ in found} & SERVING - {"serve.warm", "serve.http"}
+    assert not {module for module, _ in found} & SERVING
     # the check sees what cli.py does, so an empty result above means something
     assert {"logging.basicConfig", ".addHandler", "signal.signal", "resource.setrlimit",
             "gc.freeze", "SystemExit", "anyio.open_signal_receiver"} <= set(
@@ -620,12 +761,43 @@ def _source(module: str) -> str:
     return module_path(module).read_text()
 
 
-def test_store_py_copied_alone_works_where_agenthold_is_not_installed(tmp_path: Path) -> None:
-    shutil.copy(PACKAGE / "store.py", tmp_path / "store.py")
+VENDORED = PACKAGE.parent / "vendor" / "agenthold_store.py"
+
+
+def _store_file_builder() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "build_store_file", PACKAGE.parent / "tools" / "build_store_file.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_one_file_store_is_current_and_imports_the_standard_library_only() -> None:
+    """vendor/agenthold_store.py is what tools/build_store_file.py makes of today's modules
+    (run it after changing the store or agenthold/db/), and needs nothing but the standard
+    library."""
+    assert VENDORED.read_text(encoding="utf-8") == _store_file_builder().build(), (
+        "vendor/agenthold_store.py is not current: run python tools/build_store_file.py"
+    )
+    tree = ast.parse(VENDORED.read_text(encoding="utf-8"))
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert outside_stdlib(imported) == set()
+    assert set(agenthold.store.__all__) <= {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name)
+    } | {n.name for n in ast.walk(tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+
+
+def test_the_one_file_store_copied_alone_works_where_agenthold_is_not_installed(
+    tmp_path: Path,
+) -> None:
+    shutil.copy(VENDORED, tmp_path / "agenthold_store.py")
     script = (
-        "import sys\n"
+        "import sys, threading\n"
         f"sys.path.insert(0, {str(tmp_path)!r})\n"
-        "import store\n"
+        "import agenthold_store as store\n"
         "try:\n"
         "    import agenthold\n"
         "    raise SystemExit('agenthold is importable: this run proves nothing')\n"
@@ -637,13 +809,53 @@ def test_store_py_copied_alone_works_where_agenthold_is_not_installed(tmp_path: 
         "    s.set('ns', 'k', {'n': 2}, updated_by='me', expected_version=0)\n"
         "except store.ConflictError as e:\n"
         "    print(v, e.detail['actual_version'], isinstance(e, store.AgentholdError))\n"
+        "other = store.StateStore(s.path)  # a second store, as another process would open it\n"
+        "writer = threading.Thread(target=other.set, args=('ns', 'k', {'n': 3}),\n"
+        "                          kwargs={'updated_by': 'you', 'expected_version': 1})\n"
+        "writer.start()\n"
+        "seen = s.watch('ns', 'k', since_version=1, timeout=60)\n"
+        "writer.join()\n"
+        "print(seen.version, seen.value['n'], seen.updated_by)\n"
+        "print([h.version for h in s.history('ns', 'k')])\n"
+        "print(sorted(m for m in sys.modules if m.startswith('agenthold')))\n"
+        "other.close()\n"
         "s.close()\n"
     )
     done = subprocess.run(
         [sys.executable, "-S", "-I", "-c", script], capture_output=True, text=True, timeout=60
     )
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.split() == ["1", "1", "True"]
+    assert done.stdout.splitlines() == [
+        "1 1 True",
+        "2 3 you",
+        "[2, 1]",
+        "['agenthold_store']",
+    ]
+
+
+def test_opening_a_sqlite_store_loads_no_change_feed_watcher_or_postgres(tmp_path: Path) -> None:
+    """The edit hook is a fresh process per edit: opening a SQLite file read/write, reading and
+    writing must not import the change feed, the file watchers (ctypes), PostgreSQL's backend,
+    logging (nothing was logged) or uuid (a new id is made only for a new file); a first watch
+    loads the feed."""
+    agenthold.store.StateStore(tmp_path / "made.db").close()
+    script = (
+        "import sys\n"
+        "from agenthold.store import StateStore\n"
+        f"s = StateStore({str(tmp_path / 'made.db')!r})\n"
+        "s.set('ns', 'k', 1, updated_by='me'); s.get('ns', 'k')\n"
+        "late = ('ctypes', 'uuid', 'logging', 'psycopg', 'agenthold.db.feed',\n"
+        "        'agenthold.db.watch', 'agenthold.db.sqlite_feed', 'agenthold.db.postgres')\n"
+        "print([m for m in late if m in sys.modules])\n"
+        "s.watch('ns', 'k', since_version=0, timeout=1)\n"
+        "print([m for m in late if m in sys.modules])\n"
+        "s.close()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    before, after = done.stdout.splitlines()
+    assert before == "[]"
+    assert {"agenthold.db.feed", "agenthold.db.sqlite_feed"} <= set(ast.literal_eval(after))
 
 
 def test_the_package_root_loads_its_names_lazily_and_gives_the_installed_version() -> None:
@@ -706,3 +918,18 @@ def test_every_package_the_code_imports_is_declared_with_bounds() -> None:
     assert distributions <= set(declared), distributions - set(declared)
     for name in distributions:
         assert ">=" in declared[name] and "<" in declared[name], declared[name]
+
+
+def test_the_claims_modules_import_no_private_name_of_each_other() -> None:
+    """SQL belongs to claims/schema.py (public names) or to the one module that runs it, so no
+    module of the room reaches into another's private constants or helpers."""
+    for module in ALL_MODULES:
+        if not module.startswith("claims"):
+            continue
+        tree = ast.parse(module_path(module).read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "agenthold.claims"
+            ):
+                private = [a.name for a in node.names if a.name.startswith("_")]
+                assert not private, f"{module} imports {private} from {node.module}"

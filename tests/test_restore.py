@@ -368,7 +368,7 @@ def test_a_copy_whose_id_lives_on_another_page_is_detected_when_copied_in_place(
 
 
 def test_a_backup_never_replaces_a_file_that_appeared_at_its_name(tmp_path: Path) -> None:
-    from agenthold.store import _put_in_place
+    from agenthold.db.sqlite import _put_in_place
 
     partial, target = tmp_path / "copy.partial", tmp_path / "dest.db"
     partial.write_bytes(b"the copy")

@@ -265,15 +265,19 @@ def test_a_watch_in_flight_while_compaction_removes_its_version(store: StateStor
     set_retention(store.db, {"history.age": 60})
     found: list[Any] = []
     db: Any = store.db
-    feed = db._feed if hasattr(db, "_feed") else db._file.feed  # PostgreSQL, SQLite
+
+    def subscribers() -> int:  # PostgreSQL's feed; SQLite's, made with the first subscriber
+        feed = db._feed if hasattr(db, "_feed") else db._file.feed
+        return 0 if feed is None else int(feed.subscribers)
+
     thread = threading.Thread(
         target=lambda: found.append(store.watch("ns", "k", since_version=3, timeout=60))
     )
     thread.start()
     deadline = time.monotonic() + 30
-    while feed._count == 0 and time.monotonic() < deadline:  # the watch has subscribed
+    while subscribers() == 0 and time.monotonic() < deadline:  # the watch has subscribed
         time.sleep(0.005)
-    assert feed._count == 1
+    assert subscribers() == 1
     backdate(store, "UPDATE state_history SET updated_at = ?")
     assert compact(store.db).history == 3
     with pytest.raises(HistoryCompactedError):
@@ -670,8 +674,10 @@ def test_a_watch_in_another_process_sees_the_write_after_all_history_went(
             "t = threading.Thread(target=lambda: found.append("
             "s.watch('ns', 'k', since_version=2, timeout=300)))\n"
             "t.start()\n"
-            "feed = s.db._file.feed\n"
-            "while feed._poller is None or 'state' not in feed._cursors: time.sleep(0.01)\n"
+            "def polling():\n"
+            "    feed = s.db._file.feed  # made with the first subscriber\n"
+            "    return feed is not None and feed.runner and 'state' in feed._cursors\n"
+            "while not polling(): time.sleep(0.01)\n"
             "print('subscribed', flush=True)\n"
             "t.join()\n"
             "print(found[0].version if found[0] else 'timeout', flush=True)\n"

@@ -74,8 +74,9 @@ class Served:
     @property
     def feed_subscribers(self) -> int:
         db: Any = self.app.store.db
-        feed = db._feed if hasattr(db, "_feed") else db._file.feed  # PostgreSQL, SQLite
-        count: int = feed._count
+        # PostgreSQL's; SQLite's, made with the first subscriber
+        feed = db._feed if hasattr(db, "_feed") else db._file.feed
+        count: int = 0 if feed is None else feed.subscribers
         return count
 
 

@@ -1802,7 +1802,7 @@ def test_the_change_feed_thread_ends_soon_after_the_last_watch(
     workers: Callable[..., Worker],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("agenthold.store.FEED_LINGER", 0.1)  # 1 s by default
+    monkeypatch.setattr("agenthold.db.sqlite_feed.FEED_LINGER", 0.1)  # 1 s by default
     other = workers("set-when-told", db_path, "ns", "k", '"late"')
     before = set(threading.enumerate())
     seen: list[threading.Thread] = []

@@ -35,8 +35,9 @@ from test_claim_queue import Waits, agents, queued, until
 
 from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
-from agenthold.claims.queue import LIVENESS, Unheard
+from agenthold.claims.records import Unheard
 from agenthold.claims.schema import CLAIMS_SCHEMA
+from agenthold.claims.write import LIVENESS
 from agenthold.identity.principals import TokenTable, add_token, revoke
 from agenthold.store import AgentholdError, StateStore
 

@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 from support import LineProcess
 
-from agenthold.store import FILE_EVENTS_VARIABLE, Record, StateStore
+from agenthold.db.watch import FILE_EVENTS_VARIABLE
+from agenthold.store import Record, StateStore
 
 HELPER = Path(__file__).parent / "helpers" / "wake_worker.py"
 WAIT = 20.0  # seconds a wait may take here; woken waits take milliseconds
@@ -81,7 +82,7 @@ def writers() -> Iterator[Callable[[Path], Writer]]:
 @pytest.fixture
 def only_events(monkeypatch: pytest.MonkeyPatch) -> None:
     """The feed's safety-net look comes only after every wait here has timed out."""
-    monkeypatch.setattr("agenthold.store.FEED_SAFETY_NET", 2 * WAIT)
+    monkeypatch.setattr("agenthold.db.sqlite_feed.FEED_SAFETY_NET", 2 * WAIT)
 
 
 def woken_by(store: StateStore, writer: Writer, value: Any, since: int) -> tuple[Record, float]:

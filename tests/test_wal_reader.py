@@ -154,7 +154,7 @@ def test_a_files_own_log_holding_its_id_commit_after_a_checkpoint_is_recovered(
     db = tmp_path / "agenthold.db"
     backed_up_store(tmp_path / "source.db", db)
     code = (
-        "import os, sys, sqlite3; from agenthold.store import _write_database_id\n"
+        "import os, sys, sqlite3; from agenthold.db.sqlite import _write_database_id\n"
         "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
         "c.execute('PRAGMA wal_autocheckpoint = 0')\n"
         "c.execute('BEGIN IMMEDIATE'); _write_database_id(c); c.execute('COMMIT')\n"

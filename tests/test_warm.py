@@ -1,4 +1,5 @@
-"""Warm servers (agenthold/warm.py) and the front that hands them calls (agenthold/front.py).
+"""Warm servers (serve/warm.py), the front that hands them calls (serve/front.py), and the
+protocol the two speak (serve/warm_protocol.py).
 
 Every test here runs real ``python -m agenthold`` processes on real pipes, with a runtime
 directory of its own (short, for the socket path limit) whose warm servers are stopped at the
@@ -26,6 +27,7 @@ import pytest
 from support import REPO, child_env, stop_warm_servers, warm_pids
 
 from agenthold.serve import front
+from agenthold.serve import warm_protocol as protocol
 
 SERVED = "serving this call"
 
@@ -89,7 +91,7 @@ def wait_for(predicate: Any, timeout: float = 15.0) -> None:
         time.sleep(0.02)
 
 
-def plan_of(tmp_path: Path, *flags: str) -> front.Plan:
+def plan_of(tmp_path: Path, *flags: str) -> protocol.Plan:
     found = front.plan_for(argv(tmp_path, *flags), os.environ)
     assert found is not None
     return found
@@ -100,7 +102,7 @@ def test_a_call_leaves_a_warm_server_that_serves_the_next_calls_and_exits_when_i
 ) -> None:
     # AGENTHOLD_WARM=wait: this call goes through the server it leaves, so the idle time starts
     # when it ends, not while a slow first call is still serving itself
-    first, err = one_call(tmp_path, env={front.IDLE: "5", front.WARM: "wait"})
+    first, err = one_call(tmp_path, env={protocol.IDLE: "5", front.WARM: "wait"})
     (pid,) = warm_pids(runtime)
     assert first["status"] == "available" and f"warm server {pid}: {SERVED}" in err
     for _ in range(3):
@@ -153,7 +155,7 @@ def test_a_hung_warm_server_costs_one_timeout_and_loses_nothing(
         started = time.monotonic()
         reply, err = one_call(tmp_path)
         assert reply["status"] == "available" and SERVED not in err
-        assert time.monotonic() - started >= front.HANDSHAKE_TIMEOUT
+        assert time.monotonic() - started >= protocol.HANDSHAKE_TIMEOUT
         # its socket was taken away, and the call left a warm server of its own there
         wait_for(lambda: len(warm_pids(runtime)) == 1)
         _, err = one_call(tmp_path)
@@ -194,7 +196,7 @@ def test_a_warm_server_that_refuses_the_hello_leaves_the_call_to_this_process(
         assert reply["status"] == "available" and SERVED not in err
         hello = json.loads(heard[0])
         assert hello == {
-            "agenthold": front.PROTOCOL,
+            "agenthold": protocol.PROTOCOL,
             "identity": found.identity,
             "stamp": found.stamp,
         }
@@ -208,8 +210,8 @@ def test_a_real_warm_server_refuses_a_hello_of_other_code_and_keeps_serving(
     one_call(tmp_path)
     wait_for(lambda: len(warm_pids(runtime)) == 1)
     found = plan_of(tmp_path)
-    other = front.Plan(found.directory, found.identity, "other code")
-    assert front.connect(other) is None
+    other = protocol.Plan(found.directory, found.identity, "other code")
+    assert protocol.connect(other) is None
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(found.socket)
         sock.sendall(b"not json\n")
@@ -269,7 +271,7 @@ def test_a_listener_of_another_user_is_refused_by_its_credentials(
     assert os.read(ready_r, 1) == b"1"
     os.close(ready_r)
     try:
-        assert front.connect(found) is None
+        assert protocol.connect(found) is None
     finally:
         _, status = os.waitpid(pid, 0)
         os.unlink(found.socket)
@@ -280,12 +282,12 @@ def test_credentials_the_system_will_not_give_refuse_the_peer() -> None:
     # what macOS's LOCAL_PEERCRED answers, a struct xucred, is decoded here on Linux too (the
     # getsockopt itself runs only on macOS, which our tests do not run on)
     groups = struct.pack("=16I", *range(16))
-    assert front.xucred_uid(struct.pack("=2Ih2x", 0, 501, 1) + groups) == 501
-    assert front.xucred_uid(struct.pack("=2Ih2x", 1, 501, 1) + groups) == -1  # other version
-    assert front.xucred_uid(b"\0\0\0") == -1  # short
+    assert protocol.xucred_uid(struct.pack("=2Ih2x", 0, 501, 1) + groups) == 501
+    assert protocol.xucred_uid(struct.pack("=2Ih2x", 1, 501, 1) + groups) == -1  # other version
+    assert protocol.xucred_uid(b"\0\0\0") == -1  # short
     closed = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     closed.close()
-    assert front.peer_uid(closed) == -1  # getsockopt fails: nobody's, so refused
+    assert protocol.peer_uid(closed) == -1  # getsockopt fails: nobody's, so refused
 
 
 @pytest.mark.usefixtures("no_child_coverage")  # coverage itself would import sqlite3
@@ -308,7 +310,9 @@ def test_the_front_imports_nothing_heavy_and_help_and_the_inspector_never_go_war
     err = done.stderr.decode()
     assert SERVED in err and json.loads(done.stdout)["id"] == 0
     imported = {line.split("|")[-1].strip() for line in err.splitlines() if "|" in line}
-    assert "agenthold.serve.front" in imported
+    ours = {m for m in imported if m.split(".")[0] == "agenthold"}
+    assert ours == {"agenthold", "agenthold.serve", "agenthold.serve.front",
+                    "agenthold.serve.warm_protocol"}  # fmt: skip
     heavy = {m for m in imported if m.split(".")[0] in ("mcp", "pydantic", "anyio", "sqlite3")}
     assert not heavy and "agenthold.cli.main" not in imported and "argparse" not in imported
     for args in (["--help"], ["claims", "--db", str(tmp_path / "warm.db")]):
@@ -409,6 +413,28 @@ def test_the_package_entry_points_go_through_the_front() -> None:
     )
 
 
+def test_the_code_stamp_changes_with_any_module_of_any_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    copy = tmp_path / "agenthold"
+    shutil.copytree(REPO / "agenthold", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(protocol, "PACKAGE", str(copy))
+    stamp = protocol.code_stamp()
+    assert str(copy / "claims" / "coordinator.py") in stamp  # a room's module, not only serve/
+    (copy / "db" / "__pycache__").mkdir()
+    (copy / "db" / "__pycache__" / "x.cpython.pyc").write_bytes(b"")  # compiled: not code
+    assert protocol.code_stamp() == stamp
+    module = copy / "claims" / "coordinator.py"
+    later = module.stat().st_mtime_ns + 5_000_000_000
+    os.utime(module, ns=(later, later))
+    edited = protocol.code_stamp()
+    assert edited != stamp
+    (copy / "bus" / "extra.py").write_text("")  # a module more
+    assert protocol.code_stamp() != edited
+
+
 @pytest.mark.usefixtures("no_child_coverage")  # the copy's modules are not the measured ones
 def test_an_upgrade_on_disk_ends_the_old_warm_server_at_the_next_call(
     tmp_path: Path, runtime: Path
@@ -444,9 +470,10 @@ def test_a_warm_server_without_a_client_notices_by_itself_that_it_is_stale_and_e
     from agenthold.serve import warm
 
     assert warm.check_seconds({}) == warm.CHECK_SECONDS == 20.0  # as docs/warm.md says
-    assert warm.check_seconds({front.CHECK: "nan"}) == warm.check_seconds({front.CHECK: "-1"}) == 20
+    nan, negative = {protocol.CHECK: "nan"}, {protocol.CHECK: "-1"}
+    assert warm.check_seconds(nan) == warm.check_seconds(negative) == 20
     check = 0.5
-    env = {front.WARM: "wait", front.CHECK: str(check)}
+    env = {front.WARM: "wait", protocol.CHECK: str(check)}
     if change == "upgraded":
         request.getfixturevalue("no_child_coverage")  # the copy's modules are not measured
         site = tmp_path / "site"
@@ -483,7 +510,7 @@ def test_the_idle_time_starts_again_after_a_session_longer_than_it(
     tmp_path: Path, runtime: Path
 ) -> None:
     idle = 3.0
-    one_call(tmp_path, env={front.IDLE: str(idle), front.WARM: "wait"})
+    one_call(tmp_path, env={protocol.IDLE: str(idle), front.WARM: "wait"})
     (pid,) = warm_pids(runtime)
     proc = initialized_front(tmp_path, "long")
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None

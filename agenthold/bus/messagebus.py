@@ -2,7 +2,7 @@
 
 It absorbs the AgentMsgs design (``App`` and its methods, under the same names and meanings) into
 agenthold's database, beside the state store and claims. Decisions behind it:
-- Its own tables (``msg_*``, in message_schema.py) with their own schema version, kept per
+- Its own tables (``msg_*``, in bus/schema.py) with their own schema version, kept per
   component in the ``agenthold_components`` table of the shared database, so the bus migrates
   on its own schedule.
 - A thread row carries its message counter (``last_seq``). An append bumps the counter and inserts
@@ -16,6 +16,8 @@ agenthold's database, beside the state store and claims. Decisions behind it:
 - One name is one agent. Bus agents have unique names and UUIDs; a claims agent id
   (``agent-…``) given where the bus wants an agent stands for the bus agent of the same name, so
   an agent that claims and messages keeps one identity. A bus name may not look like such an id.
+  The agent registry (agenthold.identity.agents) owns both agent tables, that join and who owns
+  an agent; the bus knows claims only through it.
 - An agent belongs to a caller (``principal``: who a token says called; None is a trusted
   caller, never refused): the one that created it, or, for an agent only named as a participant
   of someone's thread, the first caller that acts as it (sends, marks read, joins, leaves,
@@ -62,12 +64,7 @@ from agenthold.bus.records import (
     unknown_thread,
 )
 from agenthold.bus.schema import (
-    ADOPT,
-    AGENT_BY_ID,
-    AGENT_BY_NAME,
     BUMP,
-    CLAIMS_NAME,
-    CLAIMS_OWNER,
     CURSOR,
     DELETION_CHANGES,
     FIRST_KEPT,
@@ -78,8 +75,6 @@ from agenthold.bus.schema import (
     MEMBERS,
     MESSAGE_CHANGES,
     MESSAGES_SCHEMA,
-    NEW_AGENT,
-    OWNER,
     POLL,
     POLL_SIZES,
     SCHEMA_VERSION,
@@ -87,7 +82,21 @@ from agenthold.bus.schema import (
     THREAD_INFO,
     thread_topic,
 )
-from agenthold.claims.coordinator import AGENT_ID_RE, ForeignAgentError
+from agenthold.identity.agents import (
+    BUS_AGENT_BY_ID,
+    BUS_AGENT_BY_NAME,
+    BUS_AGENTS,
+    BUS_OWNER,
+    DELETE_BUS_AGENT,
+    adopt_bus_agent,
+    bus_agent_query,
+    check_owner,
+    create_bus_agent,
+    ensure_bus_agent,
+    is_claims_id,
+    own_bus_agent,
+    registered_name,
+)
 from agenthold.store import (
     DEFAULT_MAX_VALUE_BYTES,
     MAX_PAGE_BYTES,
@@ -102,6 +111,7 @@ from agenthold.store import (
     check_text,
     page_end,
     read_events,
+    sizes_sql,
     utc_iso,
     wait_until,
 )
@@ -206,18 +216,18 @@ class MessageBus:
         None: a trusted caller): the one that created it, or the first to act as an agent
         that was only named as a participant; ForeignBusAgentError if it is another's."""
         name = self._name(name, principal)
-        row = self._fetchone(AGENT_BY_NAME, (name,))
+        row = self._fetchone(BUS_AGENT_BY_NAME, (name,))
         if row is not None:
-            owner = self._fetchone(OWNER, (row[0],))
+            owner = self._fetchone(BUS_OWNER, (row[0],))
             if owner is not None and not owner[1] and (principal is None or owner[0] == principal):
                 return agent_of(row)
         with self.db.write() as (conn, _):
-            self._ensure_agent(conn, name, principal)
+            ensure_bus_agent(conn, name, principal)
             found = self._resolve(conn, name)
             if principal is None:  # a trusted caller's agent: adopted, never refused
-                conn.execute(ADOPT, (None, found.id))
+                adopt_bus_agent(conn, found.id, None)
             else:
-                self._own(conn, found, principal, adopt=True)
+                own_bus_agent(conn, found, principal, adopt=True)
             return found
 
     def create_agent(self, name: str, *, principal: str | None = None) -> BusAgent:
@@ -226,9 +236,7 @@ class MessageBus:
         name = self._name(name, principal)
         agent = BusAgent(str(uuid.uuid4()), name)
         with self.db.write() as (conn, _):
-            # one statement, so two callers racing for a name cannot both get it
-            new = (agent.id, name, utc_iso(), principal, 0)
-            if conn.execute(NEW_AGENT, new).fetchone() is None:
+            if not create_bus_agent(conn, agent.id, name, principal):
                 raise NameTakenError(
                     f"agent name taken: {name!r} already names an agent; use "
                     "get_or_create_agent to reuse it, or pick another name"
@@ -238,15 +246,15 @@ class MessageBus:
     def get_agent(self, agent: AgentRef) -> BusAgent | None:
         """The agent with this name, UUID or record, or None if there is none."""
         if isinstance(agent, BusAgent):
-            row = self._fetchone(AGENT_BY_ID, (agent.id,))
+            row = self._fetchone(BUS_AGENT_BY_ID, (agent.id,))
         else:
             name = check_text("agent", agent, MAX_AGENT_NAME)
-            row = self._fetchone(*self._agent_query(name))
+            row = self._fetchone(*bus_agent_query(name))
         return None if row is None else agent_of(row)
 
     def list_agents(self) -> list[BusAgent]:
         """Every agent, by name."""
-        rows = self._fetchall("SELECT agent_id, name FROM msg_agents ORDER BY name")
+        rows = self._fetchall(BUS_AGENTS)
         return [agent_of(r) for r in rows]
 
     def delete_agent(self, agent: AgentRef, *, principal: str | None = None) -> BusAgent:
@@ -257,7 +265,7 @@ class MessageBus:
         with self.db.write() as (conn, _):
             found = self._act_as(conn, agent, principal)
             conn.execute("DELETE FROM msg_participants WHERE agent_id = ?", (found.id,))
-            conn.execute("DELETE FROM msg_agents WHERE agent_id = ?", (found.id,))
+            conn.execute(DELETE_BUS_AGENT, (found.id,))
         return found
 
     # -- threads -------------------------------------------------------------------------------
@@ -294,7 +302,7 @@ class MessageBus:
         with self.db.write() as (conn, _):
             if create:
                 for each in dict.fromkeys(agents):
-                    self._ensure_agent(conn, each, None, adoptable=True)  # type: ignore[arg-type]
+                    ensure_bus_agent(conn, each, None, adoptable=True)  # type: ignore[arg-type]
             members = self._members(conn, agents)
             if name is not None:
                 self.db.serialize(conn, [f"msg-thread-name:{name}"])  # racing creators queue
@@ -368,9 +376,9 @@ class MessageBus:
         with self.db.write() as (conn, _):
             self._thread_row(conn, tid)
             if name is not None:
-                self._ensure_agent(conn, name, principal)
+                ensure_bus_agent(conn, name, principal)
                 if principal is None:  # a trusted caller's agent: adopted, never refused
-                    conn.execute(ADOPT, (None, self._resolve(conn, name).id))
+                    adopt_bus_agent(conn, self._resolve(conn, name).id, None)
             found = self._act_as(conn, agent if name is None else name, principal)
             conn.execute(
                 "INSERT INTO msg_participants (thread_id, agent_id, joined_at) VALUES (?, ?, ?) "
@@ -604,13 +612,12 @@ class MessageBus:
     def _name(self, name: object, principal: str | None = None) -> str:
         """A new or looked-up agent name; a claims agent id becomes its registered name (and,
         for a ``principal``, must be one it registered)."""
-        if isinstance(name, str) and AGENT_ID_RE.fullmatch(name):
-            row = self.db.fetchone(CLAIMS_NAME, (name,))
-            if row is None:
+        if is_claims_id(name):
+            assert isinstance(name, str)
+            registered = registered_name(self.db.fetchone, name, principal)
+            if registered is None:
                 raise unknown_agent(f"{name!r} (no claims agent has this id)")
-            if principal is not None and row[1] != principal:
-                raise ForeignAgentError(name)
-            return check_name(row[0])
+            return check_name(registered)
         return check_name(name)
 
     def _act_as(
@@ -624,56 +631,25 @@ class MessageBus:
         if principal is None:
             return self._member_ref(conn, ref) if member else self._resolve(conn, ref)
         found = self._reader(conn, ref, principal)
-        self._own(conn, found, principal, adopt=True)
+        own_bus_agent(conn, found, principal, adopt=True)
         return found
 
     def _reader(self, conn: Any, ref: AgentRef, principal: str | None) -> BusAgent:
         """The agent whose cursor a call reads: for a principal, its own or an unowned one."""
-        if principal is not None and isinstance(ref, str) and AGENT_ID_RE.fullmatch(ref):
-            row = conn.execute(CLAIMS_OWNER, (ref,)).fetchone()
-            if row is not None and row[0] != principal:
-                raise ForeignAgentError(ref)
+        if principal is not None and is_claims_id(ref):
+            assert isinstance(ref, str)
+            check_owner(conn, ref, principal)  # the claims agent's owner, before its bus agent's
         found = self._resolve(conn, ref)
         if principal is not None:
-            self._own(conn, found, principal, adopt=False)
+            own_bus_agent(conn, found, principal, adopt=False)
         return found
-
-    def _own(self, conn: Any, agent: BusAgent, principal: str, *, adopt: bool) -> None:
-        row = conn.execute(OWNER, (agent.id,)).fetchone()
-        if row is None:
-            return  # gone: the call's own checks say so
-        owner, adoptable = row
-        if adoptable:
-            if not adopt or conn.execute(ADOPT, (principal, agent.id)).rowcount:
-                return
-            owner = conn.execute(OWNER, (agent.id,)).fetchone()[0]  # adopted meanwhile
-        if owner != principal:
-            raise ForeignBusAgentError(agent.name)
-
-    def _agent_query(self, ref: str) -> tuple[str, tuple[Any, ...]]:
-        """The query that finds the bus agent ``ref`` names: a UUID, a claims id or a name."""
-        if AGENT_ID_RE.fullmatch(ref):
-            return (
-                "SELECT m.agent_id, m.name FROM agents AS c "
-                "JOIN msg_agents AS m ON m.name = c.name WHERE c.agent_id = ?",
-                (ref,),
-            )
-        try:
-            as_uuid = str(uuid.UUID(ref))
-        except ValueError:
-            return AGENT_BY_NAME, (ref,)
-        return (
-            "SELECT agent_id, name FROM msg_agents WHERE agent_id = ? OR name = ? "
-            "ORDER BY agent_id = ? DESC LIMIT 1",
-            (as_uuid, ref, as_uuid),
-        )
 
     def _lookup(self, conn: Any, ref: AgentRef) -> BusAgent | None:
         if isinstance(ref, BusAgent):
-            row = conn.execute(AGENT_BY_ID, (ref.id,)).fetchone()
+            row = conn.execute(BUS_AGENT_BY_ID, (ref.id,)).fetchone()
         else:
             name = check_text("agent", ref, MAX_AGENT_NAME)
-            row = conn.execute(*self._agent_query(name)).fetchone()
+            row = conn.execute(*bus_agent_query(name)).fetchone()
         return None if row is None else agent_of(row)
 
     def _member_ref(self, conn: Any, ref: AgentRef) -> BusAgent:
@@ -699,14 +675,6 @@ class MessageBus:
                 f"{len(members)}"
             )
         return tuple(members.values())
-
-    def _ensure_agent(
-        self, conn: Any, name: str, principal: str | None, *, adoptable: bool = False
-    ) -> None:
-        """Create the agent ``name`` unless it exists (also if another caller creates it at
-        this very moment: the INSERT then does nothing), owned by ``principal`` or, if
-        ``adoptable``, by the first caller to act as it."""
-        conn.execute(NEW_AGENT, (str(uuid.uuid4()), name, utc_iso(), principal, int(adoptable)))
 
     def _thread_row(self, conn: Any, tid: str) -> Any:
         row = conn.execute(THREAD, (tid,)).fetchone()
@@ -742,7 +710,9 @@ class MessageBus:
         fetched; ``more`` is exact. No snapshot is needed (it would cost more than the reads):
         messages never change, and a thread is only deleted whole, never reused."""
         db = self.db
-        last, taken, more = page_end(db, POLL_SIZES, (tid,), after_seq, limit, max_bytes)
+        last, taken, more = page_end(
+            db, sizes_sql(db, POLL_SIZES), (tid,), after_seq, limit, max_bytes
+        )
         rows = db.fetchall(POLL, (tid, after_seq, last)) if taken else []
         if not rows and db.fetchone(THREAD, (tid,)) is None:
             return None

@@ -5,6 +5,8 @@ operations, and so that the MCP tools can name the records and errors without th
 are frozen dataclasses with ``to_dict()``, like the store's; every error is a ValueError
 subclass (InvalidInputError) whose ``hint`` says what to do, and whose message carries the
 AgentMsgs wording ("need >=2 participants", "agent name taken", "sender not in thread").
+What a bus agent is (``BusAgent``, its name rule, ForeignBusAgentError) is the agent registry's,
+agenthold.identity.agents, which claims share; the names are kept here for the bus's callers.
 """
 
 from __future__ import annotations
@@ -15,7 +17,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from agenthold.claims.coordinator import AGENT_ID_RE, ForeignAgentError, UnknownAgentError
+from agenthold.identity.agents import (
+    MAX_AGENT_NAME,
+    BusAgent,
+    ForeignBusAgentError,
+    UnknownAgentError,
+    bus_agent_of,
+    check_bus_name,
+)
 from agenthold.store import InvalidInputError, check_int, check_text
 
 __all__ = [
@@ -43,7 +52,6 @@ __all__ = [
     "check_uuid",
 ]
 
-MAX_AGENT_NAME = 128  # as claims' agent names, so one name fits both
 MAX_THREAD_NAME = 128  # a thread's optional name, which thread scopes match
 DEFAULT_POLL_LIMIT = 100  # messages one poll or wait returns unless told otherwise
 MAX_POLL_LIMIT = 1000  # the most one poll returns; read longer threads in pages
@@ -78,34 +86,9 @@ class TooFewParticipantsError(InvalidInputError):
     hint = "Create the thread with at least two different agent names."
 
 
-class ForeignBusAgentError(ForeignAgentError):
-    """A caller (a principal) acted as a bus agent that belongs to another caller. The message
-    names neither the other caller nor anything about the agent."""
-
-    hint = "Act only as agents this principal made (create_agent); pick another name for yourself."
-
-    def __init__(self, name: str) -> None:
-        Exception.__init__(
-            self,
-            f"agent {name!r} belongs to another caller: only the caller that owns a bus agent "
-            "may act as it; nothing was changed",
-        )
-
-
 # --------------------------------------------------------------------------------------------
 # Records
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class BusAgent:
-    """A named agent of the bus. ``id`` is a UUID that never changes."""
-
-    id: str
-    name: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"agent_id": self.id, "name": self.name}
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,16 +244,7 @@ def check_uuid(what: str, value: object) -> str:
     return str(parsed)
 
 
-def check_name(value: object) -> str:
-    """Return a usable agent name: the store's rules for names, and not shaped like a claims
-    agent id (which stands for the agent of its name)."""
-    name = check_text("agent name", value, MAX_AGENT_NAME)
-    if AGENT_ID_RE.fullmatch(name):
-        raise InvalidInputError(
-            f"agent name {name!r} looks like a claims agent id; pick another name (a claims "
-            "agent id given to the bus stands for that agent's registered name)"
-        )
-    return name
+check_name = check_bus_name  # the registry's rule: the store's, and no claims agent id
 
 
 def check_content(value: object, max_bytes: int) -> str:
@@ -337,19 +311,11 @@ def unknown_agent(what: str) -> UnknownAgentError:
 # Polls build many records. A frozen dataclass's __init__ sets every field through
 # object.__setattr__; setting the slots directly builds the same object in half the time.
 _new = object.__new__
-_set_agent_id, _set_agent_name = (BusAgent.__dict__[n].__set__ for n in ("id", "name"))
 _set_tid, _set_seq, _set_sender, _set_content, _set_at, _set_principal = (
     Message.__dict__[n].__set__
     for n in ("thread_id", "seq", "sender", "content", "created_at", "principal")
 )
-
-
-def agent_of(row: Any) -> BusAgent:
-    """A BusAgent from an (agent_id, name) row."""
-    agent: BusAgent = _new(BusAgent)
-    _set_agent_id(agent, row[0])
-    _set_agent_name(agent, row[1])
-    return agent
+agent_of = bus_agent_of  # a BusAgent from an (agent_id, name) row
 
 
 def message_of(thread_id: str, row: Any) -> Message:

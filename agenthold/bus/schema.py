@@ -20,10 +20,11 @@ COMPONENT = "messages"
 # Schema: the bus's tables, versioned on their own in agenthold_components
 # --------------------------------------------------------------------------------------------
 
-# One row per agent: the name is the identity everyone uses, the UUID never changes. A thread's
-# last_seq is its message counter (the newest message's seq). A participant row carries its read
-# cursor (the last seq it marked read; 0: none). A message's id is the commit order across
-# threads (the SQLite change feed's cursor; never reused, also after a thread is deleted);
+# One row per agent (its rows are the agent registry's, agenthold.identity.agents, which joins
+# them to claims' agents): the name is the identity everyone uses, the UUID never changes. A
+# thread's last_seq is its message counter (the newest message's seq). A participant row carries
+# its read cursor (the last seq it marked read; 0: none). A message's id is the commit order
+# across threads (the SQLite change feed's cursor; never reused, also after a thread is deleted);
 # (thread_id, seq) is the order readers see; the sender's name is kept with the message, so it
 # survives the agent's deletion. On PostgreSQL, xid is the writing transaction (see
 # Database.feed_window): ids there do not commit in order.
@@ -121,17 +122,11 @@ def thread_topic(thread_id: str) -> Topic:
 # SQL
 # --------------------------------------------------------------------------------------------
 
-AGENT_BY_NAME = "SELECT agent_id, name FROM msg_agents WHERE name = ?"
-AGENT_BY_ID = "SELECT agent_id, name FROM msg_agents WHERE agent_id = ?"
-CLAIMS_NAME = "SELECT name, principal FROM agents WHERE agent_id = ?"
 THREAD = "SELECT created_at, last_seq, last_message_at, name FROM msg_threads WHERE thread_id = ?"
 THREAD_INFO = (
     "SELECT created_at, last_seq, last_message_at, name, principal FROM msg_threads "
     "WHERE thread_id = ?"
 )
-OWNER = "SELECT principal, adoptable FROM msg_agents WHERE agent_id = ?"
-ADOPT = "UPDATE msg_agents SET principal = ?, adoptable = 0 WHERE agent_id = ? AND adoptable = 1"
-CLAIMS_OWNER = "SELECT principal FROM agents WHERE agent_id = ?"
 MEMBERS = (
     "SELECT a.agent_id, a.name FROM msg_participants AS p "
     "JOIN msg_agents AS a ON a.agent_id = p.agent_id WHERE p.thread_id = ? "
@@ -141,19 +136,14 @@ BUMP = (
     "UPDATE msg_threads SET last_seq = last_seq + 1, last_message_at = ? "
     "WHERE thread_id = ? RETURNING last_seq"
 )
-NEW_AGENT = (
-    "INSERT INTO msg_agents (agent_id, name, created_at, principal, adoptable) "
-    "VALUES (?, ?, ?, ?, ?) "
-    "ON CONFLICT (name) DO NOTHING RETURNING agent_id"
-)
 IS_MEMBER = "SELECT 1 FROM msg_participants WHERE thread_id = ? AND agent_id = ?"
 INSERT = (
     "INSERT INTO msg_messages (thread_id, seq, sender_id, sender_name, content, created_at, "
     "principal) VALUES (?, ?, ?, ?, ?, ?, ?)"
 )
-POLL_SIZES = (  # a poll's page is cut by these first (store.page_end), then read by POLL
-    "SELECT seq, length(CAST(content AS BLOB)) FROM msg_messages "
-    "WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+POLL_SIZES = (  # a poll's page is cut by these first (store.page_end), then read by POLL;
+    # {content}: the backend's byte count of the column (store.sizes_sql)
+    "SELECT seq, {content} FROM msg_messages WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?"
 )
 POLL = (
     "SELECT seq, sender_id, sender_name, content, created_at, principal FROM msg_messages "

@@ -3,8 +3,10 @@
 An agent registers once and gets an unguessable id. Before changing a resource it claims it;
 afterwards it releases it with an honest outcome (modified, created, deleted, moved), which the
 next claimant is told. Decisions behind it:
-- Claims live in their own tables (``agents``, ``claims``, ``claim_events``), so no state-store
-  write can forge or steal one. Each claim or release is one short transaction with one event row.
+- Claims live in their own tables (``claims``, ``claim_events``), so no state-store write can
+  forge or steal one. Each claim or release is one short transaction with one event row. Who an
+  agent is, its id and its owner are the agent registry's (agenthold.identity.agents, which the
+  bus shares); its lease is the Coordinator's, kept in the registry's ``agents`` row.
 - A resource's ``version`` is a fencing token: it grows by one with every claim and release, also
   across expiry takeovers, and is never reused.
 - One liveness mechanism: a lease per agent, stored in the database. With a claim TTL, every call
@@ -16,60 +18,26 @@ next claimant is told. Decisions behind it:
   anything writes to those claims, so an agent that comes back late never silently regains them.
 - Waiting is pushed through the store's change feed, like ``StateStore.watch``.
 - A claim names a file, a custom resource, a directory (``src/api/``) or a glob
-  (``src/**/*.py``; agenthold.claims.patterns); what stands in its way is read by claim_rows.
+  (``src/**/*.py``; agenthold.claims.patterns); what stands in its way is read by
+  agenthold.claims.rows.
   Several at once are one transaction under the same lock as every claim write, so sets in any
   order never deadlock and are granted whole or not at all.
-- Shared claims (many readers, no writer) and the queue of waits that claim are
-  agenthold.claims.queue: every claim write serves that queue first, in arrival order.
+- Shared claims (many readers, no writer) and the queue of waits that claim: every claim write
+  serves that queue first, in arrival order.
+- Every write is one ``ClaimWrite`` (agenthold.claims.write): the transaction, its database time
+  and its settings in one object, whose methods decide and write; this class checks what a call
+  names (agenthold.claims.targets), opens the write and shapes the answer.
 """
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from agenthold.claims.grant import (
-    grant_claim,
-    in_way_of,
-    may_claim,
-    release_lapsed,
-    release_one,
-    serve,
-    small_renewal,
-)
-from agenthold.claims.index import HeldPatterns, held_patterns
+from agenthold.claims.index import HeldPatterns
 from agenthold.claims.names import Resolver, Resource, Walk
 from agenthold.claims.patterns import Pattern
-from agenthold.claims.queue import (
-    LIVENESS,
-    Activity,
-    Batch,
-    InTheWay,
-    PrincipalLive,
-    Queued,
-    QueueLook,
-    Unheard,
-    activity,
-    activity_of,
-    adopt,
-    check_wait_to_claim,
-    claim_waited,
-    drop_shares,
-    enqueue,
-    give_back,
-    handed,
-    in_the_way,
-    leave,
-    live_queue,
-    live_shares,
-    park,
-    queued_in_way,
-    renew,
-    shared_status,
-    waited,
-)
 from agenthold.claims.records import (
     AGENT_ID_RE,
     LAPSE_OUTCOMES,
@@ -85,42 +53,48 @@ from agenthold.claims.records import (
     Holder,
     NotHolderError,
     Previous,
+    QueueLook,
     Registration,
     ReleaseResult,
     ReleaseSetResult,
     StatusResult,
+    Unheard,
     UnknownAgentError,
     WaitProbe,
     WaitResult,
     check_agent_id,
     check_mode,
+    claim_waited,
     unknown_agent,
+    waited,
 )
 from agenthold.claims.rows import (
-    MAX_SET,
-    Fetch,
-    Prefetched,
-    blocking,
-    check_owner,
+    ClaimRows,
+    InTheWay,
+    PrincipalLive,
+    Queued,
     claim_info,
     fetch_in,
-    own,
-    plan_releases,
-    target_of,
-    targets_of,
+    queued_in_way,
 )
 from agenthold.claims.schema import (
-    _AGENT_ROW,
-    _CLAIM_ROW,
-    _EVENT,
-    _EVENT_BY,
-    _FREE,
-    _TOUCH,
     CLAIM_CHANGES,
+    CLAIM_ROW,
     CLAIMS_LOCK,
     CLAIMS_SCHEMA,
+    EVENT_BY,
     agent_topic,
     resource_topic,
+)
+from agenthold.claims.targets import MAX_SET, plan_releases, target_of, targets_of
+from agenthold.claims.write import LIVENESS, ClaimWrite
+from agenthold.identity.agents import (
+    AGENT_NAMES,
+    AGENT_ROW_BY_ID,
+    AGENT_ROWS,
+    add_agent,
+    check_registration,
+    new_agent_id,
 )
 from agenthold.store import (
     MAX_WAIT_SECONDS,
@@ -128,7 +102,6 @@ from agenthold.store import (
     StateStore,
     Topic,
     check_seconds,
-    check_text,
     read_events,
     utc_iso,
     wait_until,
@@ -191,7 +164,7 @@ class Coordinator:
                     f"claim_ttl must be a positive number of seconds, got {claim_ttl}"
                 )
         self.claim_ttl = claim_ttl
-        # Seconds a queued wait stays alive past its last look (claim_queue.LIVENESS).
+        # Seconds a queued wait stays alive past its last look (agenthold.claims.write.LIVENESS).
         self.waiter_liveness = LIVENESS
         # Whether a principal (by name) may still call: set by a server with a token file, so
         # that the queue hands no claim to a waiter whose token was revoked (None: all may).
@@ -221,39 +194,26 @@ class Coordinator:
         """Register an agent and return its new ``agent_id``. ``principal`` (the
         caller, as a token names it) is who the agent belongs to from then on; ``host`` the
         process its client runs in, where a stdio server can tell (agenthold.hooks)."""
-        check_text("name", name, MAX_AGENT_NAME)
-        if model:
-            check_text("model", model, MAX_MODEL)
-        elif not isinstance(model, str):
-            raise InvalidInputError(f"model must be a string, got {type(model).__name__}")
-        if purpose:
-            check_text("purpose", purpose, MAX_PURPOSE)
-        elif not isinstance(purpose, str):
-            raise InvalidInputError(f"purpose must be a string, got {type(purpose).__name__}")
-        agent_id = "agent-" + secrets.token_hex(8)
+        check_registration(name, model, purpose)
+        agent_id = new_agent_id()
         with self.db.write() as (conn, changed):
             now = self.db.serialize(conn, CLAIMS_LOCK)
             at = utc_iso(now)
             lease = None if self.claim_ttl is None else now + self.claim_ttl
-            conn.execute(
-                "INSERT INTO agents (agent_id, name, model, purpose, registered_at, "
-                "last_seen_at, lease_ends_at, lease_end_outcome, principal, host) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    agent_id,
-                    name,
-                    model,
-                    purpose,
-                    at,
-                    at,
-                    lease,
-                    None if lease is None else "expired",
-                    principal,
-                    host,
-                ),
+            add_agent(
+                conn,
+                agent_id,
+                name,
+                model,
+                purpose,
+                at,
+                lease_ends_at=lease,
+                lease_end_outcome=None if lease is None else "expired",  # a lease left to end
+                principal=principal,
+                host=host,
             )
             conn.execute(
-                _EVENT_BY,
+                EVENT_BY,
                 (at, agent_id, "registered", None, None, None, None, None, principal),
             )
             changed.append(agent_topic(agent_id))
@@ -264,14 +224,14 @@ class Coordinator:
         check_agent_id(agent_id)
         if not self._tables:
             raise unknown_agent(agent_id)
-        row = self.db.fetchone(_AGENT_ROW + "WHERE agent_id = ?", (agent_id,))
+        row = self.db.fetchone(AGENT_ROW_BY_ID, (agent_id,))
         if row is None:
             raise unknown_agent(agent_id)
         return Agent(*row)
 
     def agent_names(self, conn: Any = None) -> dict[str, str]:
         """The name of every registered agent, by id (read in the snapshot ``conn`` if given)."""
-        sql = "SELECT agent_id, name FROM agents"
+        sql = AGENT_NAMES
         if not self._tables:
             return {}
         return dict(conn.execute(sql).fetchall() if conn is not None else self.db.fetchall(sql))
@@ -303,7 +263,7 @@ class Coordinator:
         """Every registered agent, oldest registration first."""
         if not self._tables:
             return []
-        return [Agent(*r) for r in self.db.fetchall(_AGENT_ROW + "ORDER BY registered_at")]
+        return [Agent(*r) for r in self.db.fetchall(AGENT_ROWS)]
 
     # -- claims --------------------------------------------------------------------------------
 
@@ -344,40 +304,34 @@ class Coordinator:
         check_agent_id(agent_id)
         check_mode(mode)
         with self.db.write() as (conn, changed):
-            # the database's clock, read once the lock is held: a wait for it may cross a
-            # lease end, and every host must judge leases by the same clock
-            now = self.db.serialize(conn, CLAIMS_LOCK)
-            check_owner(conn, agent_id, principal)
-            found = self._touch(conn, changed, agent_id, now)
+            w = self._begin(conn, changed)
+            w.check_owner(agent_id, principal)
+            # its rows and all in their way, read with the agent's lease, at once
+            found, ahead = w.touch_and_look(agent_id, targets, held=self._held)
             waits = found.waits
-            queue = self._serve(conn, changed, now) if waits else []
-            if changed:  # a lapse or a hand-off was written: what it changed counts
-                found = activity(conn)
+            queue = w.serve() if waits else []
+            if w.changed:  # a lapse or a hand-off was written: what it changed counts
+                found, ahead = w.activity(), None
             shares = found.shares
-            held = self._held = held_patterns(conn, found.patterns, self._held)
-
-            fetch = fetch_in(conn)
-            # its rows and all in their way, at once
-            ahead = Prefetched.read(fetch, targets, held=held)
-            looks = [
-                may_claim(fetch, t, agent_id, now, ahead, mode, queue, shares) for t in targets
-            ]
+            held = self._held = w.patterns(found.patterns, self._held)
+            if ahead is None:  # read again: the index or the rows changed
+                ahead = w.rows.prefetch(targets, held=held)
+            looks = [w.may_claim(t, agent_id, ahead, mode, queue, shares) for t in targets]
             if any(r.status == "busy" for r, _ in looks):
                 return ClaimSetResult(
                     "busy",
                     tuple(ClaimResult("available", r.resource) if r.status == "claimed" else r
                           for r, _ in looks),
                 )  # fmt: skip
-            at, batch = utc_iso(now), Batch()
             results = tuple(
-                r if r.status == "already_claimed" else grant_claim(
-                    conn, batch, t, info, agent_id, at, principal, mode, shares)
+                r if r.status == "already_claimed" else w.grant(t, info, agent_id, principal,
+                                                                mode, shares)
                 for t, (r, info) in zip(targets, looks, strict=True)
             )  # fmt: skip
-            batch.run(conn, changed)
+            w.flush()
             if waits and (told := [t.key for t, (r, _) in zip(targets, looks, strict=True)
                                    if r.status == "already_claimed"]):  # fmt: skip
-                adopt(conn, agent_id, told)  # a claim its own wait was handed: now heard of
+                w.adopt(agent_id, told)  # a claim its own wait was handed: now heard of
         return ClaimSetResult("claimed", results)
 
     def _targets(self, resources: Sequence[str | Resource | Pattern]) -> list[Resource | Pattern]:
@@ -412,25 +366,23 @@ class Coordinator:
         plans = plan_releases(self.resolver, releases)
         check_agent_id(agent_id)
         with self.db.write() as (conn, changed):
-            now = self.db.serialize(conn, CLAIMS_LOCK)
-            check_owner(conn, agent_id, principal)
-            waits, shares, _ = self._touch(conn, changed, agent_id, now)
-            named = [p.named.key for p in plans]  # each name as written too: see release_one
-            ahead = Prefetched.read(fetch_in(conn), [p.res for p in plans], named, blockers=False)
-            batch, at = Batch(), utc_iso(now)
-            results = tuple(
-                release_one(conn, batch, ahead, plan, agent_id, now, at, principal, shares)
-                for plan in plans
-            )
-            batch.run(conn, changed)
+            w = self._begin(conn, changed)
+            w.check_owner(agent_id, principal)
+            named = [p.named.key for p in plans]  # each name as written too: see ClaimWrite.release
+            res = [p.res for p in plans]
+            (waits, shares, _), ahead = w.touch_and_look(agent_id, res, named, blockers=False)
+            if ahead is None or w.changed:  # a lapse was released: read its rows again
+                ahead = w.rows.prefetch(res, named, blockers=False)
+            results = tuple(w.release(plan, ahead, agent_id, principal, shares) for plan in plans)
+            w.flush()
             if waits:
-                self._serve(conn, changed, now)  # hand what was freed to the queue, oldest first
+                w.serve()  # hand what was freed to the queue, oldest first
         return ReleaseSetResult(results)
 
     def status(self, resource: str | Resource | Pattern) -> StatusResult:
         """Whether ``resource`` is "available" (with what the last holder left) or "claimed"
         (by its own claim, or one that covers or overlaps it: ``holder.held_as`` names it)."""
-        return self._look(self._reader(), self.target(resource), self.db.now())[0]
+        return self._rows().look(self.target(resource))[0]
 
     def status_many(
         self, resources: Sequence[str | Resource | Pattern]
@@ -442,35 +394,18 @@ class Coordinator:
         with self.db.snapshot() as conn:
             # the database's clock, as a single status reads it: leases are judged alike by
             # hosts whose clocks disagree
-            fetch, now = fetch_in(conn), self.db.now()
-            return tuple(self._look(fetch, t, now)[0] for t in targets)
+            rows = ClaimRows(fetch_in(conn), self.db.now())
+            return tuple(rows.look(t)[0] for t in targets)
 
-    def _reader(self) -> Fetch:
+    def _rows(self) -> ClaimRows:
+        """The claims as plain reads see them now (none before the claims tables exist)."""
         if not self._tables:
-            return lambda sql, args: []
-        return self.db.fetchall
-
-    def _look(
-        self, fetch: Fetch, target: Resource | Pattern, now: float
-    ) -> tuple[StatusResult, list[ClaimInfo]]:
-        """The status of ``target`` and the live claims that hold it (none if it is free)."""
-        info = own(fetch, target, now)
-        if info is not None and info.state == "claimed":
-            return StatusResult("claimed", info.uri, info.version, holder=info.held()), [info]
-        in_way = blocking(fetch, target, now)
-        if not in_way:
-            shared = shared_status(fetch, target, now, None if info is None else info.version)
-            if shared is not None:
-                return shared
-            previous = None if info is None else info.previous()
-            return StatusResult("available", target.uri, previous=previous), []
-        first = in_way[0]
-        held = StatusResult("claimed", target.uri, first.version, holder=first.held(first.uri))
-        return held, in_way
+            return ClaimRows(lambda sql, args: [], self.db.now())
+        return ClaimRows(self.db.fetchall, self.db.now())
 
     def info(self, resource: Resource | Pattern) -> ClaimInfo | None:
         """The claim state of a resolved resource, or None if it was never claimed."""
-        return own(self._reader(), resource, self.db.now())
+        return self._rows().own(resource)
 
     def list_claims(self, *, include_free: bool = False) -> list[ClaimInfo]:
         """Current claims (or every resource ever claimed), sorted by URI."""
@@ -478,38 +413,36 @@ class Coordinator:
             return []
         now = self.db.now()
         where = "" if include_free else "WHERE c.holder IS NOT NULL "
-        infos = [
-            claim_info(r, now) for r in self.db.fetchall(_CLAIM_ROW + where + "ORDER BY c.uri")
-        ]
+        infos = [claim_info(r, now) for r in self.db.fetchall(CLAIM_ROW + where + "ORDER BY c.uri")]
         return infos if include_free else [i for i in infos if i.state == "claimed"]
 
     def queue(self) -> list[Queued]:
         """The waits that claim, in line, oldest first (a read: dead ones are skipped)."""
-        return live_queue(self._reader(), self.db.now())
+        return self._rows().queue()
 
     def shares(self) -> list[ClaimInfo]:
         """Every live shared hold, by resource, oldest reader first."""
-        return live_shares(self._reader(), self.db.now())
+        return self._rows().shares()
 
     def in_the_way(self, resource: str | Resource | Pattern, mode: str = "exclusive") -> InTheWay:
         """Every live claim and wait in line that would refuse a new agent's claim of
         ``resource`` in ``mode`` now; writes nothing."""
         target = self.target(resource)
-        return in_the_way(self._reader(), target, check_mode(mode), self.db.now())
+        return self._rows().in_the_way(target, check_mode(mode))
 
     # -- waiting -------------------------------------------------------------------------------
 
     def probe(self, resource: Resource | Pattern) -> WaitProbe:
         """Look at ``resource`` once on behalf of a waiter (see ``wait``): its status, and the
         topics to listen to (the resource, the claims that hold it and their holders' leases)."""
-        status, held = self._look(self._reader(), resource, self.db.now())
+        status, held = self._rows().look(resource)
         topics = {resource_topic(resource.key)}
         for info in held:
             assert info.holder is not None
             topics.update((resource_topic(info.resource), agent_topic(info.holder)))
         ends = [i.lease_ends_at for i in held if i.lease_ends_at is not None]
         # A claim handed to a queued wait is held by its agent before the waiter reads it; if
-        # the waiter is dead, only a claim write gives it back (claim_queue.waiting). A waiter
+        # the waiter is dead, only a claim write gives it back (ClaimWrite.serve). A waiter
         # that only reads looks again when the grant's time to be read ends, and says so.
         unread = [
             float(row[0])
@@ -534,7 +467,8 @@ class Coordinator:
         """One claim write that only serves the queue: claims handed to waits nobody read in
         time go back and go to the next in line (see ``probe``'s ``unheard``)."""
         with self.db.write() as (conn, changed):
-            self._serve(conn, changed, self.db.serialize(conn, CLAIMS_LOCK))
+            w = self._begin(conn, changed)
+            w.serve()
 
     def wait(
         self,
@@ -586,8 +520,12 @@ class Coordinator:
         mode: str,
         principal: str | None,
     ) -> WaitResult:
-        check_wait_to_claim(agent_id, mode)
-        assert agent_id is not None
+        if agent_id is None:
+            raise InvalidInputError(
+                "a wait with claim needs agent_id: the agent the claim is handed to"
+            )
+        check_agent_id(agent_id)
+        check_mode(mode)
         start, seq, seen = time.monotonic(), None, None
 
         def look() -> tuple[QueueLook | None, frozenset[Topic], float | None]:
@@ -624,14 +562,14 @@ class Coordinator:
         None: for ``seconds``) or check the place ``seq``, serve the queue, and say whether this
         wait was granted, or what to listen to until the next look."""
         with self.db.write() as (conn, changed):
-            now = self.db.serialize(conn, CLAIMS_LOCK)
-            check_owner(conn, agent_id, principal)
-            alive_until = now + self.waiter_liveness
+            w = self._begin(conn, changed)
+            now = w.now
+            w.check_owner(agent_id, principal)
             if seq is not None:
-                lease = conn.execute(
+                lease = w.conn.execute(
                     "SELECT lease_ends_at, principal FROM agents WHERE agent_id = ?", (agent_id,)
                 ).fetchone()
-                in_line, got = handed(conn, seq)
+                in_line, got = w.handed(seq)
                 if got is not None:
                     return QueueLook(seq, got)
                 live = self.principal_live
@@ -641,24 +579,22 @@ class Coordinator:
                     or (not in_line and lease[1] is not None and live is not None
                         and not live(lease[1]))
                 ):  # fmt: skip
-                    leave(conn, seq)  # its agent's lease ended (or principal went): skipped
+                    w.leave(seq)  # its agent's lease ended (or principal went): skipped
                     return QueueLook(seq, None, in_line=False)
                 if in_line:
-                    renew(conn, seq, alive_until)  # still listening
+                    w.renew(seq)  # still listening
                 else:  # dropped for looking late (its row's liveness passed, say on a loaded
                     seq = None  # machine): with time left, the wait joins the line again
 
-            self._touch(conn, changed, agent_id, now)
+            w.touch(agent_id)
             if seq is None:
-                seq = enqueue(conn, target, agent_id, check_mode(mode), now, now + seconds,
-                              self.waiter_liveness)  # fmt: skip
-            queue = self._serve(conn, changed, now)
-            _, got = handed(conn, seq)
+                seq = w.enqueue(target, agent_id, check_mode(mode), now + seconds)
+            queue = w.serve()
+            _, got = w.handed(seq)
             if got is not None:
                 return QueueLook(seq, got)
             # what stands in its way, and the older waits it is behind, are listened to
-            fetch = fetch_in(conn)
-            infos = in_way_of(fetch, target, agent_id, now, mode, own(fetch, target, now))
+            infos = w.rows.in_way_of(target, agent_id, mode, w.rows.own(target))
             ahead = queued_in_way(queue, target, mode, agent_id, before=seq)
             topics = {resource_topic(target.key)}
             topics.update(resource_topic(i.resource) for i in infos)
@@ -675,21 +611,21 @@ class Coordinator:
     def leave_queue(self, seq: int, unheard: Unheard | None = None) -> ClaimResult | None:
         """End a wait with claim that timed out: the claim it was handed meanwhile, if any,
         which its agent then holds; else its place in line is kept ``waiter_liveness`` seconds
-        for the agent's next wait for the same target (claim_queue.park). With ``unheard``,
+        for the agent's next wait for the same target (ClaimWrite.park). With ``unheard``,
         nobody will read the wait's answer (it was cancelled): it leaves the queue, a claim it
         was handed is given back, and the waits behind it are served, in the same
         transaction."""
         with self.db.write() as (conn, changed):
-            now = self.db.serialize(conn, CLAIMS_LOCK)
+            w = self._begin(conn, changed)
             if unheard is not None:
-                give_back(conn, changed, unheard, leave(conn, seq), utc_iso(now))
+                w.give_back(unheard, w.leave(seq))
                 got = None
             else:
-                _, got = handed(conn, seq)
-                if got is None:  # timed out: its place is kept for a moment (claim_queue.park)
-                    park(conn, seq, now, self.waiter_liveness)
+                _, got = w.handed(seq)
+                if got is None:  # timed out: its place is kept for a moment (ClaimWrite.park)
+                    w.park(seq)
             if got is None:
-                self._serve(conn, changed, now)  # the waits behind it may go now
+                w.serve()  # the waits behind it may go now
             return got
 
     # -- leases --------------------------------------------------------------------------------
@@ -703,20 +639,8 @@ class Coordinator:
         if outcome not in LAPSE_OUTCOMES:
             raise InvalidInputError(f"outcome must be 'abandoned' or 'expired', got {outcome!r}")
         with self.db.write() as (conn, changed):
-            now = self.db.serialize(conn, CLAIMS_LOCK)
-            row = conn.execute(
-                "SELECT lease_ends_at FROM agents WHERE agent_id = ?", (agent_id,)
-            ).fetchone()
-            if row is None or (row[0] is not None and row[0] <= now + grace):
-                return  # an agent that is gone has no lease to end
-            conn.execute(
-                "UPDATE agents SET lease_ends_at = ?, lease_end_outcome = ? WHERE agent_id = ?",
-                (now + grace, outcome, agent_id),
-            )
-            conn.execute(
-                _EVENT, (utc_iso(now), agent_id, "lease_ends", None, None, outcome, None, None)
-            )
-            changed.append(agent_topic(agent_id))
+            w = self._begin(conn, changed)
+            w.end_lease(agent_id, grace, outcome)
 
     def release_all(self, agent_id: str, outcome: str = "abandoned") -> list[str]:
         """Release every claim ``agent_id`` holds with ``outcome``; returns their URIs (none for
@@ -725,94 +649,30 @@ class Coordinator:
         if outcome not in OUTCOMES + LAPSE_OUTCOMES or outcome == "moved":
             raise InvalidInputError(f"release_all cannot use outcome {outcome!r}")
         with self.db.write() as (conn, changed):
-            at = utc_iso(self.db.serialize(conn, CLAIMS_LOCK))
-            rows = conn.execute(
-                "SELECT resource, uri, version FROM claims WHERE holder = ? ORDER BY uri",
-                (agent_id,),
-            ).fetchall()
-            for key, uri, version in rows:
-                conn.execute(_FREE, (version + 1, outcome, agent_id, at, None, key))
-                conn.execute(
-                    _EVENT, (at, agent_id, "released", key, uri, outcome, None, version + 1)
-                )
-                changed.append(resource_topic(key))
-            shared = drop_shares(conn, changed, agent_id, outcome, at)
-            self._serve(conn, changed, self.db.now())
-        return sorted([uri for _, uri, _ in rows] + shared)
+            w = self._begin(conn, changed)
+            released = w.release_all(agent_id, outcome)
+            w.serve(self.db.now())
+        return released
 
     def reap_idle_agents(self, older_than: float) -> list[str]:
         """Remove agents that hold no live claim and made no call for ``older_than`` seconds;
         their ids stop working. Claims they let lapse are released first. Returns the ids."""
         older_than = check_seconds("older_than", older_than, maximum=10 * 365 * 86400)
-        reaped: list[str] = []
         with self.db.write() as (conn, changed):
-            now = self.db.serialize(conn, CLAIMS_LOCK)
+            w = self._begin(conn, changed)
             # last_seen_at is only rewritten once it is RENEW_EVERY old: allow for that lag, so
             # that no agent is ever reaped before older_than has passed since its last call (0
             # means "every agent not in a call right now", so it needs no allowance)
-            cutoff = utc_iso(now - older_than - (RENEW_EVERY if older_than else 0))
-            idle = conn.execute(
-                "SELECT agent_id, lease_ends_at FROM agents WHERE last_seen_at < ?", (cutoff,)
-            ).fetchall()
-            for agent_id, lease_end in idle:
-                lapsed = lease_end is not None and lease_end <= now
-                held = conn.execute(
-                    "SELECT (SELECT count(*) FROM claims WHERE holder = ?) + "
-                    "(SELECT count(*) FROM claim_shares WHERE agent_id = ?)",
-                    (agent_id, agent_id),
-                ).fetchone()[0]
-                if held and not lapsed:
-                    continue
-                if held:
-                    release_lapsed(conn, changed, agent_id)
-                conn.execute("DELETE FROM agents WHERE agent_id = ?", (agent_id,))
-                conn.execute(
-                    _EVENT, (utc_iso(now), agent_id, "reaped", None, None, None, None, None)
-                )
-                changed.append(agent_topic(agent_id))
-                reaped.append(agent_id)
-        return reaped
+            return w.reap(utc_iso(w.now - older_than - (RENEW_EVERY if older_than else 0)))
 
-    # -- inside a write transaction ------------------------------------------------------------
+    # -- a claim write --------------------------------------------------------------------------
 
-    def _serve(self, conn: Any, changed: list[Topic], now: float) -> list[Queued]:
-        """Serve the queue (claim_grant.serve) with this Coordinator's liveness and principals."""
-        return serve(conn, changed, now, self.principal_live, self.waiter_liveness)
-
-    def _touch(self, conn: Any, changed: list[Topic], agent_id: str, now: float) -> Activity:
-        """Check that ``agent_id`` exists and renew its lease (and last-seen time). If its lease
-        had already ended, its claims are released as lapsed first, so they stay free. Returns
-        the Activity read with the lease, before any of that was written."""
-        row = conn.execute(_TOUCH, (agent_id,)).fetchone()
-        if row is None:
-            raise unknown_agent(agent_id)
-        last_seen, lease_end, lease_outcome = row[:3]
-        found = activity_of(row[3:])
-        lapsed = lease_end is not None and lease_end <= now
-        if lapsed:
-            release_lapsed(conn, changed, agent_id)
-        new_end = None if self.claim_ttl is None else now + self.claim_ttl
-        new_outcome = None if new_end is None else "expired"
-        if (
-            not lapsed
-            and lease_outcome == new_outcome
-            and (
-                lease_end == new_end
-                or small_renewal(lease_end, new_end, self.claim_ttl, RENEW_EVERY)
-            )
-            and last_seen >= utc_iso(now - RENEW_EVERY)
-        ):
-            return found  # renewed a moment ago
-        conn.execute(
-            "UPDATE agents SET last_seen_at = ?, lease_ends_at = ?, lease_end_outcome = ? "
-            "WHERE agent_id = ?",
-            (utc_iso(now), new_end, new_outcome, agent_id),
-        )
-        if not lapsed and new_end is not None and (lease_end is None or new_end < lease_end):
-            # A shorter TTL than the last renewal's (processes may differ): tell waiters, which
-            # sleep until the holder's lease end they last saw.
-            conn.execute(
-                _EVENT, (utc_iso(now), agent_id, "lease_ends", None, None, "expired", None, None)
-            )
-            changed.append(agent_topic(agent_id))
-        return found
+    def _begin(self, conn: Any, changed: list[Topic]) -> ClaimWrite:
+        """A claim write in the write transaction ``conn``: it takes the claims lock, and reads
+        the database's clock once the lock is held (a wait for it may cross a lease end, and
+        every host must judge leases by the same clock)."""
+        now = self.db.serialize(conn, CLAIMS_LOCK)
+        return ClaimWrite(
+            conn, changed, now, claim_ttl=self.claim_ttl, renew_every=RENEW_EVERY,
+            liveness=self.waiter_liveness, live=self.principal_live,
+        )  # fmt: skip

@@ -33,7 +33,8 @@ import stat
 import sys
 import unicodedata
 
-from agenthold.store import _INVISIBLE, InvalidInputError
+from agenthold.store import INVISIBLE as _INVISIBLE
+from agenthold.store import InvalidInputError
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:

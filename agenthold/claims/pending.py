@@ -20,7 +20,6 @@ database URL, so it is applied by the next server on the same host.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -40,14 +39,10 @@ Deferred = dict[str, Any]  # {"agent_id", "left_at", "ends_at", "outcome"}: one 
 
 
 def pending_path(db: Database) -> str | None:
-    """The side file of ``db``'s lease ends not written yet (None for ':memory:')."""
-    if db.dialect == "sqlite":
-        return None if db.path == ":memory:" else os.path.realpath(db.path) + "-disconnects"
-    state = os.environ.get("XDG_STATE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "state"
-    )
-    name = hashlib.sha256(db.path.encode()).hexdigest()[:16]
-    return os.path.join(state, "agenthold", f"disconnects-{name}.jsonl")
+    """The side file of ``db``'s lease ends not written yet (None for ':memory:'): beside a
+    SQLite file, in the user's state directory for a server's database (the backend's
+    ``side_file``)."""
+    return db.side_file("disconnects")
 
 
 def defer(db: Database, agents: Iterable[str], grace: float, left_at: float) -> str | None:

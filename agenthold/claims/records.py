@@ -11,14 +11,33 @@ Decisions behind it:
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from agenthold.store import AgentholdError, InvalidInputError, Topic, utc_iso
+from agenthold.identity.agents import (
+    AGENT_ID_RE,
+    MAX_AGENT_NAME,
+    MAX_MODEL,
+    MAX_PURPOSE,
+    Agent,
+    ForeignAgentError,
+    Registration,
+    UnknownAgentError,
+    check_agent_id,
+    unknown_agent,
+)
+from agenthold.store import InvalidInputError, Topic, utc_iso
 
-__all__ = [
+if TYPE_CHECKING:
+    from agenthold.claims.names import Resource
+    from agenthold.claims.patterns import Pattern
+
+__all__ = [  # the agent's names are the registry's (agenthold.identity.agents), named here too
+    "AGENT_ID_RE",
     "LAPSE_OUTCOMES",
+    "MAX_AGENT_NAME",
+    "MAX_MODEL",
+    "MAX_PURPOSE",
     "MODES",
     "OUTCOMES",
     "Agent",
@@ -29,16 +48,20 @@ __all__ = [
     "Holder",
     "NotHolderError",
     "Previous",
+    "QueueLook",
     "Registration",
     "ReleaseResult",
     "ReleaseSetResult",
     "StatusResult",
+    "Unheard",
     "UnknownAgentError",
     "WaitProbe",
     "WaitResult",
     "check_agent_id",
     "check_mode",
+    "claim_waited",
     "unknown_agent",
+    "waited",
 ]
 
 Outcome = Literal["released", "modified", "created", "deleted", "moved"]
@@ -46,32 +69,6 @@ Mode = Literal["exclusive", "shared"]
 MODES: tuple[str, ...] = ("exclusive", "shared")
 OUTCOMES: tuple[str, ...] = ("released", "modified", "created", "deleted", "moved")
 LAPSE_OUTCOMES = ("expired", "abandoned")  # what a lease that ended means for its claims
-
-MAX_AGENT_NAME = 128
-MAX_MODEL = 128
-MAX_PURPOSE = 1024
-AGENT_ID_RE = re.compile(r"agent-[0-9a-f]{8,64}")
-
-
-class UnknownAgentError(InvalidInputError):
-    """The agent id was never registered here, or its agent was removed after a long idle time."""
-
-    hint = (
-        "Register the agent (Coordinator.register) to get an agent_id, then use it in every call."
-    )
-
-
-class ForeignAgentError(AgentholdError):
-    """A caller named an agent that another principal registered. The message names neither
-    the other principal nor anything about the agent."""
-
-    hint = "Use an agent_id that was registered by the same principal; register to get one."
-
-    def __init__(self, agent_id: str) -> None:
-        super().__init__(
-            f"agent_id {agent_id} belongs to another caller: only the caller that registered an "
-            "agent may act as it; nothing was changed"
-        )
 
 
 class NotHolderError(InvalidInputError):
@@ -83,48 +80,6 @@ class NotHolderError(InvalidInputError):
     def __init__(self, message: str, *, held_by: str) -> None:
         super().__init__(message)
         self.held_by = held_by
-
-
-@dataclass(frozen=True, slots=True)
-class Agent:
-    """A registered agent. ``lease_ends_at`` is unix time, or None for a lease without end."""
-
-    agent_id: str
-    name: str
-    model: str
-    purpose: str
-    registered_at: str
-    last_seen_at: str
-    lease_ends_at: float | None
-    lease_end_outcome: str | None
-    principal: str | None = None  # the caller it was registered through, if a token said
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "agent_id": self.agent_id,
-            "name": self.name,
-            "model": self.model,
-            "purpose": self.purpose,
-            "registered_at": self.registered_at,
-            "last_seen_at": self.last_seen_at,
-            "lease_ends_at": None if self.lease_ends_at is None else utc_iso(self.lease_ends_at),
-            "lease_end_outcome": self.lease_end_outcome,
-        }
-        if self.principal is not None:
-            d["principal"] = self.principal
-        return d
-
-
-@dataclass(frozen=True, slots=True)
-class Registration:
-    """A new agent: its id, to pass to every later call."""
-
-    agent_id: str
-    name: str
-    model: str
-    registered_at: str
-    purpose: str = ""
-    status: Literal["registered"] = "registered"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +106,7 @@ class Holder:
     lease_ends_at: float | None
     held_as: str | None = None
     mode: str = "exclusive"  # "shared": one of possibly many readers
-    queued: bool = False  # not a holder: a wait with claim, ahead in the queue (claim_queue)
+    queued: bool = False  # not a holder: a wait with claim, ahead in the queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,8 +127,8 @@ class ClaimInfo:
     last_holder: str | None
     last_outcome_at: str | None
     moved_to: str | None
-    scope: str | None = None  # a directory or glob claim's directory key (claim_match)
-    mode: str = "exclusive"  # "shared": a shared hold (claim_queue), one of possibly many
+    scope: str | None = None  # a directory or glob claim's directory key (claims.patterns)
+    mode: str = "exclusive"  # "shared": a shared hold, one of possibly many
 
     def previous(self) -> Previous | None:
         """What the last holder left, if the resource is free and it is worth knowing."""
@@ -304,29 +259,51 @@ class WaitProbe:
         return self.status.status == "available"
 
 
+@dataclass(frozen=True, slots=True)
+class QueueLook:
+    """One look of a wait with claim: its seq, the claim if it was granted, whether it is
+    still in line (False: it was removed, its agent's lease having ended), and what to listen
+    to until the next look."""
+
+    seq: int
+    result: ClaimResult | None
+    in_line: bool = True
+    topics: frozenset[Topic] = frozenset()
+    wake_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Unheard:
+    """A wait with claim whose caller will never read its answer (cancelled, interrupted, its
+    connection closed), as the caller knows it: what it waited for, for whom, in what mode, and
+    the claim a look already read for it (``got``), whose answer was lost on the way."""
+
+    target: Resource | Pattern
+    agent_id: str
+    mode: str
+    principal: str | None = None
+    got: ClaimResult | None = None
+
+
+def waited(resource: Resource | Pattern, probe: WaitProbe, elapsed: float) -> WaitResult:
+    """The result of a wait for ``resource`` that ends with ``probe``, its last look."""
+    status, elapsed = probe.status, round(elapsed, 3)
+    if status.status == "available":
+        return WaitResult("available", status.resource, elapsed, status.previous)
+    return WaitResult("timeout", resource.uri, elapsed, holder=status.holder)
+
+
+def claim_waited(result: ClaimResult, elapsed: float) -> WaitResult:
+    """The result of a wait with claim that was granted ``result``."""
+    status: Literal["claimed", "already_claimed"] = (
+        "already_claimed" if result.status == "already_claimed" else "claimed"
+    )
+    return WaitResult(
+        status, result.resource, round(elapsed, 3), result.previous, version=result.version
+    )
+
+
 def check_mode(mode: object) -> str:
     if mode not in MODES:
         raise InvalidInputError(f"mode must be 'exclusive' or 'shared', got {mode!r}")
     return str(mode)
-
-
-def check_agent_id(agent_id: object) -> str:
-    if not isinstance(agent_id, str):
-        raise UnknownAgentError(
-            "agent_id must be a string that registering an agent gave, got "
-            f"{type(agent_id).__name__}"
-        )
-    if not AGENT_ID_RE.fullmatch(agent_id):
-        shown = agent_id if len(agent_id) <= 60 else agent_id[:60] + "…"
-        raise UnknownAgentError(
-            f"{shown!r} is not an agent_id: ids look like 'agent-1a2b3c4d5e6f7a8b' and come "
-            "from registering an agent"
-        )
-    return agent_id
-
-
-def unknown_agent(agent_id: str) -> AgentholdError:
-    return UnknownAgentError(
-        f"unknown agent_id {agent_id!r}: it was never registered with this database, or it "
-        "was removed after a long idle time; register again"
-    )

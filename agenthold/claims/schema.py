@@ -1,5 +1,5 @@
-"""The tables of agenthold.claims, their migrations, the SQL the Coordinator runs on them, and
-the change-feed topics of a claim write.
+"""The tables of agenthold.claims, their migrations, the SQL more than one module runs on them
+(by public names), and the change-feed topics of a claim write.
 
 Decisions behind it:
 - One ``Component`` ("claims") with numbered migrations per engine; a step is never edited
@@ -33,6 +33,8 @@ def _event_topics(row: tuple[Any, ...]) -> Iterable[Topic]:
 
 CLAIMS_LOCK = ("claims",)  # every claim write holds it: claims take turns, on any engine
 
+# The agents table's rows are the agent registry's (agenthold.identity.agents: registering,
+# looking up, owners); its lease columns are the Coordinator's.
 _SQLITE_V1 = """
     -- An agent's lease ends at lease_ends_at (unix seconds; NULL = no end);
     -- lease_end_outcome says what its end means.
@@ -122,8 +124,8 @@ _V2 = """
     CREATE INDEX claims_by_file ON claims (file_id) WHERE file_id IS NOT NULL;
 """
 
-# The principal (the caller a token names, principals.py) an agent belongs to and that
-# made each claim event; NULL where no token said who called.
+# The principal (the caller a token names, agenthold.identity.principals) an agent belongs to
+# and that made each claim event; NULL where no token said who called.
 _V3 = """
     ALTER TABLE agents ADD COLUMN principal TEXT;
     ALTER TABLE claim_events ADD COLUMN principal TEXT;
@@ -141,7 +143,7 @@ _POSTGRES_V4 = """
     CREATE INDEX claims_by_scope ON claims (scope) WHERE scope IS NOT NULL;
 """
 
-# Shared claims and the queue of waits that claim (agenthold.claims.queue). A shared hold is a
+# Shared claims and the queue of waits that claim (agenthold.claims.write). A shared hold is a
 # row of claim_shares (the resource's claims row keeps its version and last outcome, with no
 # holder); a wait with claim is a row of claim_waiters, its seq the order of arrival, until the
 # database time it gives up at, and granted the version it was handed (NULL while it waits).
@@ -251,8 +253,8 @@ _POSTGRES_V6 = """
 # A wait in the queue is alive only while its server keeps listening for it: ``alive_until``
 # (the database's clock) is pushed ahead by each of its looks, and a row whose waiter stopped
 # looking (its process killed, its connection lost, its answer an error) is dropped, or, if it
-# was handed a claim meanwhile, gives that claim back (agenthold.claims.queue.waiting). NULL (a
-# row left by an older server): alive until its ``until``, as before.
+# was handed a claim meanwhile, gives that claim back (agenthold.claims.write, ClaimWrite.serve).
+# NULL (a row left by an older server): alive until its ``until``, as before.
 _SQLITE_V7 = "ALTER TABLE claim_waiters ADD COLUMN alive_until REAL;"
 _POSTGRES_V7 = "ALTER TABLE claim_waiters ADD COLUMN alive_until DOUBLE PRECISION;"
 
@@ -288,7 +290,13 @@ CLAIM_CHANGES = ChangeSource(
     topics=_event_topics,
 )
 
-_CLAIM_ROW = (
+# -- the statements ----------------------------------------------------------------------------
+# Every statement that more than one place runs, or that a benchmark's raw baseline runs as the
+# library does, is here, by a public name; a one-off statement stays in the method that runs it.
+
+# A claim row as agenthold.claims.rows.claim_info reads it (14 columns: the holder's name and
+# lease joined in); a condition follows.
+CLAIM_ROW = (
     "SELECT c.resource, c.uri, c.holder, c.claimed_at, c.version, c.last_outcome, "
     "c.last_holder, c.last_outcome_at, c.moved_to, a.name, a.model, a.lease_ends_at, "
     "a.lease_end_outcome, c.scope FROM claims AS c LEFT JOIN agents AS a ON a.agent_id = c.holder "
@@ -296,54 +304,80 @@ _CLAIM_ROW = (
 # Held pattern claims lying under the directories given (a file's ancestors; the caller adds
 # the placeholders), and held claims whose keys lie in a range (all that a pattern may cover,
 # patterns included: a pattern's key starts with its scope).
-_PATTERNS_AT = _CLAIM_ROW + "WHERE c.holder IS NOT NULL AND c.scope IN ({marks})"
+PATTERNS_AT = CLAIM_ROW + "WHERE c.holder IS NOT NULL AND c.scope IN ({marks})"
 # Only the keys and scopes of those patterns: a file is covered by few of the patterns above it,
 # so they are matched on these two columns and only the rows of those that cover it are read.
-_PATTERN_KEYS_AT = (
+PATTERN_KEYS_AT = (
     "SELECT resource, scope FROM claims WHERE holder IS NOT NULL AND scope IN ({marks})"
 )
-_HELD_UNDER = _CLAIM_ROW + "WHERE c.holder IS NOT NULL AND c.resource >= ? AND c.resource < ?"
-# Held claims on other names of one file (hard links): see _alias.
-_ALIASES = _CLAIM_ROW + "WHERE c.file_id = ? AND c.resource != ? AND c.holder IS NOT NULL"
-# A claim row with the file it was taken on (a 15th column), for claim_rows.Prefetched: one
-# statement reads a set's own rows, the patterns above its files and the claims on other names
-# of its files (the conditions are joined with OR; each has its index).
-_LOOK_ROW = (
-    "SELECT c.resource, c.uri, c.holder, c.claimed_at, c.version, c.last_outcome, "
+HELD_UNDER = CLAIM_ROW + "WHERE c.holder IS NOT NULL AND c.resource >= ? AND c.resource < ?"
+# Held claims on other names of one file (hard links): see agenthold.claims.rows.
+ALIASES = CLAIM_ROW + "WHERE c.file_id = ? AND c.resource != ? AND c.holder IS NOT NULL"
+# A claim row with the file it was taken on (a 15th column), for rows.Prefetched: one statement
+# reads a set's own rows, the patterns above its files and the claims on other names of its
+# files (the conditions are joined with OR; each has its index).
+LOOK_COLUMNS = (
+    "c.resource, c.uri, c.holder, c.claimed_at, c.version, c.last_outcome, c.last_holder, "
+    "c.last_outcome_at, c.moved_to, a.name, a.model, a.lease_ends_at, a.lease_end_outcome, "
+    "c.scope, c.file_id"
+)
+LOOK_ROW = f"SELECT {LOOK_COLUMNS} FROM claims AS c LEFT JOIN agents AS a ON a.agent_id = c.holder "
+# The same columns as CLAIM_ROW (so claim_info reads them), for shared holds.
+SHARE_ROW = (
+    "SELECT s.resource, s.uri, s.agent_id, s.claimed_at, c.version, c.last_outcome, "
     "c.last_holder, c.last_outcome_at, c.moved_to, a.name, a.model, a.lease_ends_at, "
-    "a.lease_end_outcome, c.scope, c.file_id FROM claims AS c "
-    "LEFT JOIN agents AS a ON a.agent_id = c.holder "
+    "a.lease_end_outcome, s.scope FROM claim_shares AS s JOIN claims AS c ON "
+    "c.resource = s.resource LEFT JOIN agents AS a ON a.agent_id = s.agent_id "
 )
-_AGENT_ROW = (
-    "SELECT agent_id, name, model, purpose, registered_at, last_seen_at, lease_ends_at, "
-    "lease_end_outcome, principal FROM agents "
+# A wait in the queue with its agent's name, lease end and principal (19 columns).
+WAITER_ROW = (
+    "SELECT w.seq, w.resource, w.uri, w.scope, w.file_id, w.agent_id, w.mode, w.since, w.until, "
+    "w.granted, w.alive_until, w.granted_as, w.prev_outcome, w.prev_holder, w.prev_at, "
+    "w.prev_moved_to, a.name, a.lease_ends_at, a.principal FROM claim_waiters AS w "
+    "LEFT JOIN agents AS a ON a.agent_id = w.agent_id "
 )
-# What a claim write asks of the database before it decides (claim_queue.Activity), as columns
-# that are read with the agent's lease, in one statement (_TOUCH), or alone.
-_ACTIVITY = (
+# What a claim write asks of the database before it decides (write.Activity), as columns that
+# are read with the agent's lease, in one statement (TOUCH), or alone.
+ACTIVITY = (
     "EXISTS (SELECT 1 FROM claim_waiters), EXISTS (SELECT 1 FROM claim_shares), "
     "(SELECT token FROM claim_patterns)"
 )
-_TOUCH = (
-    f"SELECT last_seen_at, lease_ends_at, lease_end_outcome, {_ACTIVITY} FROM agents "
+TOUCH = (
+    f"SELECT last_seen_at, lease_ends_at, lease_end_outcome, {ACTIVITY} FROM agents "
     "WHERE agent_id = ?"
 )
-_EVENT = (
+EVENT = (
     "INSERT INTO claim_events (at, agent_id, event, resource, uri, outcome, moved_to, version) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_EVENT_BY = (
+EVENT_BY = (
     "INSERT INTO claim_events (at, agent_id, event, resource, uri, outcome, moved_to, version, "
     "principal) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_EVENT_MODE = (
+EVENT_MODE = (
     "INSERT INTO claim_events (at, agent_id, event, resource, uri, outcome, moved_to, version, "
     "principal, mode) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
-_FREE = (
+# The rows a grant or a release writes (agenthold.claims.write), one statement per table.
+INSERT = (
+    "INSERT INTO claims (resource, uri, holder, claimed_at, version, file_id, scope) "
+    "VALUES (?, ?, ?, ?, 1, ?, ?)"
+)
+TAKE = (
+    "UPDATE claims SET holder = ?, claimed_at = ?, version = ?, uri = ?, file_id = ?, scope = ? "
+    "WHERE resource = ?"
+)
+BUMP = "UPDATE claims SET version = ? WHERE resource = ?"
+FREE = (
     "UPDATE claims SET holder = NULL, claimed_at = NULL, version = ?, last_outcome = ?, "
     "last_holder = ?, last_outcome_at = ?, moved_to = ? WHERE resource = ?"
 )
+SHARE = (
+    "INSERT INTO claim_shares (resource, agent_id, uri, claimed_at, scope, file_id) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+UNSHARE_ALL = "DELETE FROM claim_shares WHERE resource = ?"
+UNSHARE = "DELETE FROM claim_shares WHERE resource = ? AND agent_id = ?"
 
 
 # -- one statement for many rows ---------------------------------------------------------------

@@ -2,7 +2,12 @@
 
 ``StateStore("postgresql://user@host/dbname")`` (or ``--db`` with such a URL) opens it. It needs
 the optional extra ``agenthold[postgres]`` (psycopg 3 with its binary and pool packages) and
-imports nothing of agenthold but ``store``. Decisions behind it:
+imports nothing of agenthold but the seam's base modules (``agenthold.db``). Decisions behind it:
+- The dialect is this module's: the components' SQL is sent as written but for psycopg's
+  placeholder style (``?`` to ``%s``); where the engines differ, this backend supplies the
+  fragment (``byte_length``: ``octet_length``) or does the job itself (``has_table``,
+  ``side_file``, ``give_space_back``), and its scripts are each Component's ``"postgresql"``
+  ones, run whole by the one migration runner (schema.migrate) under an advisory lock.
 - Many writers, READ COMMITTED. Correctness does not rest on one writer at a time: a write that
   reads before it changes first takes transaction-scoped advisory locks on the names it reads
   (``serialize``: shared locks, then exclusive ones, each in a fixed order), so writers of one
@@ -41,7 +46,6 @@ import hashlib
 import json
 import logging
 import os
-import re
 import threading
 import time
 import weakref
@@ -54,21 +58,17 @@ import psycopg
 from psycopg import errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from agenthold.store import (
-    FEED_LINGER,
+from agenthold.db.base import DatabaseClock
+from agenthold.db.errors import (
     AgentholdError,
     BusyError,
-    ChangeSource,
-    Component,
-    DatabaseClock,
     IncompatibleDatabaseError,
     InvalidInputError,
-    Topic,
     UnavailableError,
-    _ChangeFeed,
-    _Subscription,
-    check_seconds,
 )
+from agenthold.db.feed import FEED_LINGER, ChangeFeed, FeedSubscription
+from agenthold.db.records import Topic, check_seconds
+from agenthold.db.schema import ChangeSource, Component, migrate
 
 __all__ = ["PostgresDatabase", "redact"]
 
@@ -120,16 +120,12 @@ def lock_key(name: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-# SQLite before 3.43 has no octet_length: the components count a text's bytes as the length of
-# it cast to a blob, which PostgreSQL (no blob type) spells octet_length.
-_BYTE_LENGTH = re.compile(r"length\(CAST\(([\w.]+) AS BLOB\)\)")
-
-
 @functools.cache  # the components' statements are a fixed set
 def _pg(text: str) -> str:
-    """The components' SQL (``?`` placeholders, SQLite's byte length of a text) in psycopg's
-    style (``%s``) and PostgreSQL's."""
-    return _BYTE_LENGTH.sub(r"octet_length(\1)", text.replace("%", "%%").replace("?", "%s"))
+    """The components' SQL (``?`` placeholders) in psycopg's placeholder style (``%s``). That
+    is all that is rewritten: where the engines differ, the backend supplies the fragment
+    (``byte_length``) or its own SQL."""
+    return text.replace("%", "%%").replace("?", "%s")
 
 
 class _Connection:
@@ -163,6 +159,9 @@ class _Connection:
             self.start()
         return self.raw.execute(_pg(text), params)
 
+    def fetchall(self, text: str, params: Sequence[Any] = ()) -> list[Any]:
+        return self.execute(text, params).fetchall()
+
     def executemany(self, text: str, rows: Iterable[Sequence[Any]]) -> None:
         rows = list(rows)
         if rows:
@@ -170,6 +169,12 @@ class _Connection:
                 self.start()
             with self.raw.cursor() as cursor:
                 cursor.executemany(_pg(text), rows)
+
+
+def _run_script(conn: _Connection, script: str) -> None:
+    """How the migration runner runs a script here: whole, in one round trip (no parameters,
+    so psycopg sends it as it is)."""
+    conn.raw.execute(script)
 
 
 def _lost(conn: psycopg.Connection[Any], exc: psycopg.Error) -> bool:
@@ -207,22 +212,22 @@ def _first_line(exc: BaseException, url: str) -> str:
     return redact(url, "; ".join(lines) or type(exc).__name__)
 
 
-class _Feed(_ChangeFeed):
+class _Feed(ChangeFeed):
     """The change feed of one database in this process: local commits notify directly, and a
     listener thread on its own connection hears the commits of every other process."""
 
-    def __init__(self, url: str, shown: str) -> None:
-        super().__init__(shown)  # a uri, so that the first subscriber starts the listener
+    def __init__(self, url: str) -> None:
+        super().__init__()
         self._url = url
         self._listen: psycopg.Connection[Any] | None = None
         self.users = 0  # open PostgresDatabases of this process on the database
 
-    def _start_poller(self) -> None:
+    def start(self) -> None:
         """Start the listener thread (called with the lock held). It connects on its own: a
         slow or unreachable server must not hold up the subscriber, which in a server is the
         event loop. Until its LISTEN is on, the listener is deaf; see ``_run``."""
-        self._poller = threading.Thread(target=self._run, name="agenthold-pg-listener", daemon=True)
-        self._poller.start()
+        self.runner = threading.Thread(target=self._run, name="agenthold-pg-listener", daemon=True)
+        self.runner.start()
 
     def _connect_listener(self) -> psycopg.Connection[Any] | None:
         try:
@@ -246,14 +251,14 @@ class _Feed(_ChangeFeed):
         retry = 0.0  # seconds before the next connect: none the first time, then backing off
         try:
             while True:
-                with self._lock:
-                    if self._poller is not me:
+                with self.lock:
+                    if self.runner is not me:
                         return
-                    if not self._count:
+                    if not self.subscribers:
                         now = time.monotonic()
                         idle_since = idle_since or now
                         if now - idle_since > FEED_LINGER:
-                            self._poller = None
+                            self.runner = None
                             return
                     else:
                         idle_since = None
@@ -261,8 +266,8 @@ class _Feed(_ChangeFeed):
                     time.sleep(retry)
                     conn = self._connect_listener()
                     retry = 0.05 if conn is not None else min(2.0, max(0.05, retry * 2))
-                    with self._lock:
-                        if self._poller is me:
+                    with self.lock:
+                        if self.runner is me:
                             self._listen = conn
                     if conn is not None:
                         self.wake_all()
@@ -290,14 +295,8 @@ class _Feed(_ChangeFeed):
         except (ValueError, TypeError):
             self.wake_all()
 
-    def wake_all(self) -> None:
-        """Wake every subscriber to look again (notify catches a callback's error)."""
-        with self._lock:
-            topics = list(self._by_topic)
-        self.notify(topics)
-
-    def _stop(self) -> None:
-        self._poller = None  # the thread closes its connection as it ends
+    def halt(self) -> None:
+        self.runner = None  # the thread closes its connection as it ends
 
     def reset_after_fork(self) -> None:
         if self._listen is not None:
@@ -331,7 +330,7 @@ if hasattr(os, "register_at_fork"):
 
 class PostgresDatabase:
     """Connections, transactions and change notification for one PostgreSQL database (the
-    same methods as ``SQLiteDatabase``; see ``agenthold.store.Database``)."""
+    same methods as ``SQLiteDatabase``; see ``agenthold.db.base.Database``)."""
 
     dialect = "postgresql"
 
@@ -365,7 +364,7 @@ class PostgresDatabase:
         with _feeds_lock:
             feed = _feeds.get(url)
             if feed is None:
-                feed = _feeds[url] = _Feed(url, self.path)
+                feed = _feeds[url] = _Feed(url)
             feed.users += 1
         self._feed = feed
         _open_databases.add(self)
@@ -451,18 +450,7 @@ class PostgresDatabase:
                     f"this agenthold's {component.version}; open it once without read-only to "
                     "migrate it"
                 )
-            if not versions:
-                conn.execute(
-                    "CREATE TABLE IF NOT EXISTS agenthold_components "
-                    "(component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
-                )
-            for step in range(have, component.version):
-                conn.execute(component.migrations["postgresql"][step])
-            conn.execute(
-                "INSERT INTO agenthold_components (component, version) VALUES (%s, %s) "
-                "ON CONFLICT (component) DO UPDATE SET version = excluded.version",
-                (component.name, component.version),
-            )
+            migrate(_Connection(conn), component, have, "postgresql", _run_script)
             return component.version
 
     def _versions(self, conn: psycopg.Connection[Any]) -> dict[str, int]:
@@ -725,9 +713,30 @@ class PostgresDatabase:
             return "xid < ?::xid8", (str(xmin),), xmin
         return "xid >= ?::xid8 AND xid < ?::xid8", (str(after), str(xmin)), xmin
 
+    def byte_length(self, column: str) -> str:
+        return f"octet_length({column})"
+
+    def side_file(self, name: str) -> str | None:
+        """A file of this host's for the database (the server's files are not ours): in the
+        user's state directory, named by a digest of the URL without its password."""
+        state = os.environ.get("XDG_STATE_HOME") or os.path.join(
+            os.path.expanduser("~"), ".local", "state"
+        )
+        digest = hashlib.sha256(self.path.encode()).hexdigest()[:16]
+        return os.path.join(state, "agenthold", f"{name}-{digest}.jsonl")
+
+    def has_table(self, table: str) -> bool:
+        row = self.fetchone("SELECT to_regclass(?) IS NOT NULL", (table,))
+        return bool(row[0])
+
+    def give_space_back(
+        self, step: int, dry_run: bool, between: Callable[[float], None]
+    ) -> tuple[int, str]:
+        return 0, "PostgreSQL: autovacuum takes the removed rows' space back on its own"
+
     def subscribe(
         self, topics: Iterable[Topic] | None, callback: Callable[[], None]
-    ) -> _Subscription:
+    ) -> FeedSubscription:
         return self._feed.subscribe(topics, callback)
 
     def notify(self, topics: Iterable[Topic]) -> None:
@@ -747,3 +756,6 @@ class PostgresDatabase:
                 if _feeds.get(self.url) is self._feed:
                     del _feeds[self.url]
         self._pool.close()
+
+
+BACKEND = PostgresDatabase  # what backends.py opens for a postgresql:// URL

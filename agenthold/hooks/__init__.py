@@ -50,9 +50,9 @@ def end(status: int) -> NoReturn:
     process leaves behind). What must outlast it is done first: every database still open is
     closed (a write's last connection then checkpoints SQLite's log) and the standard streams
     are flushed, so the host reads the whole verdict."""
-    store = sys.modules.get("agenthold.store")  # not imported: no database was opened
-    if store is not None:
-        store.close_all()
+    backends = sys.modules.get("agenthold.db.backends")  # not imported: no database opened
+    if backends is not None:
+        backends.close_all()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -7,13 +7,13 @@ Decisions behind it:
   its records and the queue costs more to import than the whole budget of the hook. So a look
   imports the store, the resolver (``claims.names``), the pattern rules (``claims.patterns``)
   and the claims SQL (``claims.schema``), and reads with the statements the coordinator itself
-  uses: ``_CLAIM_ROW`` for the file's own names, ``_PATTERN_KEYS_AT`` and ``covers_file`` for
-  the directory and glob claims above it, ``_ALIASES`` for its hard links. What stays restated
+  uses: ``CLAIM_ROW`` for the file's own names, ``PATTERN_KEYS_AT`` and ``covers_file`` for the
+  directory and glob claims above it, ``ALIASES`` for its hard links. What stays restated
   here is one line, the liveness of a claim (its holder's row exists and its lease has not
   ended: ``claims.rows.claim_info``); tests/test_hooks.py compares the verdicts with
   ``Coordinator.status`` on the same claims. Shared holds are rarer: when any exists the
-  queue's own ``shares_in_way`` is imported and asked. Where nothing is held at all, the hook
-  does not get here (glance.py).
+  claims' own ``ClaimRows.shares_in_way`` is imported and asked. Where nothing is held at all,
+  the hook does not get here (glance.py).
 - Every name of the file: as written and through its links (``Resolver.resolve_both``: a claim
   taken before a link appeared stays on the name as written), its hard links (the claim's
   recorded device and inode, counted only while the claimed name still leads to the file).
@@ -30,7 +30,7 @@ import os
 
 from agenthold.claims.names import Resolver, Resource, Workspace, default_workspace
 from agenthold.claims.patterns import ancestors, covers_file
-from agenthold.claims.schema import _ALIASES, _CLAIM_ROW, _HELD_UNDER, _PATTERN_KEYS_AT
+from agenthold.claims.schema import ALIASES, CLAIM_ROW, HELD_UNDER, PATTERN_KEYS_AT
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def _inside(resolver: Resolver, path: str) -> list[str]:
 
 
 def _alias_still_there(key: str, file_id: str) -> bool:
-    # as claims.rows._alias: a claim through a hard link counts while its name leads to the file
+    # as ClaimRows._alias: a claim through a hard link counts while its name leads to the file
     try:
         found = os.stat(key.removeprefix("file://"))
     except (OSError, ValueError):
@@ -159,28 +159,28 @@ def in_the_way(
         hits: list[tuple[Any, str, str]] = []
         for prefix in _inside(resolver, path) if trees else ():
             hits += [
-                (row, "inside", row[1]) for row in db.fetchall(_HELD_UNDER, (prefix, prefix + TOP))
+                (row, "inside", row[1]) for row in db.fetchall(HELD_UNDER, (prefix, prefix + TOP))
             ]
         if not names:
             found += _live_hits(db, hits, path)
             continue
         keys = tuple(dict.fromkeys(r.key for r in names))
-        rows = db.fetchall(_CLAIM_ROW + f"WHERE c.resource IN ({', '.join('?' * len(keys))})", keys)
+        rows = db.fetchall(CLAIM_ROW + f"WHERE c.resource IN ({', '.join('?' * len(keys))})", keys)
         hits += [(row, "exclusive", row[1]) for row in rows]
         above = tuple(dict.fromkeys(a for k in keys for a in ancestors(k)))
         if above:
             marks = ", ".join("?" * len(above))
             covering = [
                 k
-                for k, scope in db.fetchall(_PATTERN_KEYS_AT.format(marks=marks), above)
+                for k, scope in db.fetchall(PATTERN_KEYS_AT.format(marks=marks), above)
                 if any(covers_file(k, scope, key) for key in keys)
             ]
             if covering:
                 marks = ", ".join("?" * len(covering))
-                rows = db.fetchall(_CLAIM_ROW + f"WHERE c.resource IN ({marks})", tuple(covering))
+                rows = db.fetchall(CLAIM_ROW + f"WHERE c.resource IN ({marks})", tuple(covering))
                 hits += [(row, "covering", path) for row in rows]
         if file_id is not None:
-            rows = db.fetchall(_ALIASES, (file_id, names[-1].key))
+            rows = db.fetchall(ALIASES, (file_id, names[-1].key))
             hits += [
                 (row, "link", path)
                 for row in rows
@@ -206,15 +206,15 @@ def _live_hits(db: Any, hits: Sequence[tuple[Any, str, str]], path: str) -> list
 
 
 def _shared(store: StateStore, names: Sequence[Resource], path: str) -> list[Blocker]:
-    """The shared holds in the way of an exclusive use of ``names``, by the queue's own rules."""
-    from agenthold.claims.queue import shares_in_way  # only when some shared hold exists
+    """The shared holds in the way of an exclusive use of ``names``, by the claims' own rules."""
+    from agenthold.claims.rows import ClaimRows  # only when some shared hold exists
 
     db = store.db
-    now = db.now()
+    rows = ClaimRows(db.fetchall, db.now())
     seen: set[tuple[str, str]] = set()
     found = []
     for resource in names:
-        for info in shares_in_way(db.fetchall, resource, now):
+        for info in rows.shares_in_way(resource):
             assert info.holder is not None
             if (info.resource, info.holder) in seen:
                 continue

@@ -1,2 +1,79 @@
-"""Who is calling and who they are: principals with their tokens and scopes (principals.py,
-standard library only, so ``agenthold token ...`` never imports mcp)."""
+"""Who is calling and what an agent is: principals with their tokens and scopes (principals.py,
+standard library only, so ``agenthold token ...`` never imports mcp), and the agent registry
+that claims and the bus share (agents.py). This face is the room's public API; names load on
+first use, so a command that reads tokens does not load the registry, nor the other way round.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agenthold.identity.agents import (
+        AGENT_ID_RE,
+        MAX_AGENT_NAME,
+        Agent,
+        BusAgent,
+        ForeignAgentError,
+        ForeignBusAgentError,
+        Registration,
+        UnknownAgentError,
+        check_agent_id,
+    )
+    from agenthold.identity.principals import (
+        ALL_ACCESS,
+        SHARED,
+        TOOL_SETS,
+        AuthFileError,
+        Principal,
+        Scopes,
+        TokenTable,
+    )
+
+__all__ = [
+    "AGENT_ID_RE",
+    "ALL_ACCESS",
+    "MAX_AGENT_NAME",
+    "SHARED",
+    "TOOL_SETS",
+    "Agent",
+    "AuthFileError",
+    "BusAgent",
+    "ForeignAgentError",
+    "ForeignBusAgentError",
+    "Principal",
+    "Registration",
+    "Scopes",
+    "TokenTable",
+    "UnknownAgentError",
+    "check_agent_id",
+]
+
+_LAZY = {
+    "AGENT_ID_RE": "agenthold.identity.agents",
+    "MAX_AGENT_NAME": "agenthold.identity.agents",
+    "Agent": "agenthold.identity.agents",
+    "BusAgent": "agenthold.identity.agents",
+    "ForeignAgentError": "agenthold.identity.agents",
+    "ForeignBusAgentError": "agenthold.identity.agents",
+    "Registration": "agenthold.identity.agents",
+    "UnknownAgentError": "agenthold.identity.agents",
+    "check_agent_id": "agenthold.identity.agents",
+    "ALL_ACCESS": "agenthold.identity.principals",
+    "SHARED": "agenthold.identity.principals",
+    "TOOL_SETS": "agenthold.identity.principals",
+    "AuthFileError": "agenthold.identity.principals",
+    "Principal": "agenthold.identity.principals",
+    "Scopes": "agenthold.identity.principals",
+    "TokenTable": "agenthold.identity.principals",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value

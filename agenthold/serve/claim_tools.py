@@ -21,7 +21,6 @@ import anyio.lowlevel
 from agenthold.claims.coordinator import MAX_SET, Coordinator, waited
 from agenthold.claims.names import Resource
 from agenthold.claims.patterns import Pattern
-from agenthold.claims.queue import QueueLook, Unheard, claim_waited
 from agenthold.claims.records import (
     MAX_AGENT_NAME,
     MAX_MODEL,
@@ -33,13 +32,16 @@ from agenthold.claims.records import (
     Holder,
     NotHolderError,
     Previous,
+    QueueLook,
     Registration,
     ReleaseResult,
     ReleaseSetResult,
     StatusResult,
+    Unheard,
     UnknownAgentError,
     WaitResult,
     check_mode,
+    claim_waited,
 )
 from agenthold.identity.principals import ForbiddenError, require_claim
 from agenthold.serve.toolkit import (

@@ -5,12 +5,10 @@ Decisions behind it:
 - One connection per HTTP session: a client that keeps a session has its agents' leases ended
   when the session ends; sessionless requests name no connection (only a claim TTL reclaims
   their agents).
-- Every use of a private part of the SDK or of uvicorn is here, named and commented, and a test
-  fails loudly if an upgrade moves it: the session's connection (``ctx.session._connection``),
-  uvicorn's HTTP/1.1 protocol class (a head deadline and the connection cap, ``_BoundedH11``),
-  ``uvicorn.Server.capture_signals`` (signals are ours), asyncio's report of an accept that ran
-  out of descriptors (counted, ``quiet_accept_errors``) and sse-starlette's process-wide
-  ``AppStatus.should_exit`` flag.
+- What this needs of the SDK, uvicorn, sse-starlette and asyncio beyond their public API is in
+  compat/ (the session's connection, uvicorn's HTTP/1.1 protocol with hooks, uvicorn without
+  its signal handlers, sse-starlette's process-wide flag, asyncio's report of an accept that
+  ran out of descriptors); nothing here names a private part.
 - Connections are capped when accepted (``ConnectionGuard``), below the descriptor limit that
   cli.py raised at start (limits.py), and older-protocol sessions per principal
   (sessions.py); refusals are counted in a log line per interval, never one per connection.
@@ -23,23 +21,18 @@ Decisions behind it:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import signal
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import anyio
-import h11
 import uvicorn
 from mcp.server import ServerRequestContext
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-from sse_starlette.sse import AppStatus
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agenthold.identity.principals import SHARED, Principal, TokenTable
 from agenthold.serve.app import (
@@ -57,6 +50,8 @@ from agenthold.serve.auth import (
     is_loopback,
     refuse,
 )
+from agenthold.serve.compat import asyncio_loop, mcp_sdk, sse
+from agenthold.serve.compat.uvicorn_h11 import HookedH11, QuietServer
 from agenthold.serve.limits import (
     DEFAULT_SEND_TIMEOUT,
     MOST_UNSENT,
@@ -83,7 +78,7 @@ def session_progress(ctx: ServerRequestContext) -> Report | None:
     that clients of the 2025 protocol keep open), naming the call's progressToken. A call
     without a token, or without a session (the 2026-07-28 protocol), has nowhere to send any."""
     token = (ctx.meta or {}).get("progress_token")
-    if token is None or getattr(ctx.session, "_connection", None) is None:
+    if token is None or mcp_sdk.session_connection(ctx) is None:
         return None
     session = ctx.session
 
@@ -116,18 +111,17 @@ def principal_of(ctx: ServerRequestContext) -> Principal | None:
 def session_connection(app: Agenthold) -> Callable[[ServerRequestContext], object | None]:
     """The function naming a request's connection: the SDK's connection object of a client
     that keeps a session (whose end is hooked once, to end its agents' leases), or None for a
-    sessionless request. mcp 2.3 keeps that object private (``ctx.session._connection``);
-    tests/test_http.py fails loudly if an upgrade moves it."""
+    sessionless request (compat.mcp_sdk.session_connection finds it)."""
 
     def connection_of(ctx: ServerRequestContext) -> object | None:
-        connection: Any = getattr(ctx.session, "_connection", None)  # private in mcp 2.3
-        if connection is None or getattr(connection, "session_id", None) is None:
+        connection = mcp_sdk.session_connection(ctx)
+        if connection is None or connection.session_id is None:
             return None
         state = connection.state
         if not state.get("agenthold"):
             state["agenthold"] = True
             connection.exit_stack.push_async_callback(app.connection_closed, connection)
-        return connection  # type: ignore[no-any-return]
+        return connection
 
     return connection_of
 
@@ -388,7 +382,7 @@ class ConnectionGuard:
             self.report()
 
 
-class _BoundedH11(H11Protocol):
+class _BoundedH11(HookedH11):
     """uvicorn's HTTP/1.1 protocol, bounded: a connection counts against the guard's cap, and
     has HEAD_TIMEOUT seconds after connecting, or after its last answer, to send a complete
     request head. A client that sent part of one by then (however slowly it trickles bytes)
@@ -401,11 +395,8 @@ class _BoundedH11(H11Protocol):
     ``send_timeout`` to drain it below the low-water mark; if it does not, the connection is
     aborted, which frees the reply (uvicorn's send returns once the transport is lost).
 
-    Every part of uvicorn this relies on is named here and checked by
-    tests/test_http.py::test_the_private_parts_http_py_relies_on_are_still_where_it_expects_them:
-    the protocol's ``connection_made``, ``data_received``, ``on_response_complete``,
-    ``pause_writing``, ``resume_writing`` and ``connection_lost``, its ``transport``, ``loop``
-    and h11 ``conn`` attributes."""
+    What this relies on of uvicorn is compat.uvicorn_h11.HookedH11's: the hooks below, and
+    what it says of the connection's request (``request_open``, ``bytes_waiting``)."""
 
     guard: ConnectionGuard  # set on the subclass each server makes (web_config)
     counted = False  # counted in guard.open
@@ -413,43 +404,37 @@ class _BoundedH11(H11Protocol):
     _head_timer: asyncio.TimerHandle | None = None
     _send_timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+    def connected(self, transport: asyncio.Transport) -> None:
         if not self.guard.admit(self):
             transport.write(_SERVICE_UNAVAILABLE)
             transport.close()
             return
         self._arm()
 
-    def data_received(self, data: bytes) -> None:
-        super().data_received(data)
-        if not self.served and self.conn.their_state is not h11.IDLE:
+    def received(self) -> None:
+        if not self.served and self.request_open:
             self.served = True
             self.guard.unserved.pop(self, None)
 
-    def on_response_complete(self) -> None:
-        super().on_response_complete()
+    def answered(self) -> None:
         self._arm()
 
-    def pause_writing(self) -> None:
-        super().pause_writing()
+    def writing_paused(self) -> None:
         if self._send_timer is None:
             self._send_timer = self.loop.call_later(self.guard.send_timeout, self._send_overdue)
         self.guard.stall(self)
 
-    def resume_writing(self) -> None:
-        super().resume_writing()
+    def writing_resumed(self) -> None:
         if self._send_timer is not None:
             self._send_timer.cancel()
             self._send_timer = None
         self.guard.stalled.pop(self, None)
 
-    def connection_lost(self, exc: Exception | None) -> None:
+    def lost(self) -> None:
         for timer in (self._head_timer, self._send_timer):
             if timer is not None:
                 timer.cancel()
         self.guard.gone(self)
-        super().connection_lost(exc)
 
     def drop(self) -> None:
         """Close at once, discarding what is unsent (the client is not reading it)."""
@@ -468,9 +453,9 @@ class _BoundedH11(H11Protocol):
 
     def _head_overdue(self) -> None:
         self._head_timer = None
-        if self.conn.their_state is not h11.IDLE or self.transport.is_closing():
+        if self.request_open or self.transport.is_closing():
             return  # a request is being read or answered: the body deadline is CancelOnDisconnect's
-        if self.served and not self.conn.trailing_data[0]:
+        if self.served and not self.bytes_waiting:
             self.transport.close()  # idle between requests, as uvicorn's keep-alive timeout does
             return
         self.guard.note("dropped for not sending the request headers in time")
@@ -501,11 +486,11 @@ def quiet_accept_errors(guard: ConnectionGuard) -> Callable[[], None]:
     previous = loop.get_exception_handler()
 
     def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        error = context.get("exception")
-        if isinstance(error, OSError) and "accept() out of system resource" in context["message"]:
+        error = asyncio_loop.accept_exhausted(context)
+        if error is not None:
             guard.note(f"not accepted: {error.strerror or error}")
             return
-        if isinstance(error, ValueError) and "_start_serving" in str(context.get("handle")):
+        if asyncio_loop.accept_retry_after_close(context):
             return  # asyncio's retry of an accept that failed, after the socket was closed
         if previous is not None:
             previous(loop, context)
@@ -539,15 +524,6 @@ def web_config(
         http=protocol,
         backlog=accept_backlog(guard.limit, descriptors),
     )
-
-
-class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handlers: they re-raise the signal after shutting down,
-    which would end the process before agenthold releases its agents' claims."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 def transport_security(opts: HttpOptions) -> TransportSecuritySettings:
@@ -614,7 +590,7 @@ def _http_stack(app: Agenthold, opts: HttpOptions) -> tuple[ASGIApp, CancelOnDis
         asgi,
         limit=opts.bounds.sessions,
         idle=opts.bounds.session_idle,
-        handshake_versions=HANDSHAKE_PROTOCOL_VERSIONS,
+        handshake_versions=mcp_sdk.handshake_versions(),
         path=opts.path,
     )
     if opts.auth_tokens or opts.auth_file is not None:
@@ -633,13 +609,13 @@ async def serve_http(
     """Serve ``app`` on the listening ``sock`` until a signal stops it; at the end, free the
     claims of the agents registered here. ``ready`` runs once everything is built, just before
     the first request is taken (the command line freezes the startup objects there)."""
-    AppStatus.should_exit = False  # sse-starlette's process-wide "close every stream" flag
+    sse.clear_exit_flag()  # sse-starlette's process-wide "close every stream" flag
     asgi, requests = _http_stack(app, opts)
     limit, warning = connection_limit(opts.bounds.connections, descriptor_limit())
     if warning is not None:
         log.warning("%s", warning)
     guard = ConnectionGuard(limit, send_timeout=opts.bounds.send_timeout)
-    web = _Uvicorn(web_config(asgi, opts.log_level, guard=guard))
+    web = QuietServer(web_config(asgi, opts.log_level, guard=guard))
     host, port = sock.getsockname()[:2]
     undo = quiet_accept_errors(guard)
     try:

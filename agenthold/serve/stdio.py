@@ -1,6 +1,14 @@
-"""Serving MCP over stdio: one client per server process, on the protocol's pipes.
+"""Serving MCP over stdio: one session on a pair of pipes (``serve_session``), the one runner
+both for agenthold's own stdio server (``serve_stdio``: one client per process, on the
+protocol's pipes) and for each call a warm server takes (warm.py, on the pipes the front
+passed it).
 
 Decisions behind it:
+- One runner, so that a warm call is served exactly as a stdio server serves: the SDK's
+  server, agenthold's pipe reader and writer and its guard (below), the idle reaper, and at the
+  end the leases of the session's agents cut to the grace period. What stops a session early
+  is the caller's: a signal for serve_stdio, the front's forwarded signal (or its end) for a
+  warm session.
 - The pipes are read and written on the event loop (the SDK's reader thread cannot be
   cancelled, so a signal would hang), after fds 0 and 1 are pointed at /dev/null and stderr so
   that stray reads and prints cannot touch the wire. A terminal is read the same way (someone
@@ -15,20 +23,19 @@ Decisions behind it:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
 import signal
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 import mcp.types as types
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
-from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
-from pydantic import ValidationError
 
 from agenthold.hooks.ancestry import my_host
 from agenthold.serve.app import (
@@ -39,6 +46,7 @@ from agenthold.serve.app import (
     build_server,
     report_if_asked,
 )
+from agenthold.serve.compat.mcp_sdk import ReadStream, WriteStream, stdio_streams, unparsed
 from agenthold.serve.rpc_id import top_level_id
 
 log = logging.getLogger("agenthold.serve.stdio")
@@ -139,7 +147,21 @@ class _PipeWriter:
             del self._pending[:written]
 
 
-def _claim_stdio() -> tuple[_PipeLines, _PipeWriter] | None:
+@dataclass(frozen=True)
+class Pipes:
+    """The two ends of one stdio session, read and written on the event loop."""
+
+    lines: _PipeLines
+    writer: _PipeWriter
+
+
+def pipes_on(stdin: int, stdout: int) -> Pipes:
+    """A session's pipes on the descriptors ``stdin`` and ``stdout`` (made non-blocking unless
+    they are a terminal)."""
+    return Pipes(_PipeLines(stdin), _PipeWriter(stdout))
+
+
+def _claim_stdio() -> Pipes | None:
     """Take the protocol's pipes off fds 0 and 1 (which then point at /dev/null and stderr,
     so stray reads and prints cannot touch the wire) and serve them on the event loop.
     None where that is not possible (a regular file on stdin, Windows): the SDK's own streams
@@ -160,14 +182,14 @@ def _claim_stdio() -> tuple[_PipeLines, _PipeWriter] | None:
     os.dup2(devnull, 0)
     os.close(devnull)
     os.dup2(2, 1)
-    return _PipeLines(wire_in), _PipeWriter(wire_out)
+    return pipes_on(wire_in, wire_out)
 
 
 class _Answers:
     """The write side the SDK answers on, keeping count of the requests read from stdin that
     are still unanswered, so that the end of stdin can wait for their answers (below)."""
 
-    def __init__(self, inner: MemoryObjectSendStream[SessionMessage]) -> None:
+    def __init__(self, inner: WriteStream) -> None:
         self._inner = inner
         self.open: set[str | int] = set()
         self._changed = anyio.Event()
@@ -212,10 +234,8 @@ class _Answers:
 
 @contextlib.asynccontextmanager
 async def _guard_stdio(
-    app: Agenthold,
-    read_stream: MemoryObjectReceiveStream[SessionMessage | Exception],
-    write_stream: MemoryObjectSendStream[SessionMessage],
-) -> AsyncIterator[tuple[MemoryObjectReceiveStream[SessionMessage | Exception], _Answers]]:
+    app: Agenthold, read_stream: ReadStream, write_stream: WriteStream
+) -> AsyncIterator[tuple[ReadStream, _Answers]]:
     """Stand between the SDK and the pipes, for two things the SDK does not do.
 
     Lines it cannot parse get a JSON-RPC error carrying the request's id (the SDK drops them
@@ -260,12 +280,11 @@ def _diagnose(exc: Exception) -> tuple[str | int | None, int, str]:
     """The id (if it can be found), JSON-RPC code and message for an unparseable line."""
     raw: Any = None
     code, message = types.PARSE_ERROR, "Parse error"
-    errors = exc.errors() if isinstance(exc, ValidationError) else []
-    if errors:
-        first = errors[0]
-        raw = first.get("input")
-        if first.get("type") == "json_invalid":
-            detail = str(first.get("msg", "")).removeprefix("Invalid JSON: ")
+    found_wrong = unparsed(exc)  # what the SDK's reader said of the line (compat.mcp_sdk)
+    if found_wrong is not None:
+        raw = found_wrong.raw
+        if found_wrong.not_json:
+            detail = found_wrong.detail
             message = f"Parse error: {detail}"
             if "number out of range" in detail:
                 message += " (integers are limited to 4,300 digits)"
@@ -306,21 +325,22 @@ def _utf8(text: str) -> bool:
     return True
 
 
-async def serve_stdio(app: Agenthold, signals: SignalSource) -> None:
-    """Serve ``app`` on stdio until the client closes stdin or a signal from ``signals``
-    arrives."""
+Stop = Callable[[anyio.CancelScope], Coroutine[Any, Any, None]]
+
+
+async def serve_session(app: Agenthold, pipes: Pipes | None, stop: Stop) -> None:
+    """Serve one MCP session of ``app`` on ``pipes`` (None: the process's stdin and stdout,
+    as the SDK serves them) until its input ends, or until ``stop``, which runs beside it and
+    is handed the session's cancel scope, cancels it. Then the leases of the agents registered
+    in the session are cut to the grace period, as when a client goes away."""
     server = build_server(app, report_of=report_if_asked)
-    app.host = my_host()  # the client that started this server, for the edit hooks
-    pipes = _claim_stdio()
-    streams: dict[str, Any] = {}
-    if pipes is not None:
-        streams = {"stdin": pipes[0], "stdout": pipes[1]}
+    lines, writer = (None, None) if pipes is None else (pipes.lines, pipes.writer)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_cancel_on_signal, signals, tg.cancel_scope)
+            tg.start_soon(stop, tg.cancel_scope)
             tg.start_soon(app.reap_forever)
             async with (
-                stdio_server(**streams) as (read_stream, write_stream),
+                stdio_streams(lines, writer) as (read_stream, write_stream),
                 _guard_stdio(app, read_stream, write_stream) as (guarded, answers),
             ):
                 await server.run(guarded, answers, server.create_initialization_options())
@@ -328,6 +348,13 @@ async def serve_stdio(app: Agenthold, signals: SignalSource) -> None:
     finally:
         with anyio.CancelScope(shield=True):
             await app.end_leases(app.agents.close(PROCESS))
+
+
+async def serve_stdio(app: Agenthold, signals: SignalSource) -> None:
+    """Serve ``app`` on stdio until the client closes stdin or a signal from ``signals``
+    arrives."""
+    app.host = my_host()  # the client that started this server, for the edit hooks
+    await serve_session(app, _claim_stdio(), functools.partial(_cancel_on_signal, signals))
 
 
 async def _cancel_on_signal(signals: SignalSource, scope: anyio.CancelScope) -> None:

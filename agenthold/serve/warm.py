@@ -27,11 +27,11 @@ cannot, so each new server removes what gone ones left (``sweep``): a key whose 
 name no living process and whose lock nobody holds.
 
 Each accepted connection is one stdio session: the front's stdin, stdout and stderr, served by
-the same pieces as ``agenthold`` on stdio (the SDK's server, agenthold's pipe reader and writer
-and its guard), with an Agenthold of its own over the shared database, so the disconnect grace,
-the end-of-input rules, signals (forwarded by the front) and the logs (to the session's stderr)
-are those of a stdio server of its own. While no client is connected nothing runs but that
-look every CHECK_SECONDS.
+``stdio.serve_session``, the runner of ``agenthold`` on stdio too (the SDK's server,
+agenthold's pipe reader and writer and its guard), with an Agenthold of its own over the shared
+database, so the disconnect grace, the end-of-input rules, signals (forwarded by the front) and
+the logs (to the session's stderr) are those of a stdio server of its own. While no client is
+connected nothing runs but that look every CHECK_SECONDS.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ import contextlib
 import contextvars
 import fcntl
 import functools
-import json
 import logging
 import math
 import os
@@ -53,12 +52,25 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from mcp.server.stdio import stdio_server
 
 from agenthold.hooks.ancestry import host_of, parent_of
-from agenthold.serve.app import PROCESS, Agenthold, SignalSource, build_server, report_if_asked
-from agenthold.serve.front import CHECK, IDLE, PROTOCOL, Plan, code_stamp, connect, peer_uid
-from agenthold.serve.stdio import _guard_stdio, _PipeLines, _PipeWriter
+from agenthold.serve.app import Agenthold, SignalSource
+from agenthold.serve.stdio import pipes_on, serve_session
+from agenthold.serve.warm_protocol import (
+    CHECK,
+    IDLE,
+    PIPES_SPACE,
+    Plan,
+    accepted,
+    code_stamp,
+    connect,
+    exit_line,
+    hello_in,
+    peer_uid,
+    pipes_in,
+    refused,
+    signal_in,
+)
 
 if TYPE_CHECKING:
     from agenthold.claims.coordinator import Coordinator
@@ -226,7 +238,7 @@ class WarmServer:
                     conn, _ = self.listener.accept()
                 except BlockingIOError:  # pragma: no cover - another wake-up took it
                     continue
-                tg.start_soon(self._connection, conn)
+                tg.start_soon(self._serve_connection, conn)
             while self.sessions:  # let sessions in flight finish (signals end them)
                 await anyio.sleep(0.05)
             tg.cancel_scope.cancel()
@@ -244,7 +256,7 @@ class WarmServer:
             if self._waiting is not None:
                 self._waiting.cancel()
 
-    async def _connection(self, conn: socket.socket) -> None:
+    async def _serve_connection(self, conn: socket.socket) -> None:
         scope = anyio.CancelScope()
         self.sessions.add(scope)
         fds: list[int] = []
@@ -258,7 +270,7 @@ class WarmServer:
                     status = await self._session(conn, fds, scope)
                 with contextlib.suppress(OSError):
                     conn.setblocking(True)
-                    conn.sendall(json.dumps({"exit": status}).encode() + b"\n")
+                    conn.sendall(exit_line(status))
         finally:
             for fd in fds:
                 with contextlib.suppress(OSError):
@@ -278,13 +290,10 @@ class WarmServer:
             if not chunk or len(data) > 1 << 16:
                 return []
             data += chunk
-        try:
-            hello = json.loads(data)
-        except ValueError:
+        hello = hello_in(data)
+        if hello is None:
             return []
-        if not isinstance(hello, dict):
-            return []
-        if hello.get("agenthold") != PROTOCOL or hello.get("identity") != self.plan.identity:
+        if not hello.is_for(self.plan):
             why: str | None = "not the server for this call"
         else:
             # a caller of other code is refused; whether this server is still good (the code on
@@ -293,27 +302,17 @@ class WarmServer:
             if stale is not None:
                 log.info("stale, exiting: %s", stale)
                 self.stop_accepting()
-            why = "of other code" if hello.get("stamp") != self.plan.stamp else stale
+            why = "of other code" if hello.stamp != self.plan.stamp else stale
         if why is not None or not self.accepting:
-            conn.sendall(json.dumps({"ok": False, "why": why or "stopping"}).encode() + b"\n")
+            conn.sendall(refused(why or "stopping"))
             return []
-        conn.sendall(json.dumps({"ok": True, "warnings": self.warnings}).encode() + b"\n")
+        conn.sendall(accepted(self.warnings))
         await anyio.wait_readable(conn)
-        size = socket.CMSG_SPACE(3 * struct.calcsize("i"))
         try:
-            message, ancillary, _, _ = conn.recvmsg(1, size)
+            message, ancillary, _, _ = conn.recvmsg(1, PIPES_SPACE)
         except OSError:  # pragma: no cover
             return []
-        fds: list[int] = []
-        for level, kind, payload in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                usable = len(payload) - len(payload) % 4
-                fds += list(struct.unpack(f"{usable // 4}i", payload[:usable]))
-        if message != b"F" or len(fds) != 3:
-            for fd in fds:
-                os.close(fd)
-            return []
-        return fds
+        return pipes_in(message, ancillary)
 
     async def _session(self, conn: socket.socket, fds: list[int], scope: anyio.CancelScope) -> int:
         """One stdio session on the pipes ``fds`` (stdin, stdout, stderr), until its input
@@ -329,21 +328,8 @@ class WarmServer:
         app.host = _client_host(conn)
         app.reap_idle = self.opts.reap_idle
         self.setup(app)
-        server = build_server(app, report_of=report_if_asked)
-        lines, writer = _PipeLines(fds[0]), _PipeWriter(fds[1])
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._front_signals, conn, tg.cancel_scope)
-                tg.start_soon(app.reap_forever)
-                async with (
-                    stdio_server(stdin=lines, stdout=writer) as (read_stream, write_stream),  # type: ignore[arg-type]
-                    _guard_stdio(app, read_stream, write_stream) as (guarded, answers),
-                ):
-                    await server.run(guarded, answers, server.create_initialization_options())
-                tg.cancel_scope.cancel()  # stdin reached EOF: the client has gone
-        finally:
-            with anyio.CancelScope(shield=True):
-                await app.end_leases(app.agents.close(PROCESS))
+        stop = functools.partial(self._front_signals, conn)
+        await serve_session(app, pipes_on(fds[0], fds[1]), stop)
         return 0
 
     async def _front_signals(self, conn: socket.socket, scope: anyio.CancelScope) -> None:
@@ -357,9 +343,10 @@ class WarmServer:
                 continue
             except OSError:  # pragma: no cover
                 chunk = b""
-            if chunk:
-                with contextlib.suppress(ValueError, TypeError):
-                    log.info("%s: stopping", signal.Signals(json.loads(chunk)["signal"]).name)
+            signum = signal_in(chunk) if chunk else None
+            if signum is not None:
+                with contextlib.suppress(ValueError):  # a number that names no signal
+                    log.info("%s: stopping", signal.Signals(signum).name)
             scope.cancel()
             return
 

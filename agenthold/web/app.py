@@ -23,12 +23,11 @@ Decisions behind it:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import secrets
 import socket
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractContextManager
 from importlib import resources
 from typing import Any
@@ -46,6 +45,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agenthold.identity.principals import Principal, TokenTable
 from agenthold.serve.auth import BearerAuth, LoopbackOrigins, UnusableFile, is_loopback, refuse
+from agenthold.serve.compat.uvicorn_h11 import QuietServer
 from agenthold.store import AgentholdError
 from agenthold.web.feed import PING, SEND_TIMEOUT, Hub, Stream
 from agenthold.web.views import MAX_PAGE, PAGE, View, WebInputError
@@ -297,15 +297,6 @@ def build_app(view: View, hub: Hub, *, host: str, table: TokenTable | None) -> A
 # --------------------------------------------------------------------------------------------
 
 
-class _Uvicorn(uvicorn.Server):
-    """uvicorn without its own signal handlers (they re-raise the signal once it has stopped,
-    so the exit status would be the signal's): cli.py's signals stop it instead."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
 async def serve(
     view: View,
     sock: socket.socket,
@@ -325,7 +316,7 @@ async def serve(
         timeout_graceful_shutdown=2,
         lifespan="off",
     )
-    server = _Uvicorn(config)
+    server = QuietServer(config)  # uvicorn without its signal handlers: cli.py's stop it
 
     async def stop_on_signal(*, task_status: anyio.abc.TaskStatus[None]) -> None:
         with signals() as arriving:

@@ -35,8 +35,8 @@ from agenthold.store import AgentholdError, InvalidInputError, StateStore
 
 if TYPE_CHECKING:
     from agenthold.claims.names import Workspace
-    from agenthold.claims.queue import Queued
     from agenthold.claims.records import ClaimInfo
+    from agenthold.claims.rows import Queued
     from agenthold.identity.principals import Principal
 
 PAGE = 200  # events in one page of the log
@@ -111,8 +111,7 @@ class View:
     def claim_record(
         self, info: ClaimInfo, queue: Sequence[Queued], known: Sequence[str], now: float
     ) -> dict[str, Any]:
-        from agenthold.claims.queue import conflict
-        from agenthold.claims.rows import pattern_of
+        from agenthold.claims.rows import conflict, pattern_of
 
         target = self.coordinator.target(info.uri) if info.scope is None else pattern_of(info)
         behind = [w for w in queue if conflict(w.target, w.mode, target, info.mode)]
