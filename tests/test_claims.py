@@ -29,7 +29,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import REPO, LineProcess, WireCoordinator, child_env, coordinator_at, run_threads
+from support import (
+    REPO,
+    Coordinators,
+    LineProcess,
+    WireCoordinator,
+    child_env,
+    coordinator_at,
+    run_threads,
+)
 
 from agenthold.claims import (
     OUTCOMES,
@@ -75,19 +83,13 @@ def db_file(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Any
 
 
 @pytest.fixture
-def open_coordinator(db_file: Path, root: Path) -> Iterator[Callable[..., Coordinator]]:
+def open_coordinator(db_file: Path, root: Path) -> Iterator[Coordinators]:
     """Open a Coordinator on the test's database file, each on its own StateStore (as another
-    server process would), with the given claim TTL. Every store is closed at the end."""
-    stores: list[StateStore] = []
-
-    def open_(claim_ttl: float | None = None) -> Coordinator:
-        store = StateStore(db_file)
-        stores.append(store)
-        return coordinator_at(store, root, claim_ttl=claim_ttl, replies=True)
-
-    yield open_
-    for store in stores:
-        store.close()
+    server process would), with the given claim TTL, answering with tool replies. Every store
+    is closed at the end."""
+    coordinators = Coordinators(db_file, root, replies=True)
+    yield coordinators
+    coordinators.close()
 
 
 @pytest.fixture

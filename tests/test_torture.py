@@ -120,6 +120,7 @@ def test_an_http_server_under_agent_churn_levels_off_and_reaps_idle_agents(
 
 
 @pytest.mark.stress
+@pytest.mark.subprocess  # the scenario's server (torture_loris.py, imported where it runs)
 @pytest.mark.usefixtures("no_child_coverage")
 def test_slow_clients_without_a_token_neither_exhaust_the_server_nor_lock_out_a_legit_one(
     tmp_path: Path,
