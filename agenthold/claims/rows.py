@@ -27,7 +27,7 @@ from typing import Any
 from agenthold.claims.index import HeldPatterns
 from agenthold.claims.names import Resource
 from agenthold.claims.patterns import Pattern, ancestors, covers_file, held_pattern, overlaps
-from agenthold.claims.records import ClaimInfo, Holder, StatusResult
+from agenthold.claims.records import ClaimInfo, Holder, StatusResult, make_claim_info
 from agenthold.claims.schema import (
     ALIASES,
     CLAIM_ROW,
@@ -76,12 +76,12 @@ def claim_info(row: Any, now: float) -> ClaimInfo:
     name, model, lease_end, lease_outcome, scope = row[9:14]
     if holder is not None and (name is None or (lease_end is not None and lease_end <= now)):
         # the holder's lease has ended (or its agent row is gone): the claim is free
-        return ClaimInfo(
+        return make_claim_info(
             key, uri, "free", version, None, None, None, None, None,
             lease_outcome or "abandoned", holder,
             utc_iso(lease_end) if lease_end is not None else claimed_at, None, scope,
         )  # fmt: skip
-    return ClaimInfo(
+    return make_claim_info(
         key, uri, "claimed" if holder else "free", version, holder, name, model, claimed_at,
         lease_end, outcome, last_holder, outcome_at, moved_to, scope,
     )  # fmt: skip
