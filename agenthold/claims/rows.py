@@ -284,7 +284,13 @@ class ClaimRows:
         """The statement ``prefetch`` runs for ``targets`` (for a caller that runs it as part
         of another: ClaimWrite.touch_and_look) and how its rows are sorted."""
         if len(targets) == 1 and (not extra or (len(extra) == 1 and extra[0] == targets[0].key)):
-            keys: tuple[str, ...] = (targets[0].key,)  # the common case: one name
+            one = targets[0]
+            keys: tuple[str, ...] = (one.key,)  # the common case: one name
+            if blockers and held is not None and not held.scopes and isinstance(one, Resource):
+                # no pattern is held: the rows of its own name, and of its file's other names
+                if one.kind != "file" or one.file_id is None:
+                    return Look(_look_condition(1, 0), keys, keys, [], False)
+                return Look(_look_condition(1, 1), (one.key, one.file_id), keys, [], True)
         else:
             keys = tuple(dict.fromkeys([*(t.key for t in targets), *extra]))
         ids: tuple[str, ...] = ()
