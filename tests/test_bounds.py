@@ -56,7 +56,8 @@ from agenthold.serve.limits import Bounds
 from agenthold.serve.sessions import SessionLimits
 from agenthold.store import StateStore
 
-pytestmark = pytest.mark.anyio
+# slow: every test serves HTTP or MCP in process, about a second each; the fast lane leaves them out
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 TOKEN = "bounds-test-token"
 # What a server beside hundreds of slow connections may take to answer, or to accept them all,

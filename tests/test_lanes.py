@@ -39,7 +39,7 @@ def test_every_lane_is_a_declared_marker(pytestconfig: pytest.Config) -> None:
 
 def test_the_readme_gives_the_fast_lane_as_its_expression() -> None:
     development = (REPO / "README.md").read_text(encoding="utf-8").split("\n## Development")[1]
-    command = f'python3 -m pytest -m "{FAST}" -n 2 --no-cov'
+    command = f'python3 -m pytest -m "{FAST}" -n 4 --no-cov'
     assert f"```bash\n{command}\n```" in development.split("\n## ")[0]
 
 

@@ -9,6 +9,7 @@ copied store in an interpreter that cannot see the installed package (``-S``: no
 from __future__ import annotations
 
 import ast
+import functools
 import importlib.util
 import re
 import shutil
@@ -47,7 +48,8 @@ def module_path(module: str) -> Path:
     return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
 
 
-def imported_modules(module: str) -> set[str]:
+@functools.cache
+def imported_modules(module: str) -> frozenset[str]:
     """The names of every module ``agenthold.<module>`` imports, anywhere in it (functions
     included), the agenthold submodules it takes from, and the agenthold modules it names as a
     whole string (``importlib.import_module("agenthold.db.postgres")``, a lazy face's table):
@@ -68,7 +70,7 @@ def imported_modules(module: str) -> set[str]:
                 and f"{prefix}.{alias.name}".lstrip(".") in ALL_MODULES
             )
         found.update(name for name in _loaded_by_name(node) if name.startswith("agenthold."))
-    return found
+    return frozenset(found)
 
 
 def _loaded_by_name(node: ast.AST) -> list[str]:
@@ -86,7 +88,7 @@ def _loaded_by_name(node: ast.AST) -> list[str]:
     return []
 
 
-def outside_stdlib(names: set[str]) -> set[str]:
+def outside_stdlib(names: frozenset[str] | set[str]) -> set[str]:
     return {n for n in names if n.split(".")[0] not in STDLIB and n != "__future__"}
 
 
