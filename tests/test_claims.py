@@ -6,7 +6,8 @@ Other processes are tests/helpers/claims_worker.py, a Coordinator on the test's 
 obeys JSON commands on stdin, started with the running interpreter. Time-based checks use leases
 and timeouts of tenths of a second and generous bounds, because the machine that runs them may be
 busy: they prove "woken, not timed out" or "expired, not kept", never a speed. Latencies of
-cross-process wake-ups are printed (run with -s to see them); bench/claims_bench.py measures them.
+cross-process wake-ups are printed (run with -s to see them); bench/perf/claims_bench.py measures
+them.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from agenthold.serve import claim_tools
 from agenthold.store import InvalidInputError, StateStore
 
 HELPER = Path(__file__).parent / "helpers" / "claims_worker.py"
-BENCH = REPO / "bench" / "claims_bench.py"
+BENCH = REPO / "bench" / "perf" / "claims_bench.py"
 
 RES = "src/a.py"
 URI = "file://default/src/a.py"

@@ -8,7 +8,7 @@ their own file, tests/test_auth.py.
 
 Timing: grace periods and TTLs are tenths of a second, and timing is only ever bounded from the
 side the machine's load cannot break (a lease cannot end *before* its grace period); speed is
-measured in bench/http_bench.py, not asserted here.
+measured in bench/perf/http_bench.py, not asserted here.
 """
 
 from __future__ import annotations
@@ -975,10 +975,10 @@ def test_an_http_server_prints_its_address_and_the_ttl_warning(tmp_path: Path) -
 @pytest.mark.stress
 @pytest.mark.usefixtures("no_child_coverage")
 def test_the_http_benchmark_quick_run_finds_no_error_lost_update_or_shared_claim() -> None:
-    """bench/http_bench.py --quick: 32 clients of both eras in another process than the server,
+    """bench/perf/http_bench.py --quick: 32 clients of both eras in another process than the server,
     the 50-wait lock test, and the per-call comparison; only its correctness checks count."""
     done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "http_bench.py"), "--quick"],
+        [sys.executable, str(REPO / "bench" / "perf" / "http_bench.py"), "--quick"],
         capture_output=True,
         text=True,
         timeout=120,

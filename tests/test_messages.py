@@ -43,7 +43,7 @@ from agenthold.store import SCHEMA_VERSION as store_schema
 from agenthold.store import Component, IncompatibleDatabaseError, InvalidInputError, StateStore
 
 BUS_WORKER = REPO / "tests" / "helpers" / "bus_worker.py"
-BENCH = REPO / "bench" / "messages_bench.py"
+BENCH = REPO / "bench" / "perf" / "messages_bench.py"
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals")
 
 

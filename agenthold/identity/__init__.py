@@ -2,6 +2,7 @@
 standard library only, so ``agenthold token ...`` never imports mcp), and the agent registry
 that claims and the bus share (agents.py). This face is the room's public API; names load on
 first use, so a command that reads tokens does not load the registry, nor the other way round.
+``digest`` is the form a token is kept in a token file (bench/perf/http_bench.py writes one).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
         Principal,
         Scopes,
         TokenTable,
+        digest,
     )
 
 __all__ = [
@@ -47,6 +49,7 @@ __all__ = [
     "TokenTable",
     "UnknownAgentError",
     "check_agent_id",
+    "digest",
 ]
 
 _LAZY = {
@@ -66,6 +69,7 @@ _LAZY = {
     "Principal": "agenthold.identity.principals",
     "Scopes": "agenthold.identity.principals",
     "TokenTable": "agenthold.identity.principals",
+    "digest": "agenthold.identity.principals",
 }
 
 
