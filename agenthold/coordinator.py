@@ -7,8 +7,9 @@ registry of workspaces (an :class:`agenthold.resources.WorkspaceRegistry` or any
 from __future__ import annotations
 
 from agenthold.claims.coordinator import LAPSE_OUTCOMES, OUTCOMES, Coordinator
+from agenthold.resources import parse_resource_input  # reachable here in 0.10 too
 
-__all__ = ["AGENT_OUTCOMES", "ALL_OUTCOMES", "Coordinator"]
+__all__ = ["AGENT_OUTCOMES", "ALL_OUTCOMES", "Coordinator", "parse_resource_input"]
 
 AGENT_OUTCOMES: frozenset[str] = frozenset(OUTCOMES)
 """The outcomes an agent may give on release (0.10's name; 0.11's is ``claims.OUTCOMES``)."""

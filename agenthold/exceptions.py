@@ -10,6 +10,7 @@ from agenthold.claims.coordinator import NotHolderError, UnknownAgentError
 from agenthold.store import (
     AgentholdError,
     BusyError,
+    ConflictDetail,  # 0.10's exceptions.py imported it, so it was reachable here
     ConflictError,
     DamagedRecordError,
     HistoryCompactedError,
@@ -23,6 +24,7 @@ from agenthold.store import (
 __all__ = [
     "AgentholdError",
     "BusyError",
+    "ConflictDetail",
     "ConflictError",
     "DamagedRecordError",
     "HistoryCompactedError",

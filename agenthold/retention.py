@@ -55,35 +55,7 @@ __all__ = [
     "set_retention",
 ]
 
-RETENTION_SCHEMA = Component(
-    "retention",
-    {
-        "sqlite": (
-            """
-    -- One row per rule set: scope 'database' (name ''), 'namespace' or 'thread'. No row: the
-    -- rule is inherited (from the database; from nothing, which keeps everything).
-    CREATE TABLE agenthold_retention (
-        scope   TEXT    NOT NULL,
-        name    TEXT    NOT NULL,
-        setting TEXT    NOT NULL,
-        value   INTEGER NOT NULL,
-        PRIMARY KEY (scope, name, setting)
-    );
-    """,
-        ),
-        "postgresql": (
-            """
-    CREATE TABLE agenthold_retention (
-        scope   TEXT COLLATE "C" NOT NULL,
-        name    TEXT COLLATE "C" NOT NULL,
-        setting TEXT COLLATE "C" NOT NULL,
-        value   BIGINT NOT NULL,
-        PRIMARY KEY (scope, name, setting)
-    );
-    """,
-        ),
-    },
-)
+RETENTION_SCHEMA = Component("retention", 1)  # agenthold_retention; its scripts: db/*_schema.py
 
 #: Every setting, what it bounds, and the scopes that may override it.
 SETTINGS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -13,9 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from lanes import assign
 from pgserver import SKIP_REASON, Cluster, find_bindir
-from support import stop_warm_servers
+from support import Coordinators, stop_warm_servers
 
+from agenthold.claims import Coordinator
 from agenthold.serve.warm import SERVED, UNOPENED
 from agenthold.store import StateStore
 
@@ -132,6 +134,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "backends: a contract test, run on SQLite and on PostgreSQL")
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by the marks given here
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test joins the lanes its fixtures and code put it in (lanes.py)."""
+    assign(items)
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Tests marked ``backends`` run once per backend; the others on SQLite alone."""
     if metafunc.definition.get_closest_marker("backends") and "backend" in metafunc.fixturenames:
@@ -158,6 +166,21 @@ def store(db_url: str) -> Iterator[StateStore]:
     PostgreSQL schema."""
     with StateStore(db_url) as s:
         yield s
+
+
+@pytest.fixture
+def opened(db_url: str, root: Path) -> Iterator[Coordinators]:
+    """Opens Coordinators on the test's database (``db_url``), each on a store of its own,
+    whose workspace "default" is the test module's ``root``; every store is closed after."""
+    coordinators = Coordinators(db_url, root)
+    yield coordinators
+    coordinators.close()
+
+
+@pytest.fixture
+def coord(opened: Coordinators) -> Coordinator:
+    """A Coordinator on the test's database, without a claim TTL."""
+    return opened()
 
 
 @pytest.fixture

@@ -39,7 +39,7 @@ from starlette.types import ASGIApp
 
 from agenthold.claims import Coordinator
 from agenthold.claims.names import Resolver, Workspace
-from agenthold.cli.main import listen
+from agenthold.cli.main import listen, main
 from agenthold.serve.app import Agenthold, build_server
 from agenthold.serve.claim_tools import reply
 from agenthold.serve.compat import sse
@@ -89,6 +89,37 @@ def coordinator_at(
     WireCoordinator, answering with tool replies, if ``replies``)."""
     kind = WireCoordinator if replies else Coordinator
     return kind(store, resolver=Resolver([Workspace("default", str(root))]), claim_ttl=claim_ttl)
+
+
+class Coordinators:
+    """Opens Coordinators on one database (a file or a PostgreSQL URL) whose workspace
+    "default" is ``root``, each on a StateStore of its own, as another server process would
+    have; ``close`` closes every store. ``replies``: WireCoordinators (coordinator_at)."""
+
+    def __init__(self, db: Path | str, root: Path, *, replies: bool = False) -> None:
+        self.db, self.root, self.replies = db, root, replies
+        self.stores: list[StateStore] = []
+
+    def __call__(
+        self, claim_ttl: float | None = None, *, waiter_liveness: float | None = None
+    ) -> Coordinator:
+        """A new Coordinator, with ``claim_ttl`` and (if given) ``waiter_liveness``, the
+        seconds a queued wait's place is kept between its waiter's looks."""
+        store = StateStore(self.db)
+        self.stores.append(store)
+        coord = coordinator_at(store, self.root, claim_ttl=claim_ttl, replies=self.replies)
+        if waiter_liveness is not None:
+            coord.waiter_liveness = waiter_liveness
+        return coord
+
+    def close(self) -> None:
+        for store in self.stores:
+            store.close()
+
+
+def agents(coord: Coordinator, *names: str) -> list[str]:
+    """The ids of new agents of these names, registered through ``coord``."""
+    return [coord.register(n).agent_id for n in names]
 
 
 @contextlib.asynccontextmanager
@@ -424,6 +455,17 @@ def agenthold_args(db: Path | str, root: Path, *flags: str) -> list[str]:
     return ["-m", "agenthold", "--db", str(db), "--workspace", f"default={root}", *flags]
 
 
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``agenthold ARGV`` run in this process (the command line's main): its exit status,
+    stdout and stderr."""
+    try:
+        status = main(list(argv))
+    except SystemExit as exc:
+        status = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
 def run_agenthold(
     tmp_path: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -437,6 +479,41 @@ def run_agenthold(
         text=True,
         timeout=30,
     )
+
+
+def run_python(
+    code: str, *args: Path | str, timeout: float = 60
+) -> subprocess.CompletedProcess[bytes]:
+    """``python -c code ARGS`` to its end (its output not captured)."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], env=child_env(), timeout=timeout
+    )
+
+
+@contextlib.contextmanager
+def python_child(code: str, *args: Path | str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """``python -c code ARGS``, which says it is ready by printing a line, then holds what it
+    opened until its stdin ends: yields it and that first line (stripped) once printed; its
+    stdin is closed when the block ends, and it is waited for (its ``returncode`` then set)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, *map(str, args)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(),
+    )  # fmt: skip
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        yield child, child.stdout.readline().strip()
+    finally:
+        child.stdin.close()
+        child.wait(timeout=60)
+        child.stdout.close()
+
+
+def backed_up_store(source: Path, dest: Path, key: str = "k", value: Any = "backed-up") -> None:
+    """A new database at ``source`` whose one record is ns/``key`` = ``value``, backed up to
+    ``dest``: a fresh copy, as ``agenthold backup`` leaves it, that no store has opened."""
+    with StateStore(source) as store:
+        store.set("ns", key, value, updated_by="t")
+        store.backup(dest)
 
 
 class LineProcess:
@@ -476,6 +553,63 @@ class LineProcess:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait(timeout=30)
+
+
+class HttpServerProcess:
+    """``python -m agenthold --db DB --transport http ARGS`` in ``cwd`` on a free loopback
+    port (``env`` over this process's environment); its stderr is read live, its stdout
+    dropped."""
+
+    def __init__(
+        self, db: Path | str, cwd: Path, *args: str, env: dict[str, str] | None = None
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.db = db
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "agenthold", "--db", str(db), "--transport", "http",
+             "--port", str(self.port), *args],
+            cwd=cwd, env={**child_env(), **(env or {})}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        self.lines: list[str] = []
+        self._serving = threading.Event()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            if "serving" in line:
+                self._serving.set()
+        self._serving.set()  # the process ended
+
+    def wait_serving(self) -> None:
+        assert self._serving.wait(STARTUP), "the server never started"
+        assert self.proc.poll() is None, self.stderr
+
+    def wait(self, timeout: float = 15) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._reader.join(5)
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        self.proc.send_signal(signum)
+        return self.wait()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(5)
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.lines)
 
 
 @contextlib.contextmanager

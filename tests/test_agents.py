@@ -15,6 +15,7 @@ import pytest
 from agenthold.bus.schema import MESSAGES_SCHEMA
 from agenthold.claims import Coordinator
 from agenthold.claims.schema import CLAIMS_SCHEMA
+from agenthold.db import postgres_schema, sqlite_schema
 from agenthold.identity import agents as registry
 from agenthold.messages import MessageBus
 from agenthold.store import Component, InvalidInputError, StateStore
@@ -25,8 +26,11 @@ def _statements(script: str) -> list[str]:
     return [" ".join(s.split()) for s in script.split(";") if s.strip()]
 
 
+SCRIPTS = {"sqlite": sqlite_schema.MIGRATIONS, "postgresql": postgres_schema.MIGRATIONS}
+
+
 def _digest(component: Component, dialect: str) -> str:
-    steps = component.migrations[dialect]
+    steps = SCRIPTS[dialect][component.name][: component.version]
     text = "\n".join(";".join(_statements(step)) for step in steps)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

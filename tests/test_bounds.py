@@ -5,7 +5,7 @@ Real sockets on 127.0.0.1 throughout: uvicorn in the test's event loop with a sm
 ``python -m agenthold --transport http`` process under a real, small RLIMIT_NOFILE (set in the
 child before it starts). A few hundred connections at most; deadlines are shortened to tenths
 of a second, and bounded only from the side load cannot break (nothing is dropped early). The
-5,000-connection run is bench/torture.py's slow-loris scenario, not a test.
+5,000-connection run is bench/torture/torture.py's slow-loris scenario, not a test.
 """
 
 from __future__ import annotations
@@ -56,7 +56,8 @@ from agenthold.serve.limits import Bounds
 from agenthold.serve.sessions import SessionLimits
 from agenthold.store import StateStore
 
-pytestmark = pytest.mark.anyio
+# slow: every test serves HTTP or MCP in process, about a second each; the fast lane leaves them out
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 TOKEN = "bounds-test-token"
 # What a server beside hundreds of slow connections may take to answer, or to accept them all,
@@ -883,9 +884,10 @@ async def test_other_event_loop_errors_still_reach_the_loops_own_handler() -> No
 
 
 def test_the_session_benchmark_quick_run_keeps_at_most_the_limit_open() -> None:
-    """bench/session_bench.py with 300 sessions: its check, not its figures."""
+    """bench/perf/session_bench.py with 300 sessions: its check, not its figures."""
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve().parents[1] / "bench" / "session_bench.py"),
+        [sys.executable,
+         str(Path(__file__).resolve().parents[1] / "bench" / "perf" / "session_bench.py"),
          "--sessions", "300"],
         env=child_env(),
         capture_output=True,

@@ -22,7 +22,8 @@ from support import TokenServer, child_env, flagged_call, token_server, tools_se
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.serve.message_tools import MESSAGES_NAMES
 
-pytestmark = pytest.mark.anyio
+# slow: every test serves HTTP or MCP in process, about a second each; the fast lane leaves them out
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ERAS = ["auto", "legacy"]
 SCOPED = {

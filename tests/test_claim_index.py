@@ -11,17 +11,15 @@ import itertools
 import random
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from support import REPO, child_env
+from support import REPO, Coordinators, child_env
 
 from agenthold.claims import Coordinator
 from agenthold.claims.index import HeldPatterns
 from agenthold.claims.names import Resolver, Workspace
 from agenthold.claims.patterns import covers_file, parse_pattern
-from agenthold.store import StateStore
 
 # argv: db, root, then "claim PATTERN" (prints the new agent's id) or "release PATTERN AGENT"
 CHILD = """
@@ -49,27 +47,6 @@ def root(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def db(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> str:
-    if backend == "postgresql":
-        return str(request.getfixturevalue("pg_url"))
-    return str(tmp_path / "index.db")
-
-
-@pytest.fixture
-def opened(db: str, root: Path) -> Iterator[Callable[[], Coordinator]]:
-    stores: list[StateStore] = []
-
-    def open_() -> Coordinator:
-        store = StateStore(db)
-        stores.append(store)
-        return Coordinator(store, resolver=Resolver([Workspace("default", str(root))]))
-
-    yield open_
-    for store in stores:
-        store.close()
-
-
 def child(db: str, root: Path, *args: str) -> str:
     done = subprocess.run(
         [sys.executable, "-c", CHILD, db, str(root), *args],
@@ -90,30 +67,30 @@ def claim_and_release(coord: Coordinator, agent: str, resource: str) -> None:
 
 @pytest.mark.backends
 def test_a_glob_claimed_in_another_process_is_seen_by_the_next_claim(
-    opened: Callable[[], Coordinator], db: str, root: Path
+    opened: Coordinators, db_url: str, root: Path
 ) -> None:
     coord = opened()
     me = coord.register("me").agent_id
     claim_and_release(coord, me, "src/a.py")  # the index is built: no pattern held
-    other = child(db, root, "claim", "src/*.py")
+    other = child(db_url, root, "claim", "src/*.py")
     busy = coord.claim("src/a.py", me)
     assert busy.status == "busy"
     assert busy.holder is not None and busy.holder.agent_id == other
     assert busy.holder.held_as == "file://default/src/*.py"
     claim_and_release(coord, me, "src/a.txt")  # not covered: the index was rebuilt, not lost
-    child(db, root, "release", "src/*.py", other)
+    child(db_url, root, "release", "src/*.py", other)
     claim_and_release(coord, me, "src/a.py")
     # and a second glob among many kept ones: the index is rebuilt again, then kept
     for i in range(30):
         assert coord.claim(f"src/x{i}*.md", me).status == "claimed"
     claim_and_release(coord, me, "src/a.py")
-    other = child(db, root, "claim", "src/**/a.p?")
+    other = child(db_url, root, "claim", "src/**/a.p?")
     assert coord.claim("src/a.py", me).status == "busy"
 
 
 @pytest.mark.backends
 def test_a_directory_claimed_through_another_connection_is_seen_at_once(
-    opened: Callable[[], Coordinator],
+    opened: Coordinators,
 ) -> None:
     mine, theirs = opened(), opened()  # two stores: two connections, as two servers have
     me, them = mine.register("me").agent_id, theirs.register("them").agent_id
@@ -136,7 +113,7 @@ def token(coord: Coordinator) -> str:
 
 @pytest.mark.backends
 def test_the_pattern_token_changes_with_every_pattern_write_and_no_file_write(
-    opened: Callable[[], Coordinator],
+    opened: Coordinators,
 ) -> None:
     coord = opened()
     me = coord.register("me").agent_id
@@ -185,7 +162,7 @@ def test_the_index_finds_exactly_what_covers_file_finds(root: Path) -> None:
 
 @pytest.mark.backends
 def test_without_a_pattern_token_every_claim_reads_the_patterns_afresh(
-    opened: Callable[[], Coordinator],
+    opened: Coordinators,
 ) -> None:
     """A database whose token row is gone (emptied by hand) has nothing to key an index on:
     claims still see every glob, read from the claims table each time."""

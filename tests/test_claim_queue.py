@@ -24,12 +24,19 @@ from typing import Any
 import anyio
 import pytest
 from mcp import Client, StdioServerParameters
-from support import REPO, OverlapOracle, child_env, in_process_client, reply_of
+from support import (
+    REPO,
+    Coordinators,
+    OverlapOracle,
+    agents,
+    child_env,
+    in_process_client,
+    reply_of,
+)
 
 from agenthold.claims import Coordinator
-from agenthold.claims.names import Resolver, Workspace
 from agenthold.claims.schema import CLAIMS_LOCK
-from agenthold.store import InvalidInputError, StateStore
+from agenthold.store import InvalidInputError
 
 WORKER = Path(__file__).parent / "helpers" / "queue_worker.py"
 
@@ -39,38 +46,6 @@ def root(tmp_path: Path) -> Path:
     path = tmp_path / "ws"
     (path / "src" / "api").mkdir(parents=True)
     return path
-
-
-@pytest.fixture
-def db(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> str:
-    if backend == "postgresql":
-        return str(request.getfixturevalue("pg_url"))
-    return str(tmp_path / "queue.db")
-
-
-@pytest.fixture
-def opened(db: str, root: Path) -> Iterator[Callable[..., Coordinator]]:
-    stores: list[StateStore] = []
-
-    def open_(claim_ttl: float | None = None) -> Coordinator:
-        store = StateStore(db)
-        stores.append(store)
-        return Coordinator(
-            store, resolver=Resolver([Workspace("default", str(root))]), claim_ttl=claim_ttl
-        )
-
-    yield open_
-    for store in stores:
-        store.close()
-
-
-@pytest.fixture
-def coord(opened: Callable[..., Coordinator]) -> Coordinator:
-    return opened()
-
-
-def agents(coord: Coordinator, *names: str) -> list[str]:
-    return [coord.register(n).agent_id for n in names]
 
 
 def queued(coord: Coordinator) -> int:
@@ -212,7 +187,7 @@ def test_a_reader_of_a_hard_link_holds_off_a_writer_of_the_other_name(
 
 
 @pytest.mark.backends
-def test_a_shared_claim_lapses_with_its_readers_lease(opened: Callable[..., Coordinator]) -> None:
+def test_a_shared_claim_lapses_with_its_readers_lease(opened: Coordinators) -> None:
     coord = opened(claim_ttl=0.2)
     r, w = agents(coord, "r", "w")
     coord.claim("src/a.py", r, mode="shared")
@@ -280,7 +255,7 @@ def test_waits_that_claim_are_handed_the_claim_in_arrival_order(coord: Coordinat
 
 @pytest.mark.backends
 def test_the_first_waiter_is_handed_a_claim_whose_holders_lease_ran_out(
-    opened: Callable[..., Coordinator],
+    opened: Coordinators,
 ) -> None:
     """No release comes: the holder's TTL ends, and the oldest waiter in line gets the claim
     (told it expired, at the next fencing version), the one behind it still waits."""
@@ -333,7 +308,7 @@ def test_a_free_resource_is_claimed_at_once_and_a_timed_out_waiter_is_skipped(
 
 @pytest.mark.backends
 def test_a_waiter_whose_process_died_and_whose_lease_ended_is_skipped(
-    coord: Coordinator, db: str, root: Path
+    coord: Coordinator, db_url: str, root: Path
 ) -> None:
     h, w1, w2 = agents(coord, "h", "w1", "w2")
     coord.claim("src/a.py", h)
@@ -344,7 +319,7 @@ def test_a_waiter_whose_process_died_and_whose_lease_ended_is_skipped(
         "sys.argv[2])])); c.wait('src/a.py', 60, agent_id=sys.argv[3], claim=True)"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, db, str(root), w1], cwd=REPO, env=child_env()
+        [sys.executable, "-c", code, db_url, str(root), w1], cwd=REPO, env=child_env()
     )
     try:
         until(lambda: queued(coord) == 1, timeout=30)
@@ -418,7 +393,7 @@ def test_a_live_waiter_whose_lease_ends_is_skipped_and_told_so(coord: Coordinato
 
 
 @pytest.mark.backends
-def test_a_wait_in_line_renews_its_agents_lease(opened: Callable[..., Coordinator]) -> None:
+def test_a_wait_in_line_renews_its_agents_lease(opened: Coordinators) -> None:
     coord = opened(claim_ttl=0.3)
     h, w = agents(coord, "h", "w")
     coord.claim("custom://lock", h)
@@ -614,11 +589,11 @@ def check_modes(coord: Coordinator) -> int:
 
 @pytest.mark.backends
 def test_processes_mixing_modes_and_queued_waits_never_hold_conflicting_claims(
-    coord: Coordinator, db: str, root: Path
+    coord: Coordinator, db_url: str, root: Path
 ) -> None:
     procs = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), db, str(root), str(seed), "30", *UNIVERSE],
+            [sys.executable, str(WORKER), db_url, str(root), str(seed), "30", *UNIVERSE],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -917,11 +892,11 @@ async def server(db: str, root: Path) -> AsyncIterator[Client]:
 @pytest.mark.backends
 @pytest.mark.usefixtures("stdio_path")  # also as two sessions of one warm server
 async def test_hand_off_is_in_arrival_order_across_two_server_processes(
-    coord: Coordinator, db: str, root: Path
+    coord: Coordinator, db_url: str, root: Path
 ) -> None:
     h = coord.register("h").agent_id
     coord.claim("src/a.py", h)
-    async with server(db, root) as one, server(db, root) as two:
+    async with server(db_url, root) as one, server(db_url, root) as two:
         names = [("w1", one), ("w2", two), ("w3", one), ("w4", two)]
         ids = {n: (await call(c, "agenthold_register", name=n))["agent_id"] for n, c in names}
         order: list[str] = []

@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,10 @@ import pytest
 from mcp import Client, StdioServerParameters
 from support import (
     REPO,
+    Coordinators,
     OverlapOracle,
     agenthold_args,
+    agents,
     child_env,
     in_process_client,
     reply_of,
@@ -43,39 +45,6 @@ def root(tmp_path: Path) -> Path:
     path = tmp_path / "ws"
     (path / "src" / "api").mkdir(parents=True)
     return path
-
-
-@pytest.fixture
-def db(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> str:
-    if backend == "postgresql":
-        return str(request.getfixturevalue("pg_url"))
-    return str(tmp_path / "sets.db")
-
-
-@pytest.fixture
-def opened(db: str, root: Path) -> Iterator[Callable[..., Coordinator]]:
-    stores: list[StateStore] = []
-
-    def open_(
-        claim_ttl: float | None = None, *, case_insensitive: bool | None = None
-    ) -> Coordinator:
-        store = StateStore(db)
-        stores.append(store)
-        resolver = Resolver([Workspace("default", str(root))])
-        return Coordinator(store, resolver=resolver, claim_ttl=claim_ttl)
-
-    yield open_
-    for store in stores:
-        store.close()
-
-
-@pytest.fixture
-def coord(opened: Callable[..., Coordinator]) -> Coordinator:
-    return opened()
-
-
-def agents(coord: Coordinator, *names: str) -> list[str]:
-    return [coord.register(n).agent_id for n in names]
 
 
 # --------------------------------------------------------------------------------------------
@@ -266,7 +235,7 @@ def test_custom_names_are_literal_never_patterns(coord: Coordinator) -> None:
 
 @pytest.mark.backends
 def test_a_glob_claim_lapses_with_its_holders_lease_and_wakes_a_waiter(
-    opened: Callable[..., Coordinator],
+    opened: Coordinators,
 ) -> None:
     short = opened(claim_ttl=0.4)
     plain = opened()
@@ -489,11 +458,11 @@ def test_the_checkers_oracle_agrees_with_the_coordinator_on_the_universe(
 
 @pytest.mark.backends
 def test_processes_claiming_overlapping_sets_in_random_orders_never_overlap(
-    coord: Coordinator, db: str, root: Path
+    coord: Coordinator, db_url: str, root: Path
 ) -> None:
     procs = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), db, str(root), str(seed), "25", *UNIVERSE],
+            [sys.executable, str(WORKER), db_url, str(root), str(seed), "25", *UNIVERSE],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -636,7 +605,7 @@ async def test_globs_conflict_with_globs_and_held_files_over_mcp(client: Any) ->
 
 @pytest.mark.backends
 async def test_a_glob_stops_blocking_when_its_holders_claim_ttl_ends_over_mcp(
-    opened: Callable[..., Coordinator],
+    opened: Coordinators,
 ) -> None:
     """With a claim TTL, a glob whose holder makes no call within it lapses: a wait for a file
     it covered answers 'available', the file is granted, and the holder is told its glob
@@ -658,7 +627,7 @@ async def test_a_glob_stops_blocking_when_its_holders_claim_ttl_ends_over_mcp(
 
 @pytest.mark.backends
 async def test_a_directory_stops_blocking_when_its_holders_client_leaves_over_mcp(
-    client: Any, db: str, root: Path
+    client: Any, db_url: str, root: Path
 ) -> None:
     """An agent claims a directory through a stdio server started with --disconnect-grace 0,
     and its client goes away: the server ends the agent's lease, so a file beneath it is
@@ -668,7 +637,7 @@ async def test_a_directory_stops_blocking_when_its_holders_client_leaves_over_mc
     b = (await call(client, "agenthold_register", name="b"))["agent_id"]
     leaving = StdioServerParameters(
         command=sys.executable,
-        args=agenthold_args(db, root, "--disconnect-grace", "0"),
+        args=agenthold_args(db_url, root, "--disconnect-grace", "0"),
         cwd=str(root),
         env=child_env(),
     )

@@ -6,7 +6,8 @@ Other processes are tests/helpers/claims_worker.py, a Coordinator on the test's 
 obeys JSON commands on stdin, started with the running interpreter. Time-based checks use leases
 and timeouts of tenths of a second and generous bounds, because the machine that runs them may be
 busy: they prove "woken, not timed out" or "expired, not kept", never a speed. Latencies of
-cross-process wake-ups are printed (run with -s to see them); bench/claims_bench.py measures them.
+cross-process wake-ups are printed (run with -s to see them); bench/perf/claims_bench.py measures
+them.
 """
 
 from __future__ import annotations
@@ -28,7 +29,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import REPO, LineProcess, WireCoordinator, child_env, coordinator_at, run_threads
+from support import (
+    REPO,
+    Coordinators,
+    LineProcess,
+    WireCoordinator,
+    child_env,
+    coordinator_at,
+    run_threads,
+)
 
 from agenthold.claims import (
     OUTCOMES,
@@ -44,7 +53,7 @@ from agenthold.serve import claim_tools
 from agenthold.store import InvalidInputError, StateStore
 
 HELPER = Path(__file__).parent / "helpers" / "claims_worker.py"
-BENCH = REPO / "bench" / "claims_bench.py"
+BENCH = REPO / "bench" / "perf" / "claims_bench.py"
 
 RES = "src/a.py"
 URI = "file://default/src/a.py"
@@ -74,19 +83,13 @@ def db_file(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> Any
 
 
 @pytest.fixture
-def open_coordinator(db_file: Path, root: Path) -> Iterator[Callable[..., Coordinator]]:
+def open_coordinator(db_file: Path, root: Path) -> Iterator[Coordinators]:
     """Open a Coordinator on the test's database file, each on its own StateStore (as another
-    server process would), with the given claim TTL. Every store is closed at the end."""
-    stores: list[StateStore] = []
-
-    def open_(claim_ttl: float | None = None) -> Coordinator:
-        store = StateStore(db_file)
-        stores.append(store)
-        return coordinator_at(store, root, claim_ttl=claim_ttl, replies=True)
-
-    yield open_
-    for store in stores:
-        store.close()
+    server process would), with the given claim TTL, answering with tool replies. Every store
+    is closed at the end."""
+    coordinators = Coordinators(db_file, root, replies=True)
+    yield coordinators
+    coordinators.close()
 
 
 @pytest.fixture

@@ -17,21 +17,13 @@ from typing import Any
 
 import pytest
 from support import REPO, LineProcess, child_env
+from support import run_cli as run
 
-from agenthold.cli.main import build_parser, main
+from agenthold.cli.main import build_parser
 from agenthold.inspect import commands as inspector
 from agenthold.store import StateStore
 
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals")
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        status = main(list(argv))
-    except SystemExit as exc:
-        status = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 # --------------------------------------------------------------------------------------------

@@ -126,7 +126,7 @@ def test_with_agenthold_example_continues_an_existing_database(tmp_path: Path) -
 
 @pytest.mark.usefixtures("no_child_coverage")
 def test_store_bench_quick_prints_its_tables_and_exits_0() -> None:
-    out = run_script("bench/store_bench.py", "--quick", timeout=180)
+    out = run_script("bench/perf/store_bench.py", "--quick", timeout=180)
 
     assert out.startswith("agenthold StateStore benchmark (quick run)")
     for heading in (
@@ -146,7 +146,7 @@ def test_store_bench_quick_prints_its_tables_and_exits_0() -> None:
 
 @pytest.mark.usefixtures("no_child_coverage")
 def test_pg_bench_quick_prints_its_tables_and_exits_0(pg_url: str) -> None:
-    out = run_script("bench/pg_bench.py", "--db", pg_url, "--quick", timeout=180)
+    out = run_script("bench/perf/pg_bench.py", "--db", pg_url, "--quick", timeout=180)
 
     assert "via server B -> via server A: release committed -> wait answered" in out
     assert "baseline, library: release in another process -> wait returned" in out

@@ -75,7 +75,8 @@ from agenthold.serve.http import http_app
 from agenthold.serve.toolkit import ToolSpec
 from agenthold.store import StateStore
 
-pytestmark = pytest.mark.anyio
+# slow: every test serves HTTP or MCP in process, about a second each; the fast lane leaves them out
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 EXAMPLES = int(os.environ.get("AGENTHOLD_FUZZ_EXAMPLES", "40"))  # examples a tool and era
 BIG = "1" + "0" * 5000  # a 5,001-digit integer, as JSON text

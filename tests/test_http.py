@@ -8,7 +8,7 @@ their own file, tests/test_auth.py.
 
 Timing: grace periods and TTLs are tenths of a second, and timing is only ever bounded from the
 side the machine's load cannot break (a lease cannot end *before* its grace period); speed is
-measured in bench/http_bench.py, not asserted here.
+measured in bench/perf/http_bench.py, not asserted here.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -39,9 +38,9 @@ from support import (
     ACCEPT,
     LEGACY,
     REPO,
+    HttpServerProcess,
     another_process_holds_the_write_lock,
     coordinator_at,
-    free_port,
     initialize_request,
     open_session,
     post_head,
@@ -499,6 +498,7 @@ async def increment(c: Client, key: str, writer: str) -> int:
         conflicts += 1
 
 
+@pytest.mark.slow  # many clients, many rounds: seconds in one process
 async def test_concurrent_clients_of_both_eras_lose_no_increment(tmp_path: Path) -> None:
     clients, rounds, keys = 8, 15, ["a", "b"]
     async with serving(tmp_path, tools="advanced") as s:
@@ -516,6 +516,7 @@ async def test_concurrent_clients_of_both_eras_lose_no_increment(tmp_path: Path)
     assert totals == [clients * rounds // 2] * 2
 
 
+@pytest.mark.slow  # many clients, many rounds: seconds in one process
 async def test_concurrent_claimers_never_hold_a_resource_together(tmp_path: Path) -> None:
     clients, rounds = 8, 6
     intervals: dict[str, list[tuple[float, float]]] = {"custom://x": [], "custom://y": []}
@@ -617,67 +618,9 @@ async def test_reads_answer_while_another_process_holds_the_write_lock_under_50_
 # --------------------------------------------------------------------------------------------
 
 
-class ServerProcess:
-    """``python -m agenthold --transport http`` on a free port; its stderr is read live."""
-
-    def __init__(self, tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.db = tmp_path / "state.db"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agenthold", "--db", str(self.db), "--transport", "http",
-             "--port", str(self.port), *args],
-            cwd=tmp_path,
-            env={**os.environ, **(env or {})},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )  # fmt: skip
-        self.lines: list[str] = []
-        self._serving = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            if "serving" in line:
-                self._serving.set()
-        self._serving.set()  # the process ended
-
-    def wait_serving(self) -> None:
-        assert self._serving.wait(20), "the server never started"
-        assert self.proc.poll() is None, self.stderr
-
-    def wait(self, timeout: float = 15) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._reader.join(5)
-
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        self.proc.send_signal(signum)
-        return self.wait()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self._reader.join(5)
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe is not None:
-                pipe.close()
-
-    @property
-    def stderr(self) -> str:
-        return "".join(self.lines)
-
-
 @contextlib.contextmanager
-def server_process(tmp_path: Path, *args: str, **kw: Any) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path, *args, **kw)
+def server_process(tmp_path: Path, *args: str, **kw: Any) -> Iterator[HttpServerProcess]:
+    proc = HttpServerProcess(tmp_path / "state.db", tmp_path, *args, **kw)
     try:
         yield proc
     finally:
@@ -975,10 +918,10 @@ def test_an_http_server_prints_its_address_and_the_ttl_warning(tmp_path: Path) -
 @pytest.mark.stress
 @pytest.mark.usefixtures("no_child_coverage")
 def test_the_http_benchmark_quick_run_finds_no_error_lost_update_or_shared_claim() -> None:
-    """bench/http_bench.py --quick: 32 clients of both eras in another process than the server,
+    """bench/perf/http_bench.py --quick: 32 clients of both eras in another process than the server,
     the 50-wait lock test, and the per-call comparison; only its correctness checks count."""
     done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "http_bench.py"), "--quick"],
+        [sys.executable, str(REPO / "bench" / "perf" / "http_bench.py"), "--quick"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -1012,6 +955,7 @@ def test_the_beyond_loopback_warning_knows_every_spelling_of_loopback(
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # waits seconds for its progress reports, four times
 @pytest.mark.parametrize("json_response", [False, True], ids=["sse", "json"])
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
 async def test_a_wait_with_a_progress_token_reports_progress_over_event_streams_and_sessions(

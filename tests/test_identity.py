@@ -37,7 +37,8 @@ from agenthold.claims.names import Resolver, Workspace
 from agenthold.identity.principals import TokenTable, add_token, revoke
 from agenthold.store import StateStore
 
-pytestmark = pytest.mark.anyio
+# slow: every test serves HTTP or MCP in process, about a second each; the fast lane leaves them out
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ERAS = ["auto", "legacy"]
 SCOPED = {

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from support import REPO, LineProcess, child_env
+from support import run_cli as run
 
-from agenthold.cli.main import main
 from agenthold.messages import MessageBus
 from agenthold.store import StateStore
 
@@ -65,15 +65,6 @@ def chat(db_url: str) -> tuple[str, str, str]:
     with StateStore(db) as store:
         store.set("ns", "k", 1, updated_by="writer")
     return db, review, long
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        status = main(list(argv))
-    except SystemExit as exc:
-        status = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 def files_of(directory: Path) -> dict[str, str]:

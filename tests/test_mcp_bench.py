@@ -1,4 +1,4 @@
-"""Smoke test of bench/mcp_bench.py: its quick run completes and prints every table.
+"""Smoke test of bench/perf/mcp_bench.py: its quick run completes and prints every table.
 
 The benchmark is run as a user runs it, in a process of its own that spawns real agenthold
 servers over stdio in both protocol eras. Nothing here judges speed: the numbers of a quick run
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "bench" / "mcp_bench.py"
+BENCH = ROOT / "bench" / "perf" / "mcp_bench.py"
 MS = r"\d+\.\d\d ms"
 
 

@@ -43,7 +43,7 @@ from agenthold.store import SCHEMA_VERSION as store_schema
 from agenthold.store import Component, IncompatibleDatabaseError, InvalidInputError, StateStore
 
 BUS_WORKER = REPO / "tests" / "helpers" / "bus_worker.py"
-BENCH = REPO / "bench" / "messages_bench.py"
+BENCH = REPO / "bench" / "perf" / "messages_bench.py"
 posix_only = pytest.mark.skipif(os.name != "posix", reason="needs POSIX signals")
 
 
@@ -733,7 +733,7 @@ TID = "0b6c2a1e-4d3f-4a5b-8c7d-9e0f1a2b3c4d"
 def test_an_older_bus_schema_needs_a_writable_open(db_path: Path, monkeypatch: Any) -> None:
     """A file made by the first bus (version 1: no principals, no thread names) is migrated by
     a writable open and keeps its messages; a read-only open refuses it."""
-    first = Component("messages", {k: v[:1] for k, v in MESSAGES_SCHEMA.migrations.items()})
+    first = Component(MESSAGES_SCHEMA.name, 1)
     monkeypatch.setattr(messages, "MESSAGES_SCHEMA", first)
     MessageBus(db_path).close()
     conn = sqlite3.connect(db_path)

@@ -45,6 +45,7 @@ def bus(store: StateStore) -> Iterator[MessageBus]:
         yield b
 
 
+@pytest.mark.slow  # megabytes of values: seconds in one process
 @pytest.mark.backends
 def test_list_and_export_pages_of_large_values_read_only_what_they_return(
     store: StateStore,
@@ -114,6 +115,7 @@ def test_an_export_page_refuses_a_key_over_its_budget_without_reading_it(
     assert store.export("ns").record_count == 3  # unpaged, as asked: all of it
 
 
+@pytest.mark.slow  # megabytes of values: seconds in one process
 @pytest.mark.backends
 def test_a_history_page_of_large_values_stops_at_its_budget_and_pages_cover_it_once(
     store: StateStore,

@@ -27,56 +27,16 @@ import psycopg
 import pytest
 from mcp import Client
 from pgserver import Cluster
-from support import REPO, free_port, sdk_client
+from support import REPO, HttpServerProcess, free_port, sdk_client
 
 from agenthold.store import StateStore, UnavailableError
 
 pytestmark = pytest.mark.anyio
 
 
-class Server:
-    """``python -m agenthold --db URL --transport http`` on a free loopback port."""
-
-    def __init__(self, url: str, cwd: Path, *args: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agenthold", "--db", url, "--transport", "http",
-             "--port", str(self.port), *args],
-            cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        self.lines: list[str] = []
-        self._serving = threading.Event()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.lines.append(line)
-            if "serving" in line:
-                self._serving.set()
-        self._serving.set()
-
-    def wait_serving(self) -> None:
-        assert self._serving.wait(30), "the server never started"
-        assert self.proc.poll() is None, "".join(self.lines)
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self._reader.join(5)
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
-
-
 @contextlib.contextmanager
-def servers(url: str, cwd: Path, count: int, *args: str) -> Iterator[list[Server]]:
-    started = [Server(url, cwd, *args) for _ in range(count)]
+def servers(url: str, cwd: Path, count: int, *args: str) -> Iterator[list[HttpServerProcess]]:
+    started = [HttpServerProcess(url, cwd, *args) for _ in range(count)]
     try:
         for server in started:
             server.wait_serving()

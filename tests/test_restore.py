@@ -35,7 +35,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import StdioPipes, agenthold_args, child_env, stop_warm_servers
+from support import (
+    StdioPipes,
+    agenthold_args,
+    backed_up_store,
+    child_env,
+    python_child,
+    run_python,
+    stop_warm_servers,
+)
 
 from agenthold.store import (
     IncompatibleDatabaseError,
@@ -533,7 +541,7 @@ def test_a_log_whose_commits_write_another_id_is_refused_beside_a_file_a_writer_
         "import os, sys; from agenthold.store import StateStore; "
         "s = StateStore(sys.argv[1]); os._exit(0)"
     )  # a new file's id goes into its log (then the file, by a checkpoint): left by the exit
-    made = subprocess.run([sys.executable, "-c", code, str(db)], env=child_env(), timeout=60)
+    made = run_python(code, db)
     assert made.returncode == 0 and side_files(db).get("-wal", 0) > 0
     shutil.copyfile(other, db)
     restored = db.read_bytes()
@@ -552,7 +560,7 @@ def test_the_log_reader_takes_only_what_sqlite_recovery_would(tmp_path: Path) ->
         "import os, sys; from agenthold.store import StateStore; "
         "s = StateStore(sys.argv[1]); s.set('ns', 'k', 1, updated_by='t'); os._exit(0)"
     )
-    assert subprocess.run([sys.executable, "-c", code, str(db)], env=child_env()).returncode == 0
+    assert run_python(code, db).returncode == 0
     wal = Path(f"{db}-wal")
     whole = wal.read_bytes()
     log = read_wal(str(wal))
@@ -621,16 +629,14 @@ def test_the_first_writers_own_commit_beside_a_fresh_copy_is_recovered(tmp_path:
     """The one commit a fresh copy's log may hold is the first writer's, which drops FRESH
     from the id: killed before its checkpoint, that log is the file's own and is applied."""
     db = tmp_path / "agenthold.db"
-    with StateStore(tmp_path / "source.db") as source:
-        source.set("ns", "k", "backed-up", updated_by="t")
-        source.backup(db)
+    backed_up_store(tmp_path / "source.db", db)
     code = (
         "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
         "c.execute('PRAGMA journal_mode = wal'); c.execute('PRAGMA wal_autocheckpoint = 0'); "
         "c.execute(\"UPDATE agenthold_meta SET value = replace(value, ':fresh', '')\"); "
         "os._exit(0)"
     )  # what _ensure_database_id commits, killed before its checkpoint
-    assert subprocess.run([sys.executable, "-c", code, str(db)], timeout=60).returncode == 0
+    assert run_python(code, db).returncode == 0
     assert side_files(db).get("-wal", 0) > 0
     with StateStore(db) as store:
         assert store.get("ns", "k").value == "backed-up"
@@ -661,15 +667,13 @@ def test_a_fresh_copy_beside_a_log_another_store_holds_is_refused_even_without_c
 
 def test_a_log_of_another_page_size_is_never_applied_to_a_restored_copy(tmp_path: Path) -> None:
     db, plain = tmp_path / "agenthold.db", tmp_path / "plain.db"
-    with StateStore(tmp_path / "source.db") as source:
-        source.set("ns", "k", "backed-up", updated_by="t")
-        source.backup(db)
+    backed_up_store(tmp_path / "source.db", db)
     code = (
         "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
         "c.execute('PRAGMA page_size = 4096'); c.execute('PRAGMA journal_mode = wal'); "
         "c.execute('CREATE TABLE t (x)'); c.execute('INSERT INTO t VALUES (1)'); os._exit(0)"
     )
-    assert subprocess.run([sys.executable, "-c", code, str(plain)], timeout=60).returncode == 0
+    assert run_python(code, plain).returncode == 0
     shutil.copyfile(f"{plain}-wal", f"{db}-wal")  # a log of 4 KiB pages beside 2 KiB ones
     restored = db.read_bytes()
     with pytest.raises(IncompatibleDatabaseError, match="does not belong"):
@@ -688,7 +692,7 @@ def test_a_log_beside_a_sqlite_file_of_another_program_is_left_to_the_usual_refu
         "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
         "c.execute('PRAGMA journal_mode = wal'); c.execute('CREATE TABLE t (x)'); os._exit(0)"
     )
-    assert subprocess.run([sys.executable, "-c", code, str(plain)], timeout=60).returncode == 0
+    assert run_python(code, plain).returncode == 0
     assert side_files(plain).get("-wal", 0) > 0
     with pytest.raises(IncompatibleDatabaseError, match="not an agenthold database"):
         StateStore(plain)
@@ -704,9 +708,7 @@ def test_a_reader_of_a_restored_copy_does_not_keep_its_first_writer_out(tmp_path
     it created beside the copy, as a server of the replaced file would hold its old one: a
     writer opening next is not refused for it, and the backed-up data is served."""
     db, copy = tmp_path / "agenthold.db", tmp_path / "backup.db"
-    with StateStore(tmp_path / "source.db") as source:
-        source.set("ns", "k", "backed-up", updated_by="t")
-        source.backup(copy)
+    backed_up_store(tmp_path / "source.db", copy)
     os.replace(copy, db)  # restored with every server stopped: no log beside it
     code = (
         "import sys; from agenthold.store import StateStore\n"
@@ -714,20 +716,12 @@ def test_a_reader_of_a_restored_copy_does_not_keep_its_first_writer_out(tmp_path
         "print(s.get('ns', 'k').value, flush=True)\n"
         "sys.stdin.read()"
     )
-    reader = subprocess.Popen(
-        [sys.executable, "-c", code, str(db)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(),
-    )  # fmt: skip
-    try:
-        assert reader.stdout is not None and reader.stdout.readline().strip() == "backed-up"
+    with python_child(code, db) as (_, read):
+        assert read == "backed-up"
         assert "-shm" in side_files(db)
         with StateStore(db, busy_timeout=0.5) as store:
             assert store.get("ns", "k").value == "backed-up"
             assert store.set("ns", "k", "after", updated_by="t").version == 2
-    finally:
-        assert reader.stdin is not None
-        reader.stdin.close()
-        reader.wait(timeout=60)
 
 
 @pytest.mark.parametrize("how", ["mv", "cp"])
@@ -745,12 +739,8 @@ def test_a_copy_put_in_place_beside_an_empty_log_another_server_holds_is_still_r
         "s.backup(sys.argv[2]); s.db.fetchone('PRAGMA wal_checkpoint(TRUNCATE)')\n"
         "print('ready', flush=True); sys.stdin.read()"
     )
-    old = subprocess.Popen(
-        [sys.executable, "-c", code, str(db), str(copy)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(),
-    )  # fmt: skip
-    try:
-        assert old.stdout is not None and old.stdout.readline().strip() == "ready"
+    with python_child(code, db, copy) as (old, said):
+        assert said == "ready"
         assert side_files(db).get("-wal", 0) == 0 and "-shm" in side_files(db)
         if how == "mv":
             os.replace(copy, db)
@@ -760,10 +750,7 @@ def test_a_copy_put_in_place_beside_an_empty_log_another_server_holds_is_still_r
         with pytest.raises(IncompatibleDatabaseError, match="no server has opened yet"):
             StateStore(db, busy_timeout=0.2)
         assert db.read_bytes() == restored
-    finally:
-        assert old.stdin is not None
-        old.stdin.close()
-        assert old.wait(timeout=60) == 0
+    assert old.returncode == 0
     with StateStore(db) as store:
         assert store.get("ns", "k").value == "backed-up"
 
@@ -776,9 +763,7 @@ def test_a_copy_whose_log_a_process_is_emptying_is_not_taken_for_a_readers(
     is then newer than the copy and it shares the copy's inode, as a reader of the copy would.
     The exclusive hold tells it apart: waited for, refused, and opened once it is gone."""
     db, copy = tmp_path / "agenthold.db", tmp_path / "backup.db"
-    with StateStore(tmp_path / "source.db") as source:
-        source.set("ns", "k", "backed-up", updated_by="t")
-        source.backup(copy)
+    backed_up_store(tmp_path / "source.db", copy)
     os.replace(copy, db)
     code = (  # what _forget_stale_wal holds while its connections close, kept here
         "import fcntl, os, sqlite3, sys\n"
@@ -788,17 +773,10 @@ def test_a_copy_whose_log_a_process_is_emptying_is_not_taken_for_a_readers(
         "os.truncate(sys.argv[1] + '-wal', 0)\n"
         "print('ready', flush=True); sys.stdin.read()"
     )
-    holder = subprocess.Popen(
-        [sys.executable, "-c", code, str(db)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(),
-    )  # fmt: skip
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+    with python_child(code, db) as (holder, said):
+        assert said == "ready"
         with pytest.raises(IncompatibleDatabaseError, match="no server has opened yet"):
             StateStore(db, busy_timeout=0.2)
-    finally:
-        assert holder.stdin is not None
-        holder.stdin.close()
-        assert holder.wait(timeout=60) == 0
+    assert holder.returncode == 0
     with StateStore(db) as store:
         assert store.get("ns", "k").value == "backed-up"

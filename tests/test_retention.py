@@ -552,7 +552,7 @@ def test_the_commands_never_import_mcp(db_path: Path) -> None:
 @pytest.mark.usefixtures("no_child_coverage")
 def test_the_compaction_benchmark_quick_run_reports_both_runs() -> None:
     done = subprocess.run(
-        [sys.executable, "bench/compact_bench.py", "--quick", "--json"],
+        [sys.executable, "bench/perf/compact_bench.py", "--quick", "--json"],
         capture_output=True,
         text=True,
         env=child_env(),

@@ -904,6 +904,7 @@ def test_a_reply_over_16_mib_of_utf_8_is_refused_with_a_hint_though_its_characte
         assert sent["status"] == "ok" and sent["text"] == text
 
 
+@pytest.mark.slow  # megabytes of values: seconds in one process
 @pytest.mark.backends
 async def test_a_history_of_large_values_comes_in_pages_of_about_4_mib_read_on_with_next_cursor(
     advanced: Served,

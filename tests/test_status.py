@@ -12,21 +12,12 @@ from typing import Any
 
 import pytest
 from support import REPO, child_env
+from support import run_cli as run
 
 from agenthold.claims import Coordinator
-from agenthold.cli.main import main
 from agenthold.inspect.status import SHOWN
 from agenthold.messages import MessageBus
 from agenthold.store import StateStore
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        status = main(list(argv))
-    except SystemExit as exc:
-        status = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return status, out, err
 
 
 @pytest.fixture(autouse=True)

@@ -2110,12 +2110,13 @@ def test_a_schema_version_1_database_gains_the_claims_file_id_column(tmp_path: P
     of layout 1 (store and claims at version 1) migrates in place once claims open it, keeping
     its rows, and a store alone leaves it unchanged."""
     from agenthold.claims import CLAIMS_SCHEMA, Coordinator
+    from agenthold.db.sqlite_schema import MIGRATIONS
     from agenthold.store import STORE_SCHEMA
 
     path = tmp_path / "v1.db"
     conn = sqlite3.connect(path)
-    conn.executescript(STORE_SCHEMA.migrations["sqlite"][0])
-    conn.executescript(CLAIMS_SCHEMA.migrations["sqlite"][0])
+    conn.executescript(MIGRATIONS[STORE_SCHEMA.name][0])
+    conn.executescript(MIGRATIONS[CLAIMS_SCHEMA.name][0])
     conn.execute(
         "INSERT INTO claims (resource, uri, holder, claimed_at, version) "
         "VALUES ('file:///r/a', 'file://default/a', NULL, NULL, 4)"

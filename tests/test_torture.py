@@ -1,13 +1,12 @@
 """Torture runs at CI size, and proof that their checkers catch what they look for.
 
-The stress tests (marked ``stress``) call the scenario functions of bench/torture.py with the CI
-sizes it defines, so the tests and the long runs share every line: the worker processes
-(bench/torture_workers.py) and the checkers (bench/torture_checks.py). They are a writer killed
-20 times with SIGKILL, 4 processes of 2 threads contending for 4 seconds, an HTTP server
-under 2,000 cycles of agent churn, and one beside 300 slow connections without a token. A
-failure prints the scenario's whole report; the seed in its title replays the same random
-choices (not the same timing) with
-``python bench/torture.py --ci --scenario NAME --seed SEED``.
+The stress tests (marked ``stress``) call the scenario functions of bench/torture/torture.py with
+the CI sizes it defines, so the tests and the long runs share every line: the worker processes
+(bench/torture/workers.py) and the checkers (bench/torture/checks.py). They are a writer killed 20
+times with SIGKILL, 4 processes of 2 threads contending for 4 seconds, an HTTP server under 2,000
+cycles of agent churn, and one beside 300 slow connections without a token. A failure prints the
+scenario's whole report; the seed in its title replays the same random choices (not the same
+timing) with ``python bench/torture/torture.py --ci --scenario NAME --seed SEED``.
 
 A checker that never fails proves nothing, so the other tests feed each checker a record from
 a real run (threads of this process, on a real file) that it passes, then the same record or
@@ -34,11 +33,11 @@ from agenthold.claims import Coordinator
 from agenthold.store import StateStore
 
 ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "bench"
+BENCH = ROOT / "bench" / "torture"
 sys.path.insert(0, str(BENCH))
 torture = importlib.import_module("torture")
-checks_module = importlib.import_module("torture_checks")
-workers = importlib.import_module("torture_workers")
+checks_module = importlib.import_module("checks")
+workers = importlib.import_module("workers")
 
 
 def failed(checks: Any) -> set[str]:
@@ -121,11 +120,12 @@ def test_an_http_server_under_agent_churn_levels_off_and_reaps_idle_agents(
 
 
 @pytest.mark.stress
+@pytest.mark.subprocess  # the scenario's server (torture_loris.py, imported where it runs)
 @pytest.mark.usefixtures("no_child_coverage")
 def test_slow_clients_without_a_token_neither_exhaust_the_server_nor_lock_out_a_legit_one(
     tmp_path: Path,
 ) -> None:
-    """bench/torture.py's slow-loris scenario with 300 slow connections for 4 s. Every check
+    """bench/torture/torture.py's slow-loris scenario with 300 slow connections for 4 s. Every check
     must pass but the latency target, which is the benchmark's to measure (on this shared
     machine a timed assertion would only measure the load): the test asserts that the
     legitimate client's calls were all answered, alone and under attack, not how fast."""

@@ -753,6 +753,7 @@ def test_canonicalising_is_idempotent(
         assert resolver.resolve(resource.uri) == resource
 
 
+@pytest.mark.slow  # a long property search: seconds in one process
 @PROPERTY_SETTINGS
 @given(text=hostile_text(), case_insensitive=st.booleans())
 def test_no_resolved_file_escapes_its_workspace(
@@ -772,6 +773,7 @@ def test_no_resolved_file_escapes_its_workspace(
     assert on_disk != root
 
 
+@pytest.mark.slow  # a long property search: seconds in one process
 @PROPERTY_SETTINGS
 @given(segments=st.lists(SEGMENTS, min_size=1, max_size=5), case_insensitive=st.booleans())
 def test_equivalent_spellings_always_agree(

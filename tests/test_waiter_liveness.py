@@ -17,13 +17,13 @@ import signal
 import sqlite3
 import sys
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 from support import (
+    Coordinators,
     StdioPipes,
     agenthold_args,
     another_process_holds_the_write_lock,
@@ -52,31 +52,9 @@ def root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def db(tmp_path: Path, backend: str, request: pytest.FixtureRequest) -> str:
-    if backend == "postgresql":
-        return str(request.getfixturevalue("pg_url"))
-    return str(tmp_path / "waiters.db")
-
-
-@pytest.fixture
-def opened(db: str, root: Path) -> Iterator[Callable[..., Coordinator]]:
-    stores: list[StateStore] = []
-
-    def open_(liveness: float = SHORT) -> Coordinator:
-        store = StateStore(db)
-        stores.append(store)
-        coord = Coordinator(store, resolver=Resolver([Workspace("default", str(root))]))
-        coord.waiter_liveness = liveness
-        return coord
-
-    yield open_
-    for store in stores:
-        store.close()
-
-
-@pytest.fixture
-def coord(opened: Callable[..., Coordinator]) -> Coordinator:
-    return opened()
+def coord(opened: Coordinators) -> Coordinator:
+    """A Coordinator whose queued waits are kept SHORT seconds between looks."""
+    return opened(waiter_liveness=SHORT)
 
 
 def alive_until(coord: Coordinator, seq: int) -> float:
@@ -139,6 +117,7 @@ def test_a_claim_handed_to_a_waiter_that_never_reads_it_goes_back(coord: Coordin
     )
 
 
+@pytest.mark.slow  # waits out several liveness periods
 @pytest.mark.backends
 def test_a_waiter_that_keeps_looking_stays_in_line_past_its_liveness(coord: Coordinator) -> None:
     h, w = agents(coord, "h", "w")
@@ -182,15 +161,15 @@ def test_an_agents_own_claim_of_what_its_wait_was_handed_survives_the_waits_canc
 
 @pytest.mark.backends
 def test_a_cold_stdio_server_killed_in_line_is_handed_nothing_it_keeps(
-    opened: Callable[..., Coordinator], db: str, root: Path, tmp_path: Path
+    opened: Coordinators, db_url: str, root: Path, tmp_path: Path
 ) -> None:
     """With default settings: a stdio server waiting in line is SIGKILLed, the holder releases
     at once (the claim is handed to the dead waiter), and a third agent waiting with claim gets
     it within about one liveness period, not never."""
-    coord = opened(LIVENESS)
+    coord = opened(waiter_liveness=LIVENESS)
     h, w, x = agents(coord, "h", "w", "x")
     coord.claim("src/a.py", h)
-    pipes = StdioPipes([sys.executable, *agenthold_args(db, root, "--no-warm")], tmp_path)
+    pipes = StdioPipes([sys.executable, *agenthold_args(db_url, root, "--no-warm")], tmp_path)
     try:
         pipes.handshake("killed-waiter")
         arguments = {"resource": "src/a.py", "agent_id": w, "claim": True, "timeout_seconds": 120}
@@ -215,15 +194,15 @@ def test_a_cold_stdio_server_killed_in_line_is_handed_nothing_it_keeps(
 @pytest.mark.backends
 @pytest.mark.anyio
 async def test_a_waiter_whose_token_is_revoked_is_handed_no_claim_it_keeps(
-    tmp_path: Path, db: str, root: Path
+    tmp_path: Path, db_url: str, root: Path
 ) -> None:
     """alice waits in line over HTTP; her token is revoked; a release by another process (which
     knows no tokens) hands her wait the claim: her wait ends with a "forbidden" error and the
     claim goes back, so bob can claim it."""
     resolver = Resolver([Workspace("default", str(root))])
     scoped: dict[str, list[str] | None] = {"alice": None, "bob": None}
-    async with token_server(tmp_path, scoped, tools="standard", resolver=resolver, db=db) as s:
-        with StateStore(db) as store:
+    async with token_server(tmp_path, scoped, tools="standard", resolver=resolver, db=db_url) as s:
+        with StateStore(db_url) as store:
             other = Coordinator(store, resolver=resolver)
             h = other.register("h").agent_id
             other.claim("src/a.py", h)
@@ -322,9 +301,11 @@ def first_in_line(coord: Coordinator) -> str:
 
 @pytest.mark.backends
 def test_a_timed_out_wait_keeps_its_place_for_its_agents_next_wait(
-    opened: Callable[..., Coordinator],
+    opened: Coordinators,
 ) -> None:
-    coord = opened(5.0)  # the place is kept 5 s: the next wait comes well within that
+    coord = opened(
+        waiter_liveness=5.0
+    )  # the place is kept 5 s: the next wait comes well within that
     h, w1, w2 = agents(coord, "h", "w1", "w2")
     coord.claim("src/a.py", h)
     timed_out = coord.wait("src/a.py", 0.1, agent_id=w1, claim=True)
@@ -371,9 +352,9 @@ def test_a_kept_place_nobody_comes_back_for_ends_and_the_next_waiter_goes(
 @pytest.mark.backends
 @pytest.mark.anyio
 async def test_a_wait_over_mcp_that_times_out_keeps_its_place_for_the_next_call(
-    opened: Callable[..., Coordinator],
+    opened: Coordinators,
 ) -> None:
-    coord = opened(5.0)
+    coord = opened(waiter_liveness=5.0)
     h, w2 = agents(coord, "h", "w2")
     coord.claim("src/a.py", h)
     async with in_process_client(coord, tools="standard") as (_, client):

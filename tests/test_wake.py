@@ -6,7 +6,7 @@ Waits run in this process or in a child, commits in another process (tests/helpe
 wake_worker.py), on real files. Where a test must prove that an event did the waking, it stretches
 the feed's safety-net look (FEED_SAFETY_NET, 0.5 s) past the wait's timeout: a wait that nothing
 woke then returns None. Bounds are generous: these tests prove "woken" and "idle", not speed
-(bench/mcp_bench.py measures that).
+(bench/perf/mcp_bench.py measures that).
 """
 
 from __future__ import annotations

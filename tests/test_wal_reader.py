@@ -6,11 +6,9 @@ import shutil
 import signal
 import sqlite3
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
-from support import child_env
+from support import backed_up_store, run_python
 
 from agenthold.store import FRAME_HEADER, WAL_HEADER, StateStore, read_wal
 
@@ -52,7 +50,7 @@ def _sqlite_recovers(db: Path, wal: bytes, tmp: Path) -> tuple[int, bytes]:
 
 def _killed_log(tmp: Path) -> tuple[Path, bytes]:
     db = tmp / "w.db"
-    done = subprocess.run([sys.executable, "-c", _WRITER, str(db)], env=child_env(), timeout=120)
+    done = run_python(_WRITER, db, timeout=120)
     assert done.returncode == -signal.SIGKILL
     return db, Path(f"{db}-wal").read_bytes()
 
@@ -126,10 +124,9 @@ def test_a_server_killed_with_a_long_hot_log_across_checkpoints_recovers_every_w
 ) -> None:
     """The log check must never take a file's own log for another's: a restored copy whose
     first writer wrote hundreds of frames, restarting its log on the way, then was killed."""
-    db, source = tmp_path / "agenthold.db", tmp_path / "source.db"
-    with StateStore(source) as store:
-        store.set("ns", "seed", 0, updated_by="t")
-        store.backup(db)  # a fresh copy: its first writer's log holds the id's page
+    db = tmp_path / "agenthold.db"
+    # a fresh copy: its first writer's log holds the id's page
+    backed_up_store(tmp_path / "source.db", db, key="seed", value=0)
     code = (
         "import os, sys; from agenthold.store import StateStore\n"
         "s = StateStore(sys.argv[1])\n"
@@ -139,8 +136,7 @@ def test_a_server_killed_with_a_long_hot_log_across_checkpoints_recovers_every_w
         "        s.db.fetchone('PRAGMA wal_checkpoint(TRUNCATE)')\n"
         "os._exit(0)"
     )
-    done = subprocess.run([sys.executable, "-c", code, str(db)], env=child_env(), timeout=300)
-    assert done.returncode == 0
+    assert run_python(code, db, timeout=300).returncode == 0
     wal = Path(f"{db}-wal").read_bytes()
     log = read_wal(f"{db}-wal")
     assert log is not None and log.committed > 100
@@ -156,9 +152,7 @@ def test_a_files_own_log_holding_its_id_commit_after_a_checkpoint_is_recovered(
     log still holds the commit that wrote the id (checkpointed, then killed before a write
     restarted the log). Its frames name only the file's own id: the log is recovered."""
     db = tmp_path / "agenthold.db"
-    with StateStore(tmp_path / "source.db") as source:
-        source.set("ns", "k", "backed-up", updated_by="t")
-        source.backup(db)
+    backed_up_store(tmp_path / "source.db", db)
     code = (
         "import os, sys, sqlite3; from agenthold.db.sqlite import _write_database_id\n"
         "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
@@ -170,7 +164,7 @@ def test_a_files_own_log_holding_its_id_commit_after_a_checkpoint_is_recovered(
         "c.execute('INSERT INTO pad VALUES (1)')\n"  # after the checkpoint: only in the log
         "os._exit(0)"
     )
-    assert subprocess.run([sys.executable, "-c", code, str(db)], timeout=120).returncode == 0
+    assert run_python(code, db, timeout=120).returncode == 0
     with StateStore(db) as store:
         assert store.get("ns", "k").value == "backed-up"
         assert store.db.fetchone("SELECT count(*) FROM pad")[0] == 301

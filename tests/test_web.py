@@ -693,7 +693,7 @@ def test_long_lists_render_only_what_is_on_screen_and_the_log_pages_back(
 
 def test_the_benchmark_quick_run_prints_its_table() -> None:
     done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "web_bench.py"), "--quick"],
+        [sys.executable, str(REPO / "bench" / "perf" / "web_bench.py"), "--quick"],
         env=child_env(),
         capture_output=True,
         text=True,

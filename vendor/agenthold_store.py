@@ -798,24 +798,33 @@ FRESH = ":fresh"
 
 @dataclass(frozen=True)
 class Component:
-    """The tables of one part of agenthold and how to create or migrate them.
+    """One part of agenthold whose tables a database holds, at ``version``.
 
-    ``migrations[dialect][n]`` is the SQL script that takes the component from version n to
-    n + 1 ("sqlite" and "postgresql"); the component's version is the number of scripts. A
-    database records each component's version apart, so a program that uses only the store
-    (say a copied store) creates only the store's tables, and claims add theirs later.
-    ``adopt[dialect]``, if given, runs before the scripts of a migration (inside its
-    transaction) and may return a step to run after them: how a component takes over the tables
-    of an older layout (the store imports agenthold 0.10's, see legacy.py).
+    A database records each component's version apart, so a program that uses only the store
+    (say a copied store) creates only the store's tables, and claims add theirs later. The
+    scripts that take a component from version n to n + 1 are each backend's
+    (``Migrations.migrations``): the component names no dialect.
     """
 
     name: str
-    migrations: dict[str, tuple[str, ...]]
-    adopt: Mapping[str, Callable[[Any], Callable[[], None] | None]] = field(default_factory=dict)
+    version: int
 
-    @property
-    def version(self) -> int:
-        return len(self.migrations["sqlite"])
+
+Adoption = Callable[[Any], Callable[[], None] | None]
+
+
+class Migrations(Protocol):
+    """What a backend tells the runner about a component's tables.
+
+    ``migrations(name)[n]`` is the script that takes component ``name`` from version n to
+    n + 1 on this backend. ``adoption(name)``, if not None, runs before the scripts of a
+    migration (inside its transaction) and may return a step to run after them: how a
+    component takes over the tables of an older layout (SQLite's store imports agenthold
+    0.10's, see legacy.py).
+    """
+
+    def migrations(self, component: str) -> tuple[str, ...]: ...
+    def adoption(self, component: str) -> Adoption | None: ...
 
 
 @dataclass(frozen=True)
@@ -854,18 +863,25 @@ def migrate(
     conn: Any,
     component: Component,
     have: int,
-    dialect: str,
+    backend: Migrations,
     run: Callable[[Any, str], None],
     implied: Mapping[str, int] | None = None,
 ) -> None:
     """Take ``component`` from version ``have`` to its own, inside the caller's transaction on
-    ``conn`` (a connection of the seam, ``?`` placeholders): its adoption step, ``run(conn,
-    script)`` for each script, then its version written down, with ``implied`` (the versions
-    an older layout implied, say 1 to 3 on SQLite) written where none is yet."""
-    adopt = component.adopt.get(dialect)
+    ``conn`` (a connection of the seam, ``?`` placeholders): the backend's adoption step for
+    it, ``run(conn, script)`` for each of the backend's scripts from ``have`` on, then its
+    version written down, with ``implied`` (the versions an older layout implied, say 1 to 3
+    on SQLite) written where none is yet."""
+    scripts = backend.migrations(component.name)
+    if len(scripts) < component.version:  # a step added to one backend's file and not another's
+        raise RuntimeError(
+            f"this backend has {len(scripts)} migration scripts for {component.name!r}, "
+            f"not the {component.version} of its version"
+        )
+    adopt = backend.adoption(component.name)
     finish = adopt(conn) if adopt is not None else None
     for step in range(have, component.version):
-        run(conn, component.migrations[dialect][step])
+        run(conn, scripts[step])
     if finish is not None:
         finish()
     conn.execute(COMPONENTS_SQL)
@@ -968,11 +984,12 @@ class Database(Protocol):
     ``agenthold.db.sqlite.SQLiteDatabase``, ``agenthold.db.postgres.PostgresDatabase``.
 
     Components write their SQL once, with ``?`` placeholders and the syntax both engines share;
-    their tables come from a ``Component`` given to ``ensure``. The connection that ``snapshot``
-    and ``write`` yield is a ``Connection``. Correctness must not rest on one writer at
-    a time: a write that reads before it changes calls ``serialize`` first with the names it
-    reads, so that concurrent writers of those names take turns (PostgreSQL runs READ
-    COMMITTED with many writers). Errors are AgentholdErrors: BusyError when another writer
+    their tables come from a ``Component`` given to ``ensure``, made by the backend's own
+    scripts (``migrations``, with ``adoption`` run first: schema.Migrations). The connection
+    that ``snapshot`` and ``write`` yield is a ``Connection``. Correctness must not rest on
+    one writer at a time: a write that reads before it changes calls ``serialize`` first with
+    the names it reads, so that concurrent writers of those names take turns (PostgreSQL runs
+    READ COMMITTED with many writers). Errors are AgentholdErrors: BusyError when another writer
     held a lock past ``busy_timeout``, UnavailableError (with a hint) when the database cannot
     serve, never an error of the driver.
 
@@ -990,6 +1007,8 @@ class Database(Protocol):
     clock: DatabaseClock  # fed by every reading of now() and serialize()
 
     def ensure(self, component: Component, *, required: bool = True) -> int: ...
+    def migrations(self, component: str) -> tuple[str, ...]: ...
+    def adoption(self, component: str) -> Adoption | None: ...
     def byte_length(self, column: str) -> str: ...
     def side_file(self, name: str) -> str | None: ...
     def has_table(self, table: str) -> bool: ...
@@ -1981,6 +2000,54 @@ def _finite(value: Any) -> Any:
     return value
 
 # ================================================================================================
+# agenthold/db/sqlite_schema.py
+# SQLite's schema: every component's migration scripts, in order, as this backend runs them.
+# ================================================================================================
+
+# -- the store (agenthold.store): keys, values and their history -------------------------------
+
+_STORE_1 = """
+    -- The live value of every key ever written. A deleted key keeps its row (deleted = 1,
+    -- value NULL) so that its version sequence continues: versions are never reused.
+    CREATE TABLE state (
+        namespace   TEXT    NOT NULL,
+        key         TEXT    NOT NULL,
+        value       TEXT,
+        version     INTEGER NOT NULL,
+        updated_by  TEXT    NOT NULL,
+        updated_at  TEXT    NOT NULL,
+        deleted     INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (namespace, key)
+    ) WITHOUT ROWID;
+
+    -- Every write and delete, append-only. id is the commit order (the change feed's cursor).
+    CREATE TABLE state_history (
+        id          INTEGER PRIMARY KEY,
+        namespace   TEXT    NOT NULL,
+        key         TEXT    NOT NULL,
+        version     INTEGER NOT NULL,
+        value       TEXT,
+        updated_by  TEXT    NOT NULL,
+        updated_at  TEXT    NOT NULL,
+        event_type  TEXT    NOT NULL CHECK (event_type IN ('write', 'delete')),
+        UNIQUE (namespace, key, version)
+    );
+    """
+
+_STORE_2 = """
+    -- The principal (the caller a token names, agenthold.identity.principals) that made each write;
+    -- NULL where no token said who called.
+    ALTER TABLE state_history ADD COLUMN principal TEXT;
+    """
+
+
+MIGRATIONS: dict[str, tuple[str, ...]] = {
+    "store": (_STORE_1, _STORE_2),
+}
+
+ADOPTIONS: Mapping[str, Callable[[Any], Callable[[], None] | None]] = {"store": adopt_0_10}
+
+# ================================================================================================
 # agenthold/db/sqlite_feed.py
 # The change feed of a SQLite file: a poller thread that hears other processes' commits.
 # ================================================================================================
@@ -2912,6 +2979,15 @@ class SQLiteDatabase:
             self.close()
             raise
 
+    def migrations(self, component: str) -> tuple[str, ...]:
+        """``component``'s migration scripts on SQLite, in order (sqlite_schema.py)."""
+        return MIGRATIONS.get(component, ())
+
+    def adoption(self, component: str) -> Adoption | None:
+        """What runs first when ``component``'s tables are made or migrated (the store's:
+        agenthold 0.10's file taken over, legacy.py)."""
+        return ADOPTIONS.get(component)
+
     def ensure(self, component: Component, *, required: bool = True) -> int:
         """Create ``component``'s tables or migrate them to its version (one transaction, which
         also imports an agenthold 0.10 file the first time the store's tables are made).
@@ -2957,7 +3033,7 @@ class SQLiteDatabase:
         """Inside ``ensure``'s transaction: the one runner (schema.migrate), then what marks
         the file as agenthold's (application id, layout, database id)."""
         _, _, versions, _ = _describe(conn)
-        migrate(conn, component, have, "sqlite", _run_script, versions)
+        migrate(conn, component, have, self, _run_script, versions)
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         if not self.memory:
@@ -3553,82 +3629,9 @@ def close_all() -> None:
 # The versioned state store: JSON values with per-key versions and an append-only history.
 # ================================================================================================
 
-STORE_SCHEMA = Component(
-    "store",
-    {
-        "sqlite": (
-            """
-    -- The live value of every key ever written. A deleted key keeps its row (deleted = 1,
-    -- value NULL) so that its version sequence continues: versions are never reused.
-    CREATE TABLE state (
-        namespace   TEXT    NOT NULL,
-        key         TEXT    NOT NULL,
-        value       TEXT,
-        version     INTEGER NOT NULL,
-        updated_by  TEXT    NOT NULL,
-        updated_at  TEXT    NOT NULL,
-        deleted     INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (namespace, key)
-    ) WITHOUT ROWID;
-
-    -- Every write and delete, append-only. id is the commit order (the change feed's cursor).
-    CREATE TABLE state_history (
-        id          INTEGER PRIMARY KEY,
-        namespace   TEXT    NOT NULL,
-        key         TEXT    NOT NULL,
-        version     INTEGER NOT NULL,
-        value       TEXT,
-        updated_by  TEXT    NOT NULL,
-        updated_at  TEXT    NOT NULL,
-        event_type  TEXT    NOT NULL CHECK (event_type IN ('write', 'delete')),
-        UNIQUE (namespace, key, version)
-    );
-    """,
-            """
-    -- The principal (the caller a token names, agenthold.identity.principals) that made each write;
-    -- NULL where no token said who called.
-    ALTER TABLE state_history ADD COLUMN principal TEXT;
-    """,
-        ),
-        "postgresql": (
-            """
-    -- As in SQLite. Names sort by code point (COLLATE "C"), as SQLite and Python sort them.
-    CREATE TABLE state (
-        namespace   TEXT COLLATE "C" NOT NULL,
-        key         TEXT COLLATE "C" NOT NULL,
-        value       TEXT,
-        version     BIGINT  NOT NULL,
-        updated_by  TEXT    NOT NULL,
-        updated_at  TEXT    NOT NULL,
-        deleted     INTEGER NOT NULL DEFAULT 0,
-        PRIMARY KEY (namespace, key)
-    );
-
-    -- ids do not commit in order under concurrent writers: readers of the feed go by xid,
-    -- the writing transaction's id (see PostgresDatabase.feed_window).
-    CREATE TABLE state_history (
-        id          BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY,
-        namespace   TEXT COLLATE "C" NOT NULL,
-        key         TEXT COLLATE "C" NOT NULL,
-        version     BIGINT  NOT NULL,
-        value       TEXT,
-        updated_by  TEXT    NOT NULL,
-        updated_at  TEXT    NOT NULL,
-        event_type  TEXT    NOT NULL CHECK (event_type IN ('write', 'delete')),
-        xid         XID8    NOT NULL DEFAULT pg_current_xact_id(),
-        UNIQUE (namespace, key, version)
-    );
-    CREATE INDEX state_history_by_xid ON state_history (xid);
-    """,
-            """
-    -- The principal (the caller a token names, agenthold.identity.principals) that made each write;
-    -- NULL where no token said who called.
-    ALTER TABLE state_history ADD COLUMN principal TEXT;
-    """,
-        ),
-    },
-    adopt={"sqlite": adopt_0_10},  # an agenthold 0.10 file's records come in (db/legacy.py)
-)
+# The tables' scripts are each backend's (agenthold/db/sqlite_schema.py, postgres_schema.py);
+# on SQLite an agenthold 0.10 file's records come in first (db/legacy.py).
+STORE_SCHEMA = Component("store", 2)
 
 
 # --------------------------------------------------------------------------------------------

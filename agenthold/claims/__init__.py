@@ -7,7 +7,9 @@ edit hook reads only patterns, names and the schema) does not pay for the whole 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agenthold.lazy import loader
 
 if TYPE_CHECKING:
     from agenthold.claims.coordinator import (
@@ -95,11 +97,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = loader(__name__, _LAZY)

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from agenthold.claims.index import HeldPatterns
 from agenthold.claims.names import Resolver, Resource, Walk
@@ -65,6 +65,7 @@ from agenthold.claims.records import (
     check_agent_id,
     check_mode,
     claim_waited,
+    make_claim_result,
     unknown_agent,
     waited,
 )
@@ -86,7 +87,14 @@ from agenthold.claims.schema import (
     agent_topic,
     resource_topic,
 )
-from agenthold.claims.targets import MAX_SET, plan_releases, target_of, targets_of
+from agenthold.claims.targets import (
+    MAX_SET,
+    Plan,
+    plan_release,
+    plan_releases,
+    target_of,
+    targets_of,
+)
 from agenthold.claims.write import LIVENESS, ClaimWrite
 from agenthold.identity.agents import (
     AGENT_NAMES,
@@ -287,7 +295,10 @@ class Coordinator:
 
         With ``principal`` (the caller, as a token names it), ForeignAgentError unless the agent
         was registered through that principal; None is a trusted caller."""
-        return self.claim_many([resource], agent_id, mode=mode, principal=principal).results[0]
+        target = self.target(resource)
+        check_agent_id(agent_id)
+        check_mode(mode)
+        return self._claim([target], agent_id, mode, principal, one=True)[1][0]
 
     def claim_many(
         self,
@@ -303,11 +314,47 @@ class Coordinator:
         targets = self._targets(resources)
         check_agent_id(agent_id)
         check_mode(mode)
+        status, results = self._claim(targets, agent_id, mode, principal)
+        return ClaimSetResult(status, results)
+
+    def _claim(
+        self,
+        targets: list[Resource | Pattern],
+        agent_id: str,
+        mode: str,
+        principal: str | None,
+        *,
+        one: bool = False,
+    ) -> tuple[Literal["claimed", "busy"], tuple[ClaimResult, ...]]:
+        """claim_many of checked ``targets``: its status and results. ``one``: a single target,
+        whose common case (an exclusive claim of a file or custom resource that nothing else
+        stands near: no wait, no shared hold, no pattern above it, no other name of its file
+        held) is decided from its own row, as the general path would decide it."""
         with self.db.write() as (conn, changed):
             w = self._begin(conn, changed)
             w.check_owner(agent_id, principal)
             # its rows and all in their way, read with the agent's lease, at once
             found, ahead = w.touch_and_look(agent_id, targets, held=self._held)
+            if (
+                one
+                and ahead is not None
+                and not found.shares  # no wait either (a wait counts as a share here)
+                and not ahead.above
+                and mode == "exclusive"
+                and not w.changed
+            ):
+                target = targets[0]
+                if isinstance(target, Resource) and not _aliased(ahead.by_file, target):
+                    row = ahead.own.get(target.key)
+                    info = None if row is None else claim_info(row, w.now)
+                    if info is not None and info.holder == agent_id:
+                        return "claimed", (
+                            make_claim_result("already_claimed", info.uri, info.version),
+                        )
+                    if info is None or info.state != "claimed":
+                        result = w.grant(target, info, agent_id, principal, mode, False)
+                        w.flush()
+                        return "claimed", (result,)
             waits = found.waits
             queue = w.serve() if waits else []
             if w.changed:  # a lapse or a hand-off was written: what it changed counts
@@ -318,11 +365,10 @@ class Coordinator:
                 ahead = w.rows.prefetch(targets, held=held)
             looks = [w.may_claim(t, agent_id, ahead, mode, queue, shares) for t in targets]
             if any(r.status == "busy" for r, _ in looks):
-                return ClaimSetResult(
-                    "busy",
-                    tuple(ClaimResult("available", r.resource) if r.status == "claimed" else r
-                          for r, _ in looks),
-                )  # fmt: skip
+                return "busy", tuple(
+                    ClaimResult("available", r.resource) if r.status == "claimed" else r
+                    for r, _ in looks
+                )
             results = tuple(
                 r if r.status == "already_claimed" else w.grant(t, info, agent_id, principal,
                                                                 mode, shares)
@@ -332,7 +378,7 @@ class Coordinator:
             if waits and (told := [t.key for t, (r, _) in zip(targets, looks, strict=True)
                                    if r.status == "already_claimed"]):  # fmt: skip
                 w.adopt(agent_id, told)  # a claim its own wait was handed: now heard of
-        return ClaimSetResult("claimed", results)
+        return "claimed", results
 
     def _targets(self, resources: Sequence[str | Resource | Pattern]) -> list[Resource | Pattern]:
         return targets_of(self.resolver, resources)
@@ -349,9 +395,9 @@ class Coordinator:
         """Release ``agent_id``'s claim on ``resource`` with ``outcome``: "released",
         "already_free" or "not_found". NotHolderError if another agent holds it;
         ForeignAgentError if ``principal`` is given and the agent is not its own."""
-        return self.release_many(
-            [(resource, outcome, moved_to)], agent_id, principal=principal
-        ).results[0]
+        plan = plan_release(self.resolver, resource, outcome, moved_to)
+        check_agent_id(agent_id)
+        return self._release([plan], agent_id, principal)[0]
 
     def release_many(
         self,
@@ -365,6 +411,11 @@ class Coordinator:
         none is."""
         plans = plan_releases(self.resolver, releases)
         check_agent_id(agent_id)
+        return ReleaseSetResult(self._release(plans, agent_id, principal))
+
+    def _release(
+        self, plans: list[Plan], agent_id: str, principal: str | None
+    ) -> tuple[ReleaseResult, ...]:
         with self.db.write() as (conn, changed):
             w = self._begin(conn, changed)
             w.check_owner(agent_id, principal)
@@ -377,7 +428,7 @@ class Coordinator:
             w.flush()
             if waits:
                 w.serve()  # hand what was freed to the queue, oldest first
-        return ReleaseSetResult(results)
+        return results
 
     def status(self, resource: str | Resource | Pattern) -> StatusResult:
         """Whether ``resource`` is "available" (with what the last holder left) or "claimed"
@@ -676,3 +727,10 @@ class Coordinator:
             conn, changed, now, claim_ttl=self.claim_ttl, renew_every=RENEW_EVERY,
             liveness=self.waiter_liveness, live=self.principal_live,
         )  # fmt: skip
+
+
+def _aliased(by_file: dict[str, list[Any]], target: Resource) -> bool:
+    """Whether a held claim on another name of ``target``'s file was read (``Prefetched``)."""
+    if not by_file or target.file_id is None:
+        return False
+    return any(row[0] != target.key for row in by_file.get(target.file_id, ()))

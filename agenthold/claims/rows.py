@@ -27,7 +27,7 @@ from typing import Any
 from agenthold.claims.index import HeldPatterns
 from agenthold.claims.names import Resource
 from agenthold.claims.patterns import Pattern, ancestors, covers_file, held_pattern, overlaps
-from agenthold.claims.records import ClaimInfo, Holder, StatusResult
+from agenthold.claims.records import ClaimInfo, Holder, StatusResult, make_claim_info
 from agenthold.claims.schema import (
     ALIASES,
     CLAIM_ROW,
@@ -76,12 +76,12 @@ def claim_info(row: Any, now: float) -> ClaimInfo:
     name, model, lease_end, lease_outcome, scope = row[9:14]
     if holder is not None and (name is None or (lease_end is not None and lease_end <= now)):
         # the holder's lease has ended (or its agent row is gone): the claim is free
-        return ClaimInfo(
+        return make_claim_info(
             key, uri, "free", version, None, None, None, None, None,
             lease_outcome or "abandoned", holder,
             utc_iso(lease_end) if lease_end is not None else claimed_at, None, scope,
         )  # fmt: skip
-    return ClaimInfo(
+    return make_claim_info(
         key, uri, "claimed" if holder else "free", version, holder, name, model, claimed_at,
         lease_end, outcome, last_holder, outcome_at, moved_to, scope,
     )  # fmt: skip
@@ -284,7 +284,13 @@ class ClaimRows:
         """The statement ``prefetch`` runs for ``targets`` (for a caller that runs it as part
         of another: ClaimWrite.touch_and_look) and how its rows are sorted."""
         if len(targets) == 1 and (not extra or (len(extra) == 1 and extra[0] == targets[0].key)):
-            keys: tuple[str, ...] = (targets[0].key,)  # the common case: one name
+            one = targets[0]
+            keys: tuple[str, ...] = (one.key,)  # the common case: one name
+            if blockers and held is not None and not held.scopes and isinstance(one, Resource):
+                # no pattern is held: the rows of its own name, and of its file's other names
+                if one.kind != "file" or one.file_id is None:
+                    return Look(_look_condition(1, 0), keys, keys, [], False)
+                return Look(_look_condition(1, 1), (one.key, one.file_id), keys, [], True)
         else:
             keys = tuple(dict.fromkeys([*(t.key for t in targets), *extra]))
         ids: tuple[str, ...] = ()

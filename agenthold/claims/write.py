@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from agenthold.claims.index import HeldPatterns, held_patterns
@@ -38,6 +39,8 @@ from agenthold.claims.records import (
     Previous,
     ReleaseResult,
     Unheard,
+    make_claim_result,
+    make_release_result,
     unknown_agent,
 )
 from agenthold.claims.rows import (
@@ -221,7 +224,7 @@ class ClaimWrite:
             not lapsed
             and lease_outcome == new_outcome
             and (lease_end == new_end or _small_renewal(lease_end, new_end, ttl, every))
-            and last_seen >= utc_iso(now - every)
+            and _seen_since(last_seen, now - every)
         ):
             return found, lapsed  # renewed a moment ago
         conn.execute(
@@ -267,7 +270,7 @@ class ClaimWrite:
             shares and mode == "shared" and rows.own_share(target.key, agent_id)
         ):
             assert info is not None
-            return ClaimResult("already_claimed", info.uri, info.version), info
+            return make_claim_result("already_claimed", info.uri, info.version), info
         in_way = rows.in_way_of(target, agent_id, mode, info, ahead, shares)
         jumped = queued_in_way(queue, target, mode, agent_id) if queue else []
         if in_way or jumped:
@@ -276,7 +279,7 @@ class ClaimWrite:
             conflicts += tuple(w.holder(uri) for w in jumped)
             result = ClaimResult("busy", uri, holder=conflicts[0], conflicts=conflicts)
             return result, info
-        return ClaimResult("claimed", target.uri), info
+        return make_claim_result("claimed", target.uri), info
 
     # -- grants and releases --------------------------------------------------------------------
 
@@ -318,7 +321,7 @@ class ClaimWrite:
                              principal, "shared" if shared else None))  # fmt: skip
         self._keys.append(target.key)
         previous = None if info is None else info.previous()
-        return ClaimResult("claimed", target.uri, version, previous)
+        return make_claim_result("claimed", target.uri, version, previous)
 
     def _held_row(self, key: str) -> bool:
         """Whether the row still names a holder (a lapse not yet recorded as a release)."""
@@ -357,7 +360,7 @@ class ClaimWrite:
             )  # fmt: skip
             self._keys.append(res.key)
             self._released[res.key] = version
-            return ReleaseResult("released", row[1], version, outcome, moved_to or None)
+            return make_release_result("released", row[1], version, outcome, moved_to or None)
         info = claim_info(row, self.now)  # not a live claim of this agent's
         if shares and info.holder is None and self.rows.own_share(res.key, agent_id):
             version = info.version + 1
@@ -686,6 +689,23 @@ def _previous_of(info: ClaimInfo | None) -> Previous | None:
         return None
     moved_to = info.moved_to if info.last_outcome == "moved" else None
     return Previous(info.last_outcome, info.last_holder, info.last_outcome_at, moved_to)
+
+
+def _seen_since(last_seen: str, since: float) -> bool:
+    """Whether the stored time ``last_seen`` is at or after ``since``: compared as seconds, the
+    text parsed once (an agent's last-seen time changes once a second at most), rather than
+    formatting ``since`` on every call; a text that does not parse is compared as text."""
+    seconds = _seconds_of(last_seen)
+    return last_seen >= utc_iso(since) if seconds is None else seconds >= since
+
+
+@functools.lru_cache(maxsize=1024)
+def _seconds_of(at: str) -> float | None:
+    try:
+        moment = datetime.fromisoformat(at)
+    except (TypeError, ValueError):
+        return None
+    return None if moment.tzinfo is None else moment.timestamp()  # naive: not ours to guess
 
 
 def _small_renewal(

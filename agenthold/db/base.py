@@ -17,7 +17,7 @@ from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from agenthold.db.records import Topic
-from agenthold.db.schema import ChangeSource, Component
+from agenthold.db.schema import Adoption, ChangeSource, Component
 
 __all__ = ["Connection", "Cursor", "Database", "DatabaseClock", "LazyLogger", "Subscription"]
 
@@ -104,11 +104,12 @@ class Database(Protocol):
     ``agenthold.db.sqlite.SQLiteDatabase``, ``agenthold.db.postgres.PostgresDatabase``.
 
     Components write their SQL once, with ``?`` placeholders and the syntax both engines share;
-    their tables come from a ``Component`` given to ``ensure``. The connection that ``snapshot``
-    and ``write`` yield is a ``Connection``. Correctness must not rest on one writer at
-    a time: a write that reads before it changes calls ``serialize`` first with the names it
-    reads, so that concurrent writers of those names take turns (PostgreSQL runs READ
-    COMMITTED with many writers). Errors are AgentholdErrors: BusyError when another writer
+    their tables come from a ``Component`` given to ``ensure``, made by the backend's own
+    scripts (``migrations``, with ``adoption`` run first: schema.Migrations). The connection
+    that ``snapshot`` and ``write`` yield is a ``Connection``. Correctness must not rest on
+    one writer at a time: a write that reads before it changes calls ``serialize`` first with
+    the names it reads, so that concurrent writers of those names take turns (PostgreSQL runs
+    READ COMMITTED with many writers). Errors are AgentholdErrors: BusyError when another writer
     held a lock past ``busy_timeout``, UnavailableError (with a hint) when the database cannot
     serve, never an error of the driver.
 
@@ -126,6 +127,8 @@ class Database(Protocol):
     clock: DatabaseClock  # fed by every reading of now() and serialize()
 
     def ensure(self, component: Component, *, required: bool = True) -> int: ...
+    def migrations(self, component: str) -> tuple[str, ...]: ...
+    def adoption(self, component: str) -> Adoption | None: ...
     def byte_length(self, column: str) -> str: ...
     def side_file(self, name: str) -> str | None: ...
     def has_table(self, table: str) -> bool: ...

@@ -1,10 +1,11 @@
 """Taking over an agenthold 0.10 SQLite file: its records imported into the store's tables.
 
-The store's Component names ``adopt_0_10`` as its adoption step on SQLite: the one migration
-runner calls it inside the transaction that first creates the store's tables, and when the
-file holds 0.10's tables (``state_records`` and its ``state_history``, no application id) it
-moves the old history aside and returns the import, run after the scripts. SQLite only: 0.10
-knew no other engine. Standard library only (the copyable store carries this module).
+SQLite's schema (sqlite_schema.py, ``ADOPTIONS``) names ``adopt_0_10`` as the store's
+adoption step: the one migration runner calls it inside the transaction that first creates
+the store's tables, and when the file holds 0.10's tables (``state_records`` and its
+``state_history``, no application id) it moves the old history aside and returns the import,
+run after the scripts. SQLite only: 0.10 knew no other engine. Standard library only (the
+copyable store carries this module).
 """
 
 from __future__ import annotations

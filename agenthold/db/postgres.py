@@ -67,8 +67,9 @@ from agenthold.db.errors import (
     UnavailableError,
 )
 from agenthold.db.feed import FEED_LINGER, ChangeFeed, FeedSubscription
+from agenthold.db.postgres_schema import MIGRATIONS
 from agenthold.db.records import Topic, check_seconds
-from agenthold.db.schema import ChangeSource, Component, migrate
+from agenthold.db.schema import Adoption, ChangeSource, Component, migrate
 
 __all__ = ["PostgresDatabase", "redact"]
 
@@ -429,6 +430,14 @@ class PostgresDatabase:
         if self.read_only:
             conn.execute("SET default_transaction_read_only = on")
 
+    def migrations(self, component: str) -> tuple[str, ...]:
+        """``component``'s migration scripts on PostgreSQL, in order (postgres_schema.py)."""
+        return MIGRATIONS.get(component, ())
+
+    def adoption(self, component: str) -> Adoption | None:
+        """None: no older layout of a PostgreSQL database to take over."""
+        return None
+
     def ensure(self, component: Component, *, required: bool = True) -> int:
         """Create or migrate ``component``'s tables (under an advisory lock, so processes that
         open a new database together make them once). A database that holds tables of
@@ -450,7 +459,7 @@ class PostgresDatabase:
                     f"this agenthold's {component.version}; open it once without read-only to "
                     "migrate it"
                 )
-            migrate(_Connection(conn), component, have, "postgresql", _run_script)
+            migrate(_Connection(conn), component, have, self, _run_script)
             return component.version
 
     def _versions(self, conn: psycopg.Connection[Any]) -> dict[str, int]:

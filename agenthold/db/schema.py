@@ -1,11 +1,13 @@
 """Components and their migrations: the one runner every backend uses, with its hooks.
 
-Each part of agenthold (the store, claims, the message bus) declares a ``Component``: its name
-and its numbered migration scripts per dialect. ``migrate`` is the one runner: inside a
-backend's write transaction it runs the component's adoption step (if any), the scripts from
-the version the database has, and records the new version in ``agenthold_components``. The
-backend supplies what differs: how a script runs (``run``: SQLite splits it, PostgreSQL sends
-it whole), the transaction and lock around it, and checks of whose database it is.
+Each part of agenthold (the store, claims, the message bus, retention) declares a ``Component``:
+its name and version, no SQL. Each backend owns its scripts (``sqlite_schema.py``,
+``postgres_schema.py``) and hands them out by component name (``Migrations``). ``migrate`` is
+the one runner: inside a backend's write transaction it runs the backend's adoption step for
+the component (if any), the backend's scripts from the version the database has, and records
+the new version in ``agenthold_components``. The backend also supplies how a script runs
+(``run``: SQLite splits it, PostgreSQL sends it whole), the transaction and lock around it,
+and checks of whose database it is.
 
 Also here: a component's ``ChangeSource`` (its append-only event table, for the change feed),
 and the constants of agenthold's SQLite files: the application id, the layouts (``PRAGMA
@@ -16,8 +18,8 @@ Standard library only (the copyable store carries this module).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from agenthold.db.records import Topic
 
@@ -30,8 +32,10 @@ __all__ = [
     "LAYOUTS",
     "META_SQL",
     "SCHEMA_VERSION",
+    "Adoption",
     "ChangeSource",
     "Component",
+    "Migrations",
     "migrate",
     "split_sql",
 ]
@@ -63,24 +67,33 @@ FRESH = ":fresh"
 
 @dataclass(frozen=True)
 class Component:
-    """The tables of one part of agenthold and how to create or migrate them.
+    """One part of agenthold whose tables a database holds, at ``version``.
 
-    ``migrations[dialect][n]`` is the SQL script that takes the component from version n to
-    n + 1 ("sqlite" and "postgresql"); the component's version is the number of scripts. A
-    database records each component's version apart, so a program that uses only the store
-    (say a copied store) creates only the store's tables, and claims add theirs later.
-    ``adopt[dialect]``, if given, runs before the scripts of a migration (inside its
-    transaction) and may return a step to run after them: how a component takes over the tables
-    of an older layout (the store imports agenthold 0.10's, see legacy.py).
+    A database records each component's version apart, so a program that uses only the store
+    (say a copied store) creates only the store's tables, and claims add theirs later. The
+    scripts that take a component from version n to n + 1 are each backend's
+    (``Migrations.migrations``): the component names no dialect.
     """
 
     name: str
-    migrations: dict[str, tuple[str, ...]]
-    adopt: Mapping[str, Callable[[Any], Callable[[], None] | None]] = field(default_factory=dict)
+    version: int
 
-    @property
-    def version(self) -> int:
-        return len(self.migrations["sqlite"])
+
+Adoption = Callable[[Any], Callable[[], None] | None]
+
+
+class Migrations(Protocol):
+    """What a backend tells the runner about a component's tables.
+
+    ``migrations(name)[n]`` is the script that takes component ``name`` from version n to
+    n + 1 on this backend. ``adoption(name)``, if not None, runs before the scripts of a
+    migration (inside its transaction) and may return a step to run after them: how a
+    component takes over the tables of an older layout (SQLite's store imports agenthold
+    0.10's, see legacy.py).
+    """
+
+    def migrations(self, component: str) -> tuple[str, ...]: ...
+    def adoption(self, component: str) -> Adoption | None: ...
 
 
 @dataclass(frozen=True)
@@ -119,18 +132,25 @@ def migrate(
     conn: Any,
     component: Component,
     have: int,
-    dialect: str,
+    backend: Migrations,
     run: Callable[[Any, str], None],
     implied: Mapping[str, int] | None = None,
 ) -> None:
     """Take ``component`` from version ``have`` to its own, inside the caller's transaction on
-    ``conn`` (a connection of the seam, ``?`` placeholders): its adoption step, ``run(conn,
-    script)`` for each script, then its version written down, with ``implied`` (the versions
-    an older layout implied, say 1 to 3 on SQLite) written where none is yet."""
-    adopt = component.adopt.get(dialect)
+    ``conn`` (a connection of the seam, ``?`` placeholders): the backend's adoption step for
+    it, ``run(conn, script)`` for each of the backend's scripts from ``have`` on, then its
+    version written down, with ``implied`` (the versions an older layout implied, say 1 to 3
+    on SQLite) written where none is yet."""
+    scripts = backend.migrations(component.name)
+    if len(scripts) < component.version:  # a step added to one backend's file and not another's
+        raise RuntimeError(
+            f"this backend has {len(scripts)} migration scripts for {component.name!r}, "
+            f"not the {component.version} of its version"
+        )
+    adopt = backend.adoption(component.name)
     finish = adopt(conn) if adopt is not None else None
     for step in range(have, component.version):
-        run(conn, component.migrations[dialect][step])
+        run(conn, scripts[step])
     if finish is not None:
         finish()
     conn.execute(COMPONENTS_SQL)

@@ -47,11 +47,13 @@ from agenthold.db.schema import (
     LAYOUTS,
     META_SQL,
     SCHEMA_VERSION,
+    Adoption,
     ChangeSource,
     Component,
     migrate,
     split_sql,
 )
+from agenthold.db.sqlite_schema import ADOPTIONS, MIGRATIONS
 from agenthold.db.wal import (
     file_alone,
     log_is_foreign,
@@ -844,6 +846,15 @@ class SQLiteDatabase:
             self.close()
             raise
 
+    def migrations(self, component: str) -> tuple[str, ...]:
+        """``component``'s migration scripts on SQLite, in order (sqlite_schema.py)."""
+        return MIGRATIONS.get(component, ())
+
+    def adoption(self, component: str) -> Adoption | None:
+        """What runs first when ``component``'s tables are made or migrated (the store's:
+        agenthold 0.10's file taken over, legacy.py)."""
+        return ADOPTIONS.get(component)
+
     def ensure(self, component: Component, *, required: bool = True) -> int:
         """Create ``component``'s tables or migrate them to its version (one transaction, which
         also imports an agenthold 0.10 file the first time the store's tables are made).
@@ -889,7 +900,7 @@ class SQLiteDatabase:
         """Inside ``ensure``'s transaction: the one runner (schema.migrate), then what marks
         the file as agenthold's (application id, layout, database id)."""
         _, _, versions, _ = _describe(conn)
-        migrate(conn, component, have, "sqlite", _run_script, versions)
+        migrate(conn, component, have, self, _run_script, versions)
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         if not self.memory:

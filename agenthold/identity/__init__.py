@@ -2,11 +2,14 @@
 standard library only, so ``agenthold token ...`` never imports mcp), and the agent registry
 that claims and the bus share (agents.py). This face is the room's public API; names load on
 first use, so a command that reads tokens does not load the registry, nor the other way round.
+``digest`` is the form a token is kept in a token file (bench/perf/http_bench.py writes one).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agenthold.lazy import loader
 
 if TYPE_CHECKING:
     from agenthold.identity.agents import (
@@ -28,6 +31,7 @@ if TYPE_CHECKING:
         Principal,
         Scopes,
         TokenTable,
+        digest,
     )
 
 __all__ = [
@@ -47,6 +51,7 @@ __all__ = [
     "TokenTable",
     "UnknownAgentError",
     "check_agent_id",
+    "digest",
 ]
 
 _LAZY = {
@@ -66,14 +71,8 @@ _LAZY = {
     "Principal": "agenthold.identity.principals",
     "Scopes": "agenthold.identity.principals",
     "TokenTable": "agenthold.identity.principals",
+    "digest": "agenthold.identity.principals",
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
+__getattr__ = loader(__name__, _LAZY)

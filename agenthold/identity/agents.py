@@ -14,10 +14,10 @@ Decisions behind it:
 - An agent belongs to the principal (the caller a token names, agenthold.identity.principals)
   that made it; None is a trusted caller, never refused. Acting as another's agent is
   ForeignAgentError (ForeignBusAgentError for a bus agent, a subclass), and changes nothing.
-- The tables' definitions stay in the migrations that created them (claims' and the bus's
-  components, claims/schema.py and bus/schema.py), where the database seam gives each backend
-  its DDL; this module owns the rows. Reading claims' schema (the edit hook does, at every
-  edit) therefore loads nothing of it.
+- The tables' definitions stay in the migrations that created them (claims' and the bus's,
+  which each backend owns: db/sqlite_schema.py, db/postgres_schema.py); this module owns the
+  rows. Reading claims' schema (the edit hook does, at every edit) therefore loads nothing of
+  it.
 - Functions take the connection of the caller's transaction (or snapshot), so a registration or
   an adoption commits with the write it belongs to; a read outside one takes the database's
   ``fetchone``. The statements are those claims and the bus ran before they shared them.

@@ -4,8 +4,9 @@ The page shows who is registered and how long their leases last, who holds what 
 behind whom, the event log as it happens, the namespaces and keys, and the bus's threads; a
 resource's own view lists every claim and wait in line that would refuse a claim of it now.
 
-This module is the command's face: its flags and its ``run``. It imports only the standard
-library at module level (``agenthold --help`` builds its parser), and neither it nor the
+This module is the command's face: its flags and its ``run``, and ``View``, the page's reads for a
+program that wants them without the page (bench/perf/web_bench.py times them). It imports only the
+standard library at module level (``agenthold --help`` builds its parser), and neither it nor the
 modules it loads to serve (app.py, feed.py, views.py: starlette, uvicorn, sse-starlette and the
 library) import ``mcp``. The page runs in its own process, on its own listener, and opens the
 database read-only as the inspector does (docs/inspector.md, "The live page").
@@ -22,9 +23,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import socket
 
+    from agenthold.web.views import View
+
 DEFAULT_PORT = 8418  # one above the HTTP server's, so both can run with their defaults
 
-__all__ = ["DEFAULT_PORT", "add_web_command", "run"]
+__all__ = ["DEFAULT_PORT", "View", "add_web_command", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "View":  # loaded on first use: the face imports only the standard library
+        from agenthold.web.views import View
+
+        return View
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def add_web_command(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,10 +1,10 @@
 """Speed of agenthold's message bus: append and poll rates, unread checks on a huge thread, and
 how fast a wait is woken by another process.
 
-    python bench/messages_bench.py            # the full run, about half a minute
-    python bench/messages_bench.py --quick    # a smoke run of a few seconds (too small to judge)
-    python bench/messages_bench.py --json     # the same results as JSON instead of tables
-    python bench/messages_bench.py --db postgresql://user@host/dbname   # on PostgreSQL
+    python bench/perf/messages_bench.py            # the full run, about half a minute
+    python bench/perf/messages_bench.py --quick    # a smoke run (too small to judge)
+    python bench/perf/messages_bench.py --json     # the same results as JSON instead of tables
+    python bench/perf/messages_bench.py --db postgresql://user@host/dbname   # on PostgreSQL
 
 What is measured, on files in a temporary directory, with the default durability ("normal": WAL
 and synchronous NORMAL):
@@ -23,7 +23,7 @@ and synchronous NORMAL):
    on a thread of one message (so both read a newest message).
 
 The baseline of 1 to 3 is a raw ``sqlite3`` connection on the same database file running the
-statements messages.py runs, imported from it so they cannot drift apart. With ``--db`` and a
+statements the bus runs for the same calls, written out below. With ``--db`` and a
 PostgreSQL URL, everything runs on that database (in new threads of its own; the huge thread is
 filled by one INSERT ... SELECT, then vacuumed so that autovacuum does not run while the checks
 are timed) and the baseline is a raw psycopg connection in autocommit
@@ -42,7 +42,6 @@ message); a missed speed target is reported, not fatal.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import random
@@ -55,33 +54,49 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# _common sits beside this script; importing it also finds this checkout's agenthold.
-from _common import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+from harness import (
     Loop,
     as_targets,
     best_rates,
+    finish,
     machine,
     machine_line,
+    options,
     percentile,
     raw_connection,
     table,
     target_lines,
+    utc_iso,
 )
 
-# The bus's own SQL, imported on purpose: the baseline must run exactly these statements.
-from agenthold.bus.schema import (
-    BUMP,
-    CURSOR,
-    INSERT,
-    IS_MEMBER,
-    MEMBERS,
-    POLL,
-    POLL_SIZES,
-    THREAD_INFO,
-    thread_topic,
-)
 from agenthold.messages import BusAgent, MessageBus
-from agenthold.store import utc_iso
+
+# The bus's statements for an append, a poll, an unread check and a thread's info, as it runs
+# them on SQLite; PostgreSQL's spelling follows (its placeholders, and octet_length for the
+# byte size of a text, which SQLite counts as the length of the text cast to a blob).
+SQL = {
+    "bump": "UPDATE msg_threads SET last_seq = last_seq + 1, last_message_at = ? "
+    "WHERE thread_id = ? RETURNING last_seq",
+    "member": "SELECT 1 FROM msg_participants WHERE thread_id = ? AND agent_id = ?",
+    "insert": "INSERT INTO msg_messages (thread_id, seq, sender_id, sender_name, content, "
+    "created_at, principal) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    "poll": "SELECT seq, sender_id, sender_name, content, created_at, principal "
+    "FROM msg_messages WHERE thread_id = ? AND seq > ? AND seq <= ? ORDER BY seq",
+    "sizes": "SELECT seq, length(CAST(content AS BLOB)) FROM msg_messages "
+    "WHERE thread_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+    "cursor": "SELECT t.last_seq, p.read_seq FROM msg_threads AS t LEFT JOIN msg_participants "
+    "AS p ON p.thread_id = t.thread_id AND p.agent_id = ? WHERE t.thread_id = ?",
+    "info": "SELECT created_at, last_seq, last_message_at, name, principal FROM msg_threads "
+    "WHERE thread_id = ?",
+    "members": "SELECT a.agent_id, a.name FROM msg_participants AS p JOIN msg_agents AS a "
+    "ON a.agent_id = p.agent_id WHERE p.thread_id = ? ORDER BY p.joined_at, a.name",
+}
+PG_SQL = {name: text.replace("?", "%s") for name, text in SQL.items()}
+PG_SQL["sizes"] = (
+    "SELECT seq, octet_length(content) FROM msg_messages "
+    "WHERE thread_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+)
 
 CONTENT = "Tests pass on branch fix-123; please review src/app.py lines 40-80."
 PAGE = 10  # messages per measured poll
@@ -123,27 +138,28 @@ class Raw:
     def append(self, content: str) -> int:
         cur, tid, now = self.cur, self.tid, utc_iso()
         cur.execute("BEGIN IMMEDIATE")
-        seq = cur.execute(BUMP, (now, tid)).fetchone()[0]
-        cur.execute(IS_MEMBER, (tid, self.agent.id)).fetchone()
-        cur.execute(INSERT, (tid, seq, self.agent.id, self.agent.name, content, now, None))
+        seq = cur.execute(SQL["bump"], (now, tid)).fetchone()[0]
+        cur.execute(SQL["member"], (tid, self.agent.id)).fetchone()
+        cur.execute(SQL["insert"], (tid, seq, self.agent.id, self.agent.name, content, now, None))
         cur.execute("COMMIT")
         return int(seq)
 
     def poll(self, after_seq: int) -> list[Any]:
         cur, tid = self.cur, self.tid
-        sizes = cur.execute(SQLITE_SIZES, (tid, after_seq, PAGE + 1)).fetchall()[:PAGE]
-        return cur.execute(POLL, (tid, after_seq, sizes[-1][0])).fetchall() if sizes else []
+        sizes = cur.execute(SQL["sizes"], (tid, after_seq, PAGE + 1)).fetchall()[:PAGE]
+        return cur.execute(SQL["poll"], (tid, after_seq, sizes[-1][0])).fetchall() if sizes else []
 
     def has_unread(self, thread_id: str) -> bool:
-        last, cursor = self.cur.execute(CURSOR, (self.agent.id, thread_id)).fetchone()
+        last, cursor = self.cur.execute(SQL["cursor"], (self.agent.id, thread_id)).fetchone()
         return bool(last > cursor)
 
     def thread_info(self, thread_id: str) -> tuple[Any, ...]:
         cur = self.cur
         cur.execute("BEGIN")
-        row = cur.execute(THREAD_INFO, (thread_id,)).fetchone()
-        members = cur.execute(MEMBERS, (thread_id,)).fetchall()
-        latest = cur.execute(POLL, (thread_id, row[1] - 1, row[1])).fetchone() if row[1] else None
+        row = cur.execute(SQL["info"], (thread_id,)).fetchone()
+        members = cur.execute(SQL["members"], (thread_id,)).fetchall()
+        last = row[1]
+        latest = cur.execute(SQL["poll"], (thread_id, last - 1, last)).fetchone() if last else None
         cur.execute("COMMIT")
         return row, members, latest
 
@@ -157,10 +173,8 @@ class RawPostgres(Raw):
 
         self.pg = psycopg.connect(str(url), autocommit=True)
         self.tid, self.agent = thread_id, agent
-        from agenthold.db.postgres import _pg  # the bus's statements in PostgreSQL's spelling
-
-        self.sql = {name: _pg(text) for name, text in SQL.items()}
-        topic = json.dumps([list(thread_topic(thread_id))])  # what the bus notifies
+        self.sql = PG_SQL
+        topic = json.dumps([["m", thread_id]])  # what the bus notifies: the thread's topic
         self.notify = f"NOTIFY agenthold, '{topic}'; COMMIT"
 
     def close(self) -> None:
@@ -195,40 +209,40 @@ class RawPostgres(Raw):
         return row, members, latest
 
 
-# the bus's size statement with each engine's byte count of a text, as its backend supplies it
-SQLITE_SIZES = POLL_SIZES.replace("{content}", "length(CAST(content AS BLOB))")
-POSTGRES_SIZES = POLL_SIZES.replace("{content}", "octet_length(content)")
-SQL = {"bump": BUMP, "member": IS_MEMBER, "insert": INSERT, "poll": POLL, "sizes": POSTGRES_SIZES,
-       "cursor": CURSOR, "info": THREAD_INFO, "members": MEMBERS}  # fmt: skip
-
-
-def fill(bus: MessageBus, thread_id: str, sender: BusAgent, count: int) -> None:
-    """Give the thread ``count`` messages quickly: one transaction of the same rows appends
-    would write (the benchmark measures reading it, not writing it)."""
+def fill(db: Path | str, thread_id: str, sender: BusAgent, count: int) -> None:
+    """Give the thread ``count`` messages quickly: one transaction, on a plain connection, of
+    the rows that many appends would write (the benchmark measures reading them, not writing)."""
     now = utc_iso()
-    with bus.db.write() as (conn, _):
-        start = conn.execute(
-            "SELECT last_seq FROM msg_threads WHERE thread_id = ?", (thread_id,)
-        ).fetchone()[0]
-        if bus.db.dialect == "postgresql":
-            conn.execute(
+    last = "SELECT last_seq FROM msg_threads WHERE thread_id = ?"
+    bump = "UPDATE msg_threads SET last_seq = ?, last_message_at = ? WHERE thread_id = ?"
+    if isinstance(db, str):  # PostgreSQL: the rows made by the server, in one statement
+        import psycopg
+
+        with psycopg.connect(db) as pg, pg.transaction():
+            start = pg.execute(last.replace("?", "%s"), (thread_id,)).fetchone()[0]
+            pg.execute(
                 "INSERT INTO msg_messages (thread_id, seq, sender_id, sender_name, content, "
-                "created_at, principal) SELECT ?, s, ?, ?, ?, ?, NULL "
-                "FROM generate_series(?::int8, ?::int8) AS s",
+                "created_at, principal) SELECT %s, s, %s, %s, %s, %s, NULL "
+                "FROM generate_series(%s::int8, %s::int8) AS s",
                 (thread_id, sender.id, sender.name, CONTENT, now, start + 1, start + count),
             )
-        else:
-            conn.executemany(
-                INSERT,
-                (
-                    (thread_id, seq, sender.id, sender.name, CONTENT, now, None)
-                    for seq in range(start + 1, start + count + 1)
-                ),
-            )
-        conn.execute(
-            "UPDATE msg_threads SET last_seq = ?, last_message_at = ? WHERE thread_id = ?",
-            (start + count, now, thread_id),
+            pg.execute(bump.replace("?", "%s"), (start + count, now, thread_id))
+        return
+    conn = raw_connection(db)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        start = conn.execute(last, (thread_id,)).fetchone()[0]
+        conn.executemany(
+            SQL["insert"],
+            (
+                (thread_id, seq, sender.id, sender.name, CONTENT, now, None)
+                for seq in range(start + 1, start + count + 1)
+            ),
         )
+        conn.execute(bump, (start + count, now, thread_id))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
 
 
 def where(tmp: Path, name: str, url: str | None) -> Path | str:
@@ -263,7 +277,7 @@ def measure_rates(tmp: Path, sizes: Sizes, url: str | None = None) -> dict[str, 
 
         empty = bus.create_thread(alice, bob).id
         huge = bus.create_thread(alice, bob).id
-        fill(bus, huge, alice, sizes.huge)
+        fill(db, huge, alice, sizes.huge)
         if url is not None:  # settle now, not in autovacuum while the checks are timed
             import psycopg
 
@@ -498,9 +512,7 @@ def report(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser = options(__doc__)
     parser.add_argument("--db", metavar="URL", help="a postgresql:// URL to run on instead")
     args = parser.parse_args(argv)
     if args.db is not None and not args.db.startswith(("postgresql://", "postgres://")):
@@ -518,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"correctness check failed: {exc}", file=sys.stderr)
         return 1
     results["targets"] = targets(results)
-    print(json.dumps(results, indent=2) if args.json else report(results))
+    finish(args, results, report)
     return 0
 
 

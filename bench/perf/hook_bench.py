@@ -1,9 +1,10 @@
 """What the edit hook costs a coding host on every edit: ``agenthold hook claude-code`` as a
 whole process, against a bare Python started the same way in the same run.
 
-    python bench/hook_bench.py              # 20 runs of each, a table
-    python bench/hook_bench.py --runs 50    # more runs
-    python bench/hook_bench.py --json       # the same results as JSON
+    python bench/perf/hook_bench.py              # 20 runs of each, a table
+    python bench/perf/hook_bench.py --runs 50    # more runs
+    python bench/perf/hook_bench.py --quick      # 3 runs of each: a smoke run, too few to judge
+    python bench/perf/hook_bench.py --json       # the same results as JSON
 
 What is measured: the wall time of whole processes started one after another with
 ``subprocess.run`` (interpreter start-up, imports, opening the database, the look, printing),
@@ -30,7 +31,6 @@ runs (one of each in turn), because the machine is shared and noisy.
 
 from __future__ import annotations
 
-import argparse
 import compileall
 import json
 import os
@@ -41,22 +41,35 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-import _common  # finds this checkout's agenthold; its table and machine line
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+from harness import check_line, finish, machine, machine_line, options, table
 
 import agenthold
 from agenthold.claims import Coordinator
-from agenthold.claims.names import Resolver, Workspace
-from agenthold.hooks.ancestry import host_of
+from agenthold.resources import Workspace, WorkspaceRegistry
 from agenthold.store import StateStore
 
 TARGET_MS = 40.0
 
 
+def host_name(pid: int) -> str | None:
+    """How agenthold names the host process ``pid`` on an agent (docs/hooks.md): the boot,
+    the pid and the process's start time, so that a reused pid is another host. This process
+    starts the hooks, as a coding host would, so it is their host; None without /proc."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return f"{boot}:{pid}:{stat.rpartition(')')[2].split()[19]}"
+
+
 def make_database(root: Path) -> Path:
     db = root / "bench.db"
     store = StateStore(str(db))
-    resolver = Resolver([Workspace.parse(f"default={root}")])
+    resolver = WorkspaceRegistry([Workspace("default", str(root))])
     other = Coordinator(store, resolver, claim_ttl=3600)
     holder = other.register("other-agent", "bench", "holds files").agent_id
     (root / "src").mkdir()
@@ -65,8 +78,7 @@ def make_database(root: Path) -> Path:
         other.claim(f"src/held{i}.py", holder)
     (root / "docs").mkdir()
     other.claim("docs/", holder)
-    # this process is the host: it starts the hooks, as a coding host would
-    own = Coordinator(store, resolver).register("own-agent", host=host_of(os.getpid())).agent_id
+    own = Coordinator(store, resolver).register("own-agent", host=host_name(os.getpid())).agent_id
     (root / "mine.py").write_text("")
     Coordinator(store, resolver).claim("mine.py", own)
     store.close()
@@ -77,7 +89,7 @@ def make_free_database(root: Path) -> Path:
     """A database with the claims tables and an agent, and no claim held."""
     db = root / "free.db"
     store = StateStore(str(db))
-    resolver = Resolver([Workspace.parse(f"default={root}")])
+    resolver = WorkspaceRegistry([Workspace("default", str(root))])
     coordinator = Coordinator(store, resolver)
     agent = coordinator.register("idle-agent", "bench", "holds nothing").agent_id
     coordinator.claim("free.py", agent)
@@ -99,14 +111,15 @@ def hook_input(root: Path, name: str) -> bytes:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--json", action="store_true")
+    parser = options(__doc__, quick="3 runs of each: a smoke run, too few to judge")
+    parser.add_argument("--runs", type=int, help="runs of each command (default 20)")
     args = parser.parse_args()
+    runs = args.runs or (3 if args.quick else 20)
     package = Path(agenthold.__file__).parent
     compileall.compile_dir(str(package), quiet=1)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPATH"] = str(package.parent)
+    facts = machine()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp).resolve()
         db = make_database(root)
@@ -124,7 +137,7 @@ def main() -> int:
         outputs: dict[str, bytes] = {}
         times: dict[str, list[float]] = {name: [] for name in cases}
         cpu: dict[str, list[float]] = {name: [] for name in cases}
-        for _ in range(args.runs):
+        for _ in range(runs):
             for name, (argv, stdin) in cases.items():
                 used = resource.getrusage(resource.RUSAGE_CHILDREN)
                 start = time.perf_counter()
@@ -140,7 +153,7 @@ def main() -> int:
                     return 1
         assert b'"deny"' in outputs["hook: deny (held by another)"]
         assert outputs["hook: allow (free file)"] == b""
-        assert outputs["hook: allow (own claim)"] == b""
+        assert outputs["hook: allow (own claim)"] == b"", "the hook did not know its own agent"
         assert outputs["hook: allow (nothing held)"] == b""
         trace = subprocess.run(
             [sys.executable, "-X", "importtime", *hook[1:]],
@@ -154,7 +167,7 @@ def main() -> int:
     )
     floor = statistics.median(times["python -c pass (floor)"])
     cpu_floor = statistics.median(cpu["python -c pass (floor)"])
-    results = {
+    results: dict[str, Any] = {
         name: {
             "median_ms": statistics.median(values),
             "best_ms": min(values),
@@ -165,24 +178,34 @@ def main() -> int:
         for name, values in times.items()
     }
     worst = max(r["over_floor_ms"] for n, r in results.items() if n.startswith("hook"))
-    if args.json:
-        print(json.dumps({"runs": args.runs, "results": results, "worst_over_floor_ms": worst,
-                          "imports_mcp": mcp_imported}, indent=2))  # fmt: skip
-        return 0
-    print(_common.machine_line(_common.machine()))
-    print(f"{args.runs} runs of each, interleaved; milliseconds\n")
+    finish(
+        args,
+        {"machine": facts, "runs": runs, "results": results, "worst_over_floor_ms": worst,
+         "imports_mcp": mcp_imported},
+        report,
+    )  # fmt: skip
+    return 0 if not mcp_imported else 1
+
+
+def report(results: dict[str, Any]) -> str:
+    worst, mcp_imported = results["worst_over_floor_ms"], results["imports_mcp"]
     rows = [["command", "median", "best", "over floor", "CPU median", "CPU over floor"]]
-    for name, r in results.items():
+    for name, r in results["results"].items():
         rows.append([name, f"{r['median_ms']:.1f}", f"{r['best_ms']:.1f}",
                      f"{r['over_floor_ms']:+.1f}", f"{r['cpu_median_ms']:.1f}",
                      f"{r['cpu_over_floor_ms']:+.1f}"])  # fmt: skip
-    print(_common.table(rows))
-    print()
-    print(_common.check_line(worst <= TARGET_MS, "hook within 40 ms of the floor",
-                             f"worst median {worst:+.1f} ms"))  # fmt: skip
-    print(_common.check_line(not mcp_imported, "the hook never imports mcp",
-                             "imported" if mcp_imported else "not imported"))  # fmt: skip
-    return 0 if not mcp_imported else 1
+    return "\n".join(
+        [
+            machine_line(results["machine"]),
+            f"{results['runs']} runs of each, interleaved; milliseconds\n",
+            table(rows),
+            "",
+            check_line(worst <= TARGET_MS, "hook within 40 ms of the floor",
+                       f"worst median {worst:+.1f} ms"),
+            check_line(not mcp_imported, "the hook never imports mcp",
+                       "imported" if mcp_imported else "not imported"),
+        ]
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

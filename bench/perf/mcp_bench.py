@@ -1,20 +1,20 @@
 """Speed of agenthold over MCP stdio: what a call costs, how fast a wait wakes, how fast it starts.
 
-    python bench/mcp_bench.py            # the full run, about three minutes
-    python bench/mcp_bench.py --quick    # a smoke run of about ten seconds (too small to judge)
-    python bench/mcp_bench.py --json     # the same results as JSON instead of tables
-    python bench/mcp_bench.py --baseline-venv /work/baseline-venv   # also agenthold 0.10.0
+    python bench/perf/mcp_bench.py            # the full run, about three minutes
+    python bench/perf/mcp_bench.py --quick    # a smoke run of about ten seconds
+    python bench/perf/mcp_bench.py --json     # the same results as JSON instead of tables
+    python bench/perf/mcp_bench.py --baseline-venv /work/baseline-venv   # also agenthold 0.10.0
 
 The client is the mcp SDK's ``Client`` in this process; servers are child processes on stdio. Every
 measurement runs in both protocol eras: mode "auto" (which settles on 2026-07-28) and "legacy"
 (the 2025-11-25 initialize handshake). Times are read with time.perf_counter in this process.
 
-1. Per-call cost. The servers are bench/mcp_bench_server.py: the real agenthold stdio server with
-   one extra tool, bench_noop, that goes through the same dispatch but does no database work. So
-   "tool minus no-op", measured on the same server in the same run, is what the tool's own work
-   costs, and what the SDK, the pipes and the client cost cancels out. Calls are made one at a
-   time in rounds of one measured call and one no-op (which goes first alternates), so load from
-   other work on the machine hits both alike:
+1. Per-call cost. The servers are bench/perf/mcp_bench_server.py: the real agenthold stdio server
+   with one extra tool, bench_noop, that goes through the same dispatch but does no database
+   work. So "tool minus no-op", measured on the same server in the same run, is what the tool's
+   own work costs, and what the SDK, the pipes and the client cost cancels out. Calls are made
+   one at a time in rounds of one measured call and one no-op (which goes first alternates), so
+   load from other work on the machine hits both alike:
    - agenthold_get of an existing key, against bench_noop (--tools advanced);
    - agenthold_set with the expected_version of the last write, so every write succeeds;
    - agenthold_claim + agenthold_release of one resource as a pair, against two no-ops.
@@ -51,7 +51,7 @@ measurement runs in both protocol eras: mode "auto" (which settles on 2026-07-28
    every wait must answer.
 
 With --baseline-venv, this script also runs with that venv's python (--baseline-client, which
-uses only the stdlib, the stdlib-only bench/_common.py and that venv's mcp 1.x client, nothing
+uses only the stdlib, the stdlib-only bench/harness.py and that venv's mcp 1.x client, nothing
 of this agenthold) and measures the agenthold installed there the same way, minus the no-op it
 does not have: absolute times only.
 
@@ -62,7 +62,6 @@ and its load.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -72,18 +71,28 @@ import subprocess
 import sys
 import tempfile
 import time
+from argparse import SUPPRESS
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-# Only the standard library at module level (and _common beside this script, which is standard
-# library only too): --baseline-client runs under another venv's python.
-from _common import load_average, machine, percentile, table, threads_cpu_seconds
+# Only the standard library at module level (and the harness, which is standard library only
+# too): --baseline-client runs under another venv's python.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+from harness import (
+    ROOT,
+    finish,
+    load_average,
+    machine,
+    options,
+    percentile,
+    table,
+    threads_cpu_seconds,
+)
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 LAUNCHER = HERE / "mcp_bench_server.py"
 NOOP = "bench_noop"
 MODES = ("auto", "legacy")
@@ -1099,17 +1108,15 @@ async def run_all(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run of about ten seconds")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser = options(__doc__, quick="a smoke run of about ten seconds (too small to judge)")
     parser.add_argument(
         "--baseline-venv",
         type=Path,
         metavar="DIR",
         help="also measure the agenthold installed in this venv (e.g. 0.10.0 with mcp 1.x)",
     )
-    parser.add_argument("--baseline-client", metavar="SERVER", help=argparse.SUPPRESS)
-    parser.add_argument("--tmp", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--baseline-client", metavar="SERVER", help=SUPPRESS)
+    parser.add_argument("--tmp", type=Path, help=SUPPRESS)
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     import anyio
@@ -1146,7 +1153,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
     results["machine"]["load_average_at_end"] = load_average()
     results["targets"] = targets(results)
-    print(json.dumps(results, indent=2) if args.json else report(results))
+    finish(args, results, report)
     return 0
 
 

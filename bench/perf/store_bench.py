@@ -1,8 +1,8 @@
 """Throughput of agenthold's StateStore, each number measured beside raw sqlite3 doing the same.
 
-    python bench/store_bench.py            # the full run, about a minute
-    python bench/store_bench.py --quick    # a smoke run of a few seconds (sizes too small to judge)
-    python bench/store_bench.py --json     # the same results as JSON instead of tables
+    python bench/perf/store_bench.py            # the full run, about a minute
+    python bench/perf/store_bench.py --quick    # a smoke run of a few seconds (too small to judge)
+    python bench/perf/store_bench.py --json     # the same results as JSON instead of tables
 
 What is measured, on files in a temporary directory, with the default durability ("normal": WAL
 and synchronous NORMAL):
@@ -18,9 +18,9 @@ and synchronous NORMAL):
 
 The baseline. Each measurement also runs on a raw ``sqlite3`` connection to a database of the same
 schema (made by a StateStore, then opened raw with WAL and synchronous NORMAL). The raw side runs
-the very SQL statements store.py runs, imported from it so they cannot drift apart: get is the
-SELECT plus json.loads of the value; set is json.dumps of the value, a UTC timestamp, BEGIN
-IMMEDIATE, the SELECT of the current version, the history INSERT, the state UPSERT and COMMIT.
+the SQL statements store.py runs for the same calls, written out below: get is the SELECT plus
+json.loads of the value; set is json.dumps of the value, a UTC timestamp, BEGIN IMMEDIATE, the
+SELECT of the current version, the history INSERT, the state UPSERT and COMMIT.
 The raw contention baseline holds the write lock from read to write (BEGIN IMMEDIATE around
 read, increment, write), so it never conflicts. The ratio store/raw is what validation, locking
 and record objects cost.
@@ -33,43 +33,63 @@ not fatal, since speed depends on the machine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import shutil
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-# _common sits beside this script; importing it also finds this checkout's agenthold.
-from _common import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+from harness import (
     Loop,
     as_targets,
     best_rates,
+    finish,
     machine,
     machine_line,
+    median_seconds,
+    options,
     raw_connection,
     table,
     target_lines,
+    utc_iso,
 )
 
-# The private SQL constants are imported on purpose: the baseline must run exactly these.
-from agenthold.store import (
-    _CURRENT,
-    _GET,
-    _HISTORY,
-    _INSERT_HISTORY,
-    _LIST,
-    _UPSERT,
-    ConflictError,
-    StateStore,
+from agenthold.store import ConflictError, StateStore
+
+# The statements StateStore runs for get, history, list_keys and set on SQLite, as the baseline
+# runs them.
+_GET = (
+    "SELECT value, version, updated_by, updated_at FROM state "
+    "WHERE namespace = ? AND key = ? AND deleted = 0"
+)
+_CURRENT = (
+    "SELECT version, deleted, value, updated_by, updated_at FROM state "
+    "WHERE namespace = ? AND key = ?"
+)
+_HISTORY = (
+    "SELECT version, value, updated_by, updated_at, event_type, principal FROM state_history "
+    "WHERE namespace = ? AND key = ? ORDER BY version DESC LIMIT ?"
+)
+_LIST = (
+    "SELECT key, value, version, updated_by, updated_at FROM state "
+    "WHERE namespace = ? AND deleted = 0 ORDER BY key"
+)
+_INSERT_HISTORY = (
+    "INSERT INTO state_history (namespace, key, version, value, updated_by, updated_at, "
+    "event_type) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+_UPSERT = (
+    "INSERT INTO state (namespace, key, value, version, updated_by, updated_at, deleted) "
+    "VALUES (?, ?, ?, ?, ?, ?, 0) ON CONFLICT (namespace, key) DO UPDATE SET "
+    "value = excluded.value, version = excluded.version, updated_by = excluded.updated_by, "
+    "updated_at = excluded.updated_at, deleted = 0"
 )
 
 NS = "bench"  # the namespace of the measured key
@@ -103,10 +123,6 @@ QUICK = Sizes("quick", 2, 300, 3_000, 1_000, 4, 25, 500, 10, 3)
 # --------------------------------------------------------------------------------------------
 
 
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
-
-
 def make_database(path: Path) -> None:
     """Create an agenthold database (schema, pragmas) at ``path`` and close it."""
     StateStore(path).close()
@@ -137,7 +153,7 @@ class RawStore:
     def set(self, namespace: str, key: str, value: Any, writer: str, expected_version: int) -> int:
         """Write like StateStore.set with expected_version; return the new version."""
         text = json.dumps(value, separators=(",", ":"))
-        now = utc_now()
+        now = utc_iso()
         cur = self.cur
         cur.execute("BEGIN IMMEDIATE")
         try:
@@ -156,7 +172,7 @@ class RawStore:
 
     def increment(self, namespace: str, key: str, writer: str) -> None:
         """Add 1 to an integer value, holding the write lock from the read to the write."""
-        now = utc_now()
+        now = utc_iso()
         cur = self.cur
         cur.execute("BEGIN IMMEDIATE")
         try:
@@ -174,17 +190,6 @@ class RawStore:
 # --------------------------------------------------------------------------------------------
 # Timing
 # --------------------------------------------------------------------------------------------
-
-
-def median_seconds(calls: dict[str, Callable[[], object]], runs: int) -> dict[str, float]:
-    """Median duration of each call over ``runs`` runs, the calls taking turns."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(runs):
-        for name, call in calls.items():
-            started = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - started)
-    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def store_set_loop(store: StateStore, key: str = KEY) -> Loop:
@@ -572,10 +577,7 @@ def report(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    args = parser.parse_args(argv)
+    args = options(__doc__).parse_args(argv)
     sizes = QUICK if args.quick else FULL
     results: dict[str, Any] = {"machine": machine(), "sizes": asdict(sizes)}
     with tempfile.TemporaryDirectory(prefix="agenthold-bench-") as tmp:
@@ -583,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         results["contention"] = measure_contention(Path(tmp), sizes)
         results["history_size"] = measure_history_size(Path(tmp), sizes)
     results["targets"] = targets(results)
-    print(json.dumps(results, indent=2) if args.json else report(results))
+    finish(args, results, report)
     correct = results["contention"]["store"]["exact"] and results["contention"]["raw"]["exact"]
     return 0 if correct else 1
 

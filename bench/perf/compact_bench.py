@@ -1,11 +1,11 @@
 """How long writes stall while compaction trims a large state history, against the same writes
 with no compaction, in the same run.
 
-    python bench/compact_bench.py              # 200,000 history rows (about a minute)
-    python bench/compact_bench.py --full       # 1,000,000 history rows, as issue 29 asks
-    python bench/compact_bench.py --rows N     # any other size
-    python bench/compact_bench.py --quick      # a smoke run of a few seconds (too small to judge)
-    python bench/compact_bench.py --json       # the results as JSON instead of tables
+    python bench/perf/compact_bench.py              # 200,000 history rows (about a minute)
+    python bench/perf/compact_bench.py --full       # 1,000,000 history rows, as issue 29 asks
+    python bench/perf/compact_bench.py --rows N     # any other size
+    python bench/perf/compact_bench.py --quick      # a smoke run (too small to judge)
+    python bench/perf/compact_bench.py --json       # the results as JSON instead of tables
 
 What is measured. A SQLite file is bulk-built with ``rows`` history rows (keys of 100 versions
 each) and copied, so both runs start from the same bytes. On each copy a writer process (a
@@ -20,8 +20,6 @@ machine's, loaded or not: compare the two columns, never a number on its own.
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing
 import shutil
 import sqlite3
@@ -33,7 +31,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _common import machine, machine_line, percentile, table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+from harness import finish, machine, machine_line, options, percentile, table
 
 from agenthold.retention import DEFAULT_BATCH, compact, set_retention
 from agenthold.store import StateStore
@@ -127,12 +126,8 @@ def summary(times: list[float]) -> dict[str, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    size = parser.add_mutually_exclusive_group()
-    size.add_argument("--rows", type=int, default=200_000, help="history rows to build")
-    size.add_argument("--full", action="store_true", help="1,000,000 history rows")
-    size.add_argument("--quick", action="store_true", help="a smoke run: 20,000 rows")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser = options(__doc__, quick="a smoke run: 20,000 rows", full="1,000,000 history rows")
+    parser.add_argument("--rows", type=int, default=200_000, help="history rows to build")
     args = parser.parse_args()
     rows = 1_000_000 if args.full else 20_000 if args.quick else args.rows
     facts = machine()
@@ -146,6 +141,7 @@ def main() -> int:
         alone, _ = run(copy, compaction["seconds"])
     results = {
         "machine": facts,
+        "quick": args.quick,
         "rows": rows,
         "build_seconds": build_seconds,
         "batch": DEFAULT_BATCH,
@@ -156,40 +152,45 @@ def main() -> int:
     a, d = results["writes_alone"], results["writes_during_compaction"]
     results["longest_stall_ratio"] = d["max_ms"] / a["max_ms"]
     results["p99_ratio"] = d["p99_ms"] / a["p99_ms"]
-    if args.json:
-        print(json.dumps(results, indent=2))
-        return 0
-    print("agenthold compaction benchmark" + (" (quick run)" if args.quick else ""))
-    print(machine_line(facts))
-    print(
-        f"\n{rows:,} history rows built in {build_seconds:.1f} s; compaction kept {KEEP} "
-        f"versions per key: removed {compaction['removed']:,} rows in {compaction['batches']} "
-        f"batches of {DEFAULT_BATCH} ids, gave back {compaction['pages_freed']:,} pages, "
-        f"in {compaction['seconds']:.2f} s\n"
-    )
-    print("writes by another process (StateStore.set, one after another)")
-    print(
-        table(
-            [
-                ["run", "writes", "median ms", "p99 ms", "longest ms"],
-                *(
-                    [
-                        name,
-                        str(s["writes"]),
-                        f"{s['median_ms']:.2f}",
-                        f"{s['p99_ms']:.2f}",
-                        f"{s['max_ms']:.2f}",
-                    ]
-                    for name, s in (("no compaction", a), ("during compaction", d))
-                ),
-            ]
-        )
-    )
-    print(
-        f"\nlongest stall during compaction / without: {results['longest_stall_ratio']:.2f}x; "
-        f"p99: {results['p99_ratio']:.2f}x"
-    )
+    finish(args, results, report)
     return 0
+
+
+def report(results: dict[str, Any]) -> str:
+    rows, build_seconds, compaction = (
+        results["rows"],
+        results["build_seconds"],
+        results["compaction"],
+    )
+    a, d = results["writes_alone"], results["writes_during_compaction"]
+    return "\n".join(
+        [
+            "agenthold compaction benchmark" + (" (quick run)" if results["quick"] else ""),
+            machine_line(results["machine"]),
+            f"\n{rows:,} history rows built in {build_seconds:.1f} s; compaction kept {KEEP} "
+            f"versions per key: removed {compaction['removed']:,} rows in "
+            f"{compaction['batches']} batches of {DEFAULT_BATCH} ids, gave back "
+            f"{compaction['pages_freed']:,} pages, in {compaction['seconds']:.2f} s\n",
+            "writes by another process (StateStore.set, one after another)",
+            table(
+                [
+                    ["run", "writes", "median ms", "p99 ms", "longest ms"],
+                    *(
+                        [
+                            name,
+                            str(s["writes"]),
+                            f"{s['median_ms']:.2f}",
+                            f"{s['p99_ms']:.2f}",
+                            f"{s['max_ms']:.2f}",
+                        ]
+                        for name, s in (("no compaction", a), ("during compaction", d))
+                    ),
+                ]
+            ),
+            f"\nlongest stall during compaction / without: {results['longest_stall_ratio']:.2f}x; "
+            f"p99: {results['p99_ratio']:.2f}x",
+        ]
+    )
 
 
 if __name__ == "__main__":

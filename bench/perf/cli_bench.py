@@ -1,9 +1,10 @@
 """Start-up time of the ``agenthold`` command: ``--help`` and the inspector, against Python itself.
 
-    python bench/cli_bench.py                  # 20 runs of each command, a table
-    python bench/cli_bench.py --runs 50        # more runs
-    python bench/cli_bench.py --json           # the same results as JSON
-    python bench/cli_bench.py --make-demo PATH # only build the demo database of docs/inspector.md
+    python bench/perf/cli_bench.py                  # 20 runs of each command, a table
+    python bench/perf/cli_bench.py --runs 50        # more runs
+    python bench/perf/cli_bench.py --quick          # 3 runs of each: a smoke run
+    python bench/perf/cli_bench.py --json           # the same results as JSON
+    python bench/perf/cli_bench.py --make-demo PATH # only the demo database of docs/inspector.md
 
 What is measured: the wall time of whole processes, started one after another with
 ``subprocess.run`` (so it includes the interpreter's start-up, imports, opening the database and
@@ -31,9 +32,7 @@ if a command fails or imports ``mcp``.
 
 from __future__ import annotations
 
-import argparse
 import compileall
-import json
 import os
 import platform
 import shutil
@@ -45,8 +44,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-# _common sits beside this script; importing it finds this checkout's agenthold if need be.
-import _common  # noqa: F401
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+from harness import finish, options
 
 import agenthold.store
 from agenthold.claims import Coordinator
@@ -146,16 +145,16 @@ def imports_mcp(argv: list[str], env: dict[str, str]) -> bool:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=20, help="runs of each command (default 20)")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser = options(__doc__, quick="3 runs of each: a smoke run, too few to judge")
+    parser.add_argument("--runs", type=int, help="runs of each command (default 20)")
     parser.add_argument("--make-demo", metavar="PATH", help="only build the demo database")
     args = parser.parse_args()
     if args.make_demo:
         make_demo(args.make_demo, pause=2.0)
         print(f"demo database written to {args.make_demo}")
         return 0
-    if args.runs < 1:
+    runs = args.runs if args.runs is not None else 3 if args.quick else 20
+    if runs < 1:
         parser.error("--runs must be 1 or more")
 
     env = {**os.environ, "COLUMNS": "100"}
@@ -176,7 +175,7 @@ def main() -> int:
             subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         results: list[dict[str, Any]] = []
         for name, argv, target in cases:
-            times = time_runs(argv, args.runs, env)
+            times = time_runs(argv, runs, env)
             median = statistics.median(times)
             results.append(
                 {
@@ -192,39 +191,37 @@ def main() -> int:
             for c in (["--help"], ["claims", "--db", db], ["log", "--db", db])
         }
 
-    failed_import = any(mcp.values())
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "python": platform.python_version(),
-                    "agenthold": " ".join(prefix),
-                    "runs": args.runs,
-                    "results": results,
-                    "imports_mcp": mcp,
-                },
-                indent=2,
-            )
-        )
-        return 1 if failed_import else 0
+    summary = {
+        "python": platform.python_version(),
+        "agenthold": " ".join(prefix),
+        "runs": runs,
+        "results": results,
+        "imports_mcp": mcp,
+    }
+    finish(args, summary, report)
+    return 1 if any(mcp.values()) else 0
 
-    print(f"Python {platform.python_version()}, {args.runs} runs each, command: {' '.join(prefix)}")
-    print()
-    print(f"{'COMMAND':<18}  {'MEDIAN':>9}  {'BEST':>9}  {'TARGET':>9}  RESULT")
-    print(f"{'-' * 18}  {'-' * 9}  {'-' * 9}  {'-' * 9}  ------")
-    for r in results:
+
+def report(summary: dict[str, Any]) -> str:
+    out = [
+        f"Python {summary['python']}, {summary['runs']} runs each, command: {summary['agenthold']}",
+        "",
+        f"{'COMMAND':<18}  {'MEDIAN':>9}  {'BEST':>9}  {'TARGET':>9}  RESULT",
+        f"{'-' * 18}  {'-' * 9}  {'-' * 9}  {'-' * 9}  ------",
+    ]
+    for r in summary["results"]:
         target = "-" if r["target_ms"] is None else f"< {r['target_ms']:.0f} ms"
         verdict = "-" if r["passed"] is None else "pass" if r["passed"] else "MISSED"
-        print(
+        out.append(
             f"{r['command']:<18}  {r['median_ms']:>6.1f} ms  {r['best_ms']:>6.1f} ms  "
             f"{target:>9}  {verdict}"
         )
-    print()
-    for argv, imported in mcp.items():
-        print(
+    out.append("")
+    for argv, imported in summary["imports_mcp"].items():
+        out.append(
             f"agenthold {argv.split(' --db')[0]}: {'IMPORTS mcp' if imported else 'no mcp import'}"
         )
-    return 1 if failed_import else 0
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

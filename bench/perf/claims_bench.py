@@ -1,8 +1,8 @@
 """Speed of agenthold's claims: claim-and-release throughput, and how fast a wait is woken.
 
-    python bench/claims_bench.py            # the full run, about ten seconds
-    python bench/claims_bench.py --quick    # a smoke run of a few seconds (too small to judge)
-    python bench/claims_bench.py --json     # the same results as JSON instead of tables
+    python bench/perf/claims_bench.py            # the full run, about ten seconds
+    python bench/perf/claims_bench.py --quick    # a smoke run of a few seconds (too small to judge)
+    python bench/perf/claims_bench.py --json     # the same results as JSON instead of tables
 
 What is measured, on files in a temporary directory, with the default durability ("normal": WAL
 and synchronous NORMAL):
@@ -11,9 +11,9 @@ and synchronous NORMAL):
    and again, through ``Coordinator`` (resolving the path, checking the agent id, renewing the
    lease, writing the claim and its event row). Once without a claim TTL and once with one (the
    ``--claim-ttl`` setting of an HTTP server). The baseline is a raw ``sqlite3`` connection on a
-   database of the same schema running the statements claims.py runs for the same pair, imported
-   from it where they are constants so they cannot drift apart: per call BEGIN IMMEDIATE, the
-   agent lookup, the claim row SELECT, the UPDATE, the event INSERT and COMMIT. Rates are the best
+   database of the same schema running the statements the claims code runs for the same pair,
+   written out below: per call BEGIN IMMEDIATE, the agent lookup, the claim row SELECT, the
+   UPDATE, the event INSERT and COMMIT. Rates are the best
    of several runs, library and raw taking turns, because on a shared machine the best run is the
    one least disturbed by other work.
 2. Wake-up latency of ``wait``: this process waits on a resource that another process holds;
@@ -48,7 +48,6 @@ a missed speed target is reported, not fatal, since speed depends on the machine
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import random
@@ -62,39 +61,95 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# _common sits beside this script; importing it also finds this checkout's agenthold.
-from _common import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+from harness import (
     Loop,
     as_targets,
     best_rates,
+    finish,
     machine,
     machine_line,
+    options,
     percentile,
     raw_connection,
     table,
     target_lines,
+    utc_iso,
 )
 
-from agenthold.claims.coordinator import Coordinator
-from agenthold.claims.names import Resolver, Workspace
-from agenthold.claims.records import WaitResult
-
-# The library's own statements (public in claims.schema): the baseline must run exactly these.
-from agenthold.claims.schema import CLAIM_ROW as _CLAIM_ROW
-from agenthold.claims.schema import EVENT as _EVENT
-from agenthold.claims.schema import EVENT_MODE as _EVENT_MODE
-from agenthold.claims.schema import FREE as _FREE
-from agenthold.claims.schema import LOOK_ROW as _LOOK_ROW
-from agenthold.claims.schema import TAKE as _TAKE_ROW
-from agenthold.claims.schema import TOUCH as _TOUCH_ACTIVITY
-from agenthold.claims.schema import rows_statement
-from agenthold.store import StateStore, utc_iso
+from agenthold.claims import Coordinator, WaitResult
+from agenthold.resources import Workspace, WorkspaceRegistry
+from agenthold.store import StateStore
 
 RESOURCE = "src/app.py"
 TTL = 1800.0  # the claim TTL of the "with a TTL" run, as an HTTP server might use
-# claims.py's claim UPDATE is not a module constant; this is its text.
-_TAKE = "UPDATE claims SET holder = ?, claimed_at = ?, version = ?, uri = ? WHERE resource = ?"
+
+# The statements of the raw baselines, as the claims code runs them on SQLite.
+# A pair of (1): the agent lookup, the claim row, the claim and release UPDATEs, the event row.
 _TOUCH = "SELECT last_seen_at, lease_ends_at, lease_end_outcome FROM agents WHERE agent_id = ?"
+_CLAIM_ROW = (
+    "SELECT c.resource, c.uri, c.holder, c.claimed_at, c.version, c.last_outcome, "
+    "c.last_holder, c.last_outcome_at, c.moved_to, a.name, a.model, a.lease_ends_at, "
+    "a.lease_end_outcome, c.scope FROM claims AS c LEFT JOIN agents AS a ON a.agent_id = c.holder "
+)
+_TAKE = "UPDATE claims SET holder = ?, claimed_at = ?, version = ?, uri = ? WHERE resource = ?"
+_FREE = (
+    "UPDATE claims SET holder = NULL, claimed_at = NULL, version = ?, last_outcome = ?, "
+    "last_holder = ?, last_outcome_at = ?, moved_to = ? WHERE resource = ?"
+)
+_EVENT = (
+    "INSERT INTO claim_events (at, agent_id, event, resource, uri, outcome, moved_to, version) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# A set of (3): the same, one statement per table for all the rows (as a claim write batches
+# them), with the lookup that also asks whether any wait, share or pattern exists.
+_TOUCH_ACTIVITY = (
+    "SELECT last_seen_at, lease_ends_at, lease_end_outcome, EXISTS (SELECT 1 FROM "
+    "claim_waiters), EXISTS (SELECT 1 FROM claim_shares), (SELECT token FROM claim_patterns) "
+    "FROM agents WHERE agent_id = ?"
+)
+_LOOK_ROW = (
+    "SELECT c.resource, c.uri, c.holder, c.claimed_at, c.version, c.last_outcome, "
+    "c.last_holder, c.last_outcome_at, c.moved_to, a.name, a.model, a.lease_ends_at, "
+    "a.lease_end_outcome, c.scope, c.file_id FROM claims AS c "
+    "LEFT JOIN agents AS a ON a.agent_id = c.holder "
+)
+_TAKE_ROW = (
+    "UPDATE claims SET holder = ?, claimed_at = ?, version = ?, uri = ?, file_id = ?, scope = ? "
+    "WHERE resource = ?"
+)
+_EVENT_MODE = (
+    "INSERT INTO claim_events (at, agent_id, event, resource, uri, outcome, moved_to, version, "
+    "principal, mode) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _values(columns: int, n: int) -> str:
+    return ", ".join(["(" + ", ".join("?" * columns) + ")"] * n)
+
+
+def take_rows(n: int) -> str:
+    """_TAKE_ROW for ``n`` rows in one statement, their parameters one row after another."""
+    return (
+        "UPDATE claims SET holder = v.column1, claimed_at = v.column2, "
+        "version = CAST(v.column3 AS BIGINT), uri = v.column4, file_id = v.column5, "
+        f"scope = v.column6 FROM (VALUES {_values(7, n)}) AS v WHERE claims.resource = v.column7"
+    )
+
+
+def free_rows(n: int) -> str:
+    """_FREE for ``n`` rows in one statement."""
+    return (
+        "UPDATE claims SET holder = NULL, claimed_at = NULL, version = CAST(v.column1 AS BIGINT), "
+        "last_outcome = v.column2, last_holder = v.column3, last_outcome_at = v.column4, "
+        f"moved_to = v.column5 FROM (VALUES {_values(6, n)}) AS v "
+        "WHERE claims.resource = v.column6"
+    )
+
+
+def event_rows(n: int) -> str:
+    """_EVENT_MODE for ``n`` rows in one statement."""
+    return _EVENT_MODE.split(" VALUES ")[0] + " VALUES " + _values(10, n)
 
 
 @dataclass(frozen=True)
@@ -110,7 +165,7 @@ QUICK = Sizes("quick", 2, 300, 20)
 
 
 def coordinator(path: Path, root: Path, claim_ttl: float | None = None) -> Coordinator:
-    resolver = Resolver([Workspace("default", str(root))])
+    resolver = WorkspaceRegistry([Workspace("default", str(root))])
     return Coordinator(StateStore(path), resolver=resolver, claim_ttl=claim_ttl)
 
 
@@ -277,9 +332,9 @@ class RawSet:
         self.keys, self.uris, self.agent_id = keys, uris, agent_id
         n = len(keys)
         self.look = _LOOK_ROW + f"WHERE c.resource IN ({', '.join('?' * n)})"
-        self.take = rows_statement(_TAKE_ROW, n) if n > 1 else _TAKE_ROW
-        self.free = rows_statement(_FREE, n) if n > 1 else _FREE
-        self.event = rows_statement(_EVENT_MODE, n) if n > 1 else _EVENT_MODE
+        self.take = take_rows(n) if n > 1 else _TAKE_ROW
+        self.free = free_rows(n) if n > 1 else _FREE
+        self.event = event_rows(n) if n > 1 else _EVENT_MODE
 
     def close(self) -> None:
         self.conn.close()
@@ -663,10 +718,7 @@ def report(results: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run of a few seconds")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
-    args = parser.parse_args(argv)
+    args = options(__doc__).parse_args(argv)
     sizes = QUICK if args.quick else FULL
     results: dict[str, Any] = {"machine": machine(), "sizes": sizes.__dict__}
     try:
@@ -679,7 +731,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"correctness check failed: {exc}", file=sys.stderr)
         return 1
     results["targets"] = targets(results)
-    print(json.dumps(results, indent=2) if args.json else report(results))
+    finish(args, results, report)
     return 0
 
 

@@ -1,8 +1,8 @@
-"""The processes bench/torture.py (and tests/test_torture.py) start: a crash writer and a
+"""The processes bench/torture/torture.py (and tests/test_torture.py) start: a crash writer and a
 contention worker, each on a real database file.
 
-    python bench/torture_workers.py crash DB LOG SEED AGENTS [STEPS]
-    python bench/torture_workers.py contend DB OUT SEED SECONDS THREADS INDEX
+    python bench/torture/workers.py crash DB LOG SEED AGENTS [STEPS]
+    python bench/torture/workers.py contend DB OUT SEED SECONDS THREADS INDEX
 
 Decisions behind it:
 - A worker talks to its parent in lines on stdout, flushed at once ("ready", then a JSON
@@ -29,10 +29,11 @@ import sys
 import threading
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
-# _common sits beside this script; importing it finds this checkout's agenthold if need be.
-import _common  # noqa: F401
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+import harness  # noqa: F401  (it finds this checkout's agenthold if need be)
 
 from agenthold.claims import OUTCOMES, Coordinator
 from agenthold.store import BusyError, ConflictError, NotFoundError, StateStore

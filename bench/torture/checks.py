@@ -1,4 +1,4 @@
-"""The checkers of bench/torture.py: what must hold after a kill, over a merged record of
+"""The checkers of bench/torture/torture.py: what must hold after a kill, over a merged record of
 concurrent calls, and across a soak run. Used by the benchmark and by tests/test_torture.py.
 
 Decisions behind it:
@@ -358,7 +358,7 @@ def check_contention(
 ) -> tuple[Checks, dict[str, Any]]:
     """Check a merged record of concurrent calls against the database they ran on.
 
-    ``records`` are the calls of every thread of every process (see torture_workers.Recorder):
+    ``records`` are the calls of every thread of every process (see workers.Recorder):
     each has ``op``, ``t0`` (monotonic time just before the call) and ``t1`` (just after the
     answer); "hold" records span from just after a "claimed" answer to just before the release
     was sent. ``initial`` maps a key to the version its set-up write (before any worker ran)
@@ -627,7 +627,7 @@ def growth(values: Sequence[float]) -> float:
     up to its limit, client connections up to one per client. A leak sets new highs. Medians
     would not do: an idle pool shrinks and grows again with the load, so a median moves
     without any leak. The bound must be reached early, before the samples' first half ends
-    (bench/torture.py fills the servers' thread pools before sampling)."""
+    (bench/torture/torture.py fills the servers' thread pools before sampling)."""
     half = len(values) // 2
     first, second = max(values[:half]), max(values[half:])
     return max(0.0, second / first - 1) if first else 0.0

@@ -2,8 +2,8 @@
 database, 16 clients doing claim and release on resources of their own, on PostgreSQL and on
 SQLite.
 
-    python bench/pg_scale.py --db postgresql://user@/dbname?host=/run/postgresql
-    python bench/pg_scale.py --db URL --quick        # a smoke run (too small to judge)
+    python bench/perf/pg_scale.py --db postgresql://user@/dbname?host=/run/postgresql
+    python bench/perf/pg_scale.py --db URL --quick        # a smoke run (too small to judge)
 
 Each client is an ``mcp.Client`` over Streamable HTTP (all 16 in this one process, on asyncio),
 bound to server ``i % N``; it registers an agent, then claims and releases its own resource
@@ -22,7 +22,6 @@ temporary directory.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import random
@@ -37,11 +36,11 @@ from typing import Any
 
 import anyio
 import httpx2
-from _common import free_port, load_average, process_cpu_seconds, table
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+from harness import ROOT, finish, free_port, load_average, options, process_cpu_seconds, table
 
 
 class Server:
@@ -214,20 +213,26 @@ def measure(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = options(__doc__)
     parser.add_argument("--db", required=True, help="a postgresql:// URL")
     parser.add_argument("--servers", default="1,2,4")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--repeats", type=int, default=2, help="runs of each row; the best counts")
-    parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", choices=("sqlite", "postgresql"))
     args = parser.parse_args()
     counts = [int(n) for n in args.servers.split(",")]
     seconds, warm_up, repeats = (1.0, 0.5, 1) if args.quick else (args.seconds, 2.0, args.repeats)
-    print(f"{os.cpu_count()} CPUs, load average {load_average() or 0:.2f} at start; "
-          f"{args.clients} clients, {seconds:g} s counted after {warm_up:g} s, "
-          f"best of {repeats}")  # fmt: skip
+    results: dict[str, Any] = {
+        "cpus": os.cpu_count(),
+        "load_average_at_start": load_average(),
+        "clients": args.clients,
+        "seconds": seconds,
+        "warm_up": warm_up,
+        "repeats": repeats,
+    }
+    if not args.json:
+        print(heading(results), flush=True)
     rows = [["backend", "servers", "calls/s", "CPU/s servers", "CPU/s postgres", "CPU/s clients",
              "lock waiters"]]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="agenthold-scale-") as tmp:
@@ -248,11 +253,26 @@ def main() -> int:
                         best = row
                 assert best is not None
                 rows.append(best)
-                print("  " + "  ".join(best), flush=True)
-    print()
-    print(table(rows))
-    print(f"load average {load_average() or 0:.2f} at end")
+                if not args.json:  # each row as it is measured: a full run takes minutes
+                    print("  " + "  ".join(best), flush=True)
+    results["rows"] = rows
+    results["load_average_at_end"] = load_average()
+    finish(args, results, report)
     return 0
+
+
+def heading(results: dict[str, Any]) -> str:
+    return (
+        f"{results['cpus']} CPUs, load average {results['load_average_at_start'] or 0:.2f} at "
+        f"start; {results['clients']} clients, {results['seconds']:g} s counted after "
+        f"{results['warm_up']:g} s, best of {results['repeats']}"
+    )
+
+
+def report(results: dict[str, Any]) -> str:
+    return (
+        f"\n{table(results['rows'])}\nload average {results['load_average_at_end'] or 0:.2f} at end"
+    )
 
 
 if __name__ == "__main__":

@@ -1,19 +1,18 @@
 """How the live page (``agenthold web``) holds up with 1,000 claims and 100,000 events.
 
 It builds a SQLite database with that many (``--quick``: 100 claims, 5,000 events), then times
-the page's reads (``agenthold.web.views.View``) against the library reads they are built on,
+the page's reads (``agenthold.web.View``) against the library reads they are built on,
 in the same run: the overview against ``Coordinator.list_claims`` alone, a page of the log
 against ``StateStore.read_log`` of the same length, a filtered page, and a page far back.
 With ``--browser`` it also opens the page in the system's Chromium (Playwright) and reports how
 long the page takes to show everything and how many rows the log and claims lists hold in the
 DOM (the lists render only what is on screen).
 
-    python bench/web_bench.py [--quick] [--browser]
+    python bench/perf/web_bench.py [--quick] [--browser] [--json]
 """
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
@@ -22,11 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import ROOT, machine, machine_line, table
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+from harness import ROOT, finish, machine, machine_line, options, table
 
 from agenthold import StateStore
 from agenthold.claims import Coordinator
-from agenthold.web.views import View
+from agenthold.web import View
 
 
 def build(path: Path, claims: int, events: int) -> None:
@@ -89,20 +89,17 @@ def browser_figures(path: Path) -> list[list[str]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="100 claims, 5,000 events")
+    parser = options(__doc__, quick="100 claims, 5,000 events")
     parser.add_argument("--browser", action="store_true", help="also time the page in Chromium")
     args = parser.parse_args()
     claims, events = (100, 5_000) if args.quick else (1_000, 100_000)
     repeats = 3 if args.quick else 7
-    print(machine_line(machine()))
+    results: dict[str, Any] = {"machine": machine(), "claims": claims, "events": events}
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "state.db"
         start = time.perf_counter()
         build(path, claims, events)
-        print(
-            f"built {claims:,} claims and {events:,} events in {time.perf_counter() - start:.1f} s"
-        )
+        results["build_seconds"] = time.perf_counter() - start
         view = View(str(path))
         store, coordinator = view.store, view.coordinator
         try:
@@ -132,8 +129,20 @@ def main() -> int:
             view.close()
         if args.browser:
             rows += browser_figures(path)
-        print(table([["READ", "MEDIAN", "BASELINE (same run)"], *rows]))
+    results["rows"] = [["READ", "MEDIAN", "BASELINE (same run)"], *rows]
+    finish(args, results, report)
     return 0
+
+
+def report(results: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            machine_line(results["machine"]),
+            f"built {results['claims']:,} claims and {results['events']:,} events in "
+            f"{results['build_seconds']:.1f} s",
+            table(results["rows"]),
+        ]
+    )
 
 
 if __name__ == "__main__":

@@ -1,17 +1,19 @@
-"""The servers bench/mcp_bench.py talks to over stdio.
+"""The servers bench/perf/mcp_bench.py talks to over stdio.
 
-    python bench/mcp_bench_server.py [agenthold's serving flags]   # e.g. --db X --tools advanced
-    python bench/mcp_bench_server.py --bare                        # the SDK floor
+    python bench/perf/mcp_bench_server.py [agenthold's serving flags]  # --db X --tools advanced
+    python bench/perf/mcp_bench_server.py --bare                       # the SDK floor
 
 Decisions behind it:
 - The first form is the real agenthold stdio server (the same flags, checks, logging and
-  ``serve_stdio`` as ``agenthold.cli.main.serve``) with one extra tool, ``bench_noop``. The no-op
+  ``serve_stdio`` as ``agenthold`` itself, through the faces agenthold.cli and agenthold.serve)
+  with one extra tool, ``bench_noop``. The no-op
   takes the same path as every agenthold tool (argument binding, dispatch, reply shaping, the
   same output schema) but does no database work, so a tool's time minus the no-op's, measured
   on the same server in the same run, is what the tool itself costs.
 - ``--bare`` is a low-level ``mcp`` Server with one no-op tool on the SDK's own stdio streams and
   nothing else: how long the SDK alone takes from spawn to the first answered call.
-- Nothing is imported before the mode is known, so each form pays only for its own imports.
+- Nothing is imported before the mode is known, so each form pays only for its own imports (not
+  even bench/harness.py: the bare form's start-up is a measured floor).
 """
 
 from __future__ import annotations
@@ -29,12 +31,10 @@ def serve_agenthold(argv: list[str]) -> int:
     try:
         import agenthold  # noqa: F401
     except ImportError:  # a source checkout without agenthold installed
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     import anyio
 
-    from agenthold.cli import main as cli
-    from agenthold.serve import app as server
-    from agenthold.serve import stdio, toolkit
+    from agenthold import cli, serve
 
     args = cli.build_parser().parse_args(argv)
     try:
@@ -53,14 +53,14 @@ def serve_agenthold(argv: list[str]) -> int:
         level=opts.log_level.upper(),
         format="agenthold: %(levelname)s: %(message)s",
     )
-    app = server.Agenthold(coordinator, tools=opts.tools, disconnect_grace=opts.disconnect_grace)
+    app = serve.Agenthold(coordinator, tools=opts.tools, disconnect_grace=opts.disconnect_grace)
     app.transport = opts.transport
     app.reap_idle = opts.reap_idle
 
-    async def noop(call: toolkit.ToolCall) -> dict[str, Any]:
+    async def noop(call: serve.ToolCall) -> dict[str, Any]:
         return {"status": "ok"}
 
-    spec = toolkit.ToolSpec(
+    spec = serve.ToolSpec(
         NOOP,
         "Do nothing",
         "Does nothing and answers status ok (for benchmarks).",
@@ -73,7 +73,7 @@ def serve_agenthold(argv: list[str]) -> int:
     app.specs[spec.name] = spec
     app.declarations.append(spec.declaration())
     try:
-        anyio.run(stdio.serve_stdio, app, cli.stop_signals)
+        anyio.run(serve.serve_stdio, app, cli.stop_signals)
         return 0
     except KeyboardInterrupt:
         return 0

@@ -1,8 +1,8 @@
 """This checkout's HTTP server against another checkout's, both running at once on this machine.
 
-    python bench/http_versus.py OTHER-CHECKOUT            # 1,000 rounds: minutes
-    python bench/http_versus.py OTHER-CHECKOUT --quick    # a smoke run (too small to judge)
-    python bench/http_versus.py OTHER-CHECKOUT --json
+    python bench/perf/http_versus.py OTHER-CHECKOUT            # 1,000 rounds: minutes
+    python bench/perf/http_versus.py OTHER-CHECKOUT --quick    # a smoke run (too small to judge)
+    python bench/perf/http_versus.py OTHER-CHECKOUT --json
 
 A promise such as "within 5 % of before" cannot be judged from two runs of http_bench.py taken
 minutes apart on a machine shared with other work: on a two-CPU machine busy with other work
@@ -18,17 +18,16 @@ whatever else the machine does falls on both alike:
    mix of increments and claim-hold-release rounds), for LOAD_SECONDS; calls per second and
    each server's CPU time per call.
 
-Each server is the one its own checkout's ``bench/http_bench.py --serve`` starts (with
-PYTHONPATH at that checkout, so each serves as that version does); the clients are this
-checkout's, the same for both. The other checkout is typically a ``git worktree`` of an older
+Each server is the one its own checkout's ``bench/perf/http_bench.py --serve`` starts (in a
+checkout from before bench/ was split, ``bench/http_bench.py``), with PYTHONPATH at that
+checkout, so each serves as that version does; the clients are this checkout's, the same for
+both. The other checkout is typically a ``git worktree`` of an older
 commit: ``git worktree add /tmp/before COMMIT``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
 import random
 import statistics
@@ -41,21 +40,21 @@ from typing import Any
 
 import anyio
 
-# http_bench sits beside this script, and _common beside it
-from _common import machine, machine_line, table
-from http_bench import (
-    HERE,
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+from harness import ROOT, finish, machine, machine_line, options, table
+from http_bench import (  # beside this script
     Load,
     Server,
     call,
     connect,
     cpu_seconds,
     mixed_calls,
+    server_script,
     start_server,
     timed,
 )
 
-MINE = HERE.parents[1]
+MINE = ROOT
 TARGET_RATIO = 1.05  # this checkout at most 5 % slower (issue 12)
 
 
@@ -224,19 +223,17 @@ def report(results: dict[str, Any], other: Path) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = options(__doc__)
     parser.add_argument("other", type=Path, help="the other checkout (its bench/ and agenthold/)")
-    parser.add_argument("--quick", action="store_true", help="a smoke run")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args()
     other = args.other.resolve()
-    if not (other / "bench" / "http_bench.py").exists():
-        parser.error(f"{other} has no bench/http_bench.py")
+    if server_script(other) is None:
+        parser.error(f"{other} has no bench/perf/http_bench.py (nor bench/http_bench.py)")
     sizes = (20, 5, 4, 0.5) if args.quick else (1000, 50, 16, 20.0)
     results = {"machine": machine(mcp=version("mcp"), uvicorn=version("uvicorn"))}
     results.update(anyio.run(run, other, *sizes))
     results["machine"]["load_average_at_end"] = os.getloadavg()[0]
-    print(json.dumps(results, indent=2) if args.json else report(results, other))
+    finish(args, results, lambda results: report(results, other))
     return 1 if results.get("problems") or results["load"]["mine"]["errors"] else 0
 
 

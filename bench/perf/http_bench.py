@@ -1,12 +1,12 @@
 """Speed and safety of agenthold over Streamable HTTP, with the load in another process.
 
-    python bench/http_bench.py            # the full run, about a minute and a half
-    python bench/http_bench.py --quick    # a smoke run of about ten seconds (too small to judge)
-    python bench/http_bench.py --json     # the same results as JSON instead of tables
-    python bench/http_bench.py --auth-only  # part 4 alone (about three minutes)
+    python bench/perf/http_bench.py            # the full run, about a minute and a half
+    python bench/perf/http_bench.py --quick    # a smoke run of about ten seconds
+    python bench/perf/http_bench.py --json     # the same results as JSON instead of tables
+    python bench/perf/http_bench.py --auth-only  # part 4 alone (about three minutes)
 
-The server is the real one (``_serve_http`` with the options the ``agenthold`` command builds),
-started as ``python bench/http_bench.py --serve ...`` in a process of its own. That launcher
+The server is the real one (``serve_http`` with the options the ``agenthold`` command builds),
+started as ``python bench/perf/http_bench.py --serve ...`` in a process of its own. That launcher
 serves the advanced tools, the standard tools next to them (so one server takes the mixed load),
 and ``bench_noop``: a tool that goes through the same dispatch as the others (argument check,
 reply, in-flight count) but does no database work, the baseline every number is compared with.
@@ -44,7 +44,6 @@ speed target is reported, not fatal, since speed depends on the machine and its 
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import itertools
@@ -66,18 +65,20 @@ from typing import Any
 
 import anyio
 import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
 
-# _common sits beside this script; importing it also finds this checkout's agenthold.
-from _common import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+from harness import (
     as_targets,
+    finish,
     machine,
     machine_line,
+    options,
     process_cpu_seconds,
     table,
     target_lines,
 )
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
 HERE = Path(__file__).resolve()
 TARGET_GET_OVER_NOOP_MS = 0.5  # median of agenthold_get minus median of bench_noop
@@ -108,11 +109,11 @@ QUICK = Sizes("quick", 20, 5, 8, 0.5, 20, 0.5, 30)
 
 
 def serve(argv: list[str]) -> int:
-    """Serve the advanced and standard tools and bench_noop with ``_serve_http``; print the
+    """Serve the advanced and standard tools and bench_noop with ``serve_http``; print the
     port on stdout once listening; stop on SIGTERM like ``agenthold --transport http``."""
     import logging
 
-    from agenthold.cli.main import (
+    from agenthold.cli import (
         build_parser,
         freeze_startup_objects,
         listen,
@@ -120,15 +121,12 @@ def serve(argv: list[str]) -> int:
         serve_options,
         stop_signals,
     )
-    from agenthold.serve import app as srv
-    from agenthold.serve.claim_tools import standard_tools
-    from agenthold.serve.http import serve_http
-    from agenthold.serve.toolkit import ToolCall, ToolSpec
+    from agenthold.serve import Agenthold, ToolCall, ToolSpec, serve_http, standard_tools
 
     opts, _ = serve_options(build_parser().parse_args(argv), {})
     logging.basicConfig(stream=sys.stderr, level=opts.log_level.upper())
     coordinator = open_coordinator(opts)
-    app = srv.Agenthold(coordinator, tools="advanced", disconnect_grace=opts.disconnect_grace)
+    app = Agenthold(coordinator, tools="advanced", disconnect_grace=opts.disconnect_grace)
     app.transport = "http"
 
     async def noop(call: ToolCall) -> dict[str, Any]:
@@ -178,15 +176,28 @@ class Server:
         return rc, self.log.read_text()
 
 
+def server_script(checkout: Path) -> Path | None:
+    """The http_bench.py of another checkout: in bench/perf/, or in bench/ before the split."""
+    for script in (
+        checkout / "bench" / "perf" / "http_bench.py",
+        checkout / "bench" / "http_bench.py",
+    ):
+        if script.exists():
+            return script
+    return None
+
+
 def start_server(tmp: Path, name: str, *flags: str, checkout: Path | None = None) -> Server:
     """A server started by this script's --serve; with ``checkout``, by that checkout's own
-    bench/http_bench.py, importing that checkout's agenthold (see http_versus.py)."""
+    http_bench.py (``server_script``), importing that checkout's agenthold (see
+    http_versus.py)."""
     db, log = tmp / f"{name}.db", tmp / f"{name}.log"
     argv = ["--db", str(db), "--transport", "http", "--claim-ttl", "3600", *flags]
     script, env, cwd = HERE, None, None
     if checkout is not None:
-        script, cwd = checkout / "bench" / "http_bench.py", checkout
+        script, cwd = server_script(checkout), checkout
         env = {**os.environ, "PYTHONPATH": str(checkout)}
+        assert script is not None, f"{checkout} has no http_bench.py"
     with log.open("w") as err:
         proc = subprocess.Popen(
             [sys.executable, str(script), "--serve", *argv],
@@ -287,7 +298,7 @@ def token_file(path: Path, principals: int) -> str:
     the one in the middle (scoped, when there are several), which the clients use. The file is
     dated ten seconds back: one changed in the last two seconds is read again at every call
     (principals.RACY_NS), which is not the steady state this measures."""
-    from agenthold.identity.principals import digest
+    from agenthold.identity import digest
 
     entries = {}
     for i in range(principals):
@@ -308,8 +319,8 @@ def check_cost(tmp: Path, repeats: int = 7, n: int = 5000) -> dict[str, dict[str
     difference that noise cannot hide. Microseconds per check: the median and the best of
     ``repeats`` runs of ``n`` checks, in elapsed time and in this thread's CPU time (which
     other work on the machine does not lengthen)."""
-    from agenthold.identity.principals import TokenTable
-    from agenthold.serve.auth import BearerAuth
+    from agenthold.identity import TokenTable
+    from agenthold.serve import BearerAuth
 
     costs = {}
     for principals in (1, PRINCIPALS):
@@ -931,9 +942,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--serve"]:
         return serve(argv[1:])
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run of about ten seconds")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser = options(__doc__, quick="a smoke run of about ten seconds (too small to judge)")
     parser.add_argument(
         "--auth-only", action="store_true", help="only part 4, the cost of authentication"
     )
@@ -945,7 +954,7 @@ def main(argv: list[str] | None = None) -> int:
         results.update(anyio.run(run_all, Path(tmp), sizes, args.auth_only))
     results["targets"] = targets(results)
     results["problems"] = correctness(results)
-    print(json.dumps(results, indent=2) if args.json else report(results))
+    finish(args, results, report)
     return 1 if results["problems"] else 0
 
 

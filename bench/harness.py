@@ -1,12 +1,24 @@
-"""What the bench/ scripts share: machine facts, aligned tables, percentiles, best-of-n rates, the
-raw sqlite3 baseline's connection and the pass/FAIL lines of targets and checks.
+"""The one skeleton every script in bench/ shares: its command line, the machine it ran on, the
+timing loops, the raw baseline's connection and clock, targets with pass/FAIL, and the tables.
+
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+    from harness import ...
 
 Decisions behind it:
-- Standard library only. bench/mcp_bench.py --baseline-client imports it under another venv's
-  python (mcp 1.x, an older agenthold), where nothing of this package may be loaded.
+- Standard library only. bench/perf/mcp_bench.py --baseline-client imports it under another
+  venv's python (mcp 1.x, an older agenthold), where nothing of this package may be loaded.
 - Importing it makes this checkout's agenthold importable when none is installed, since the
-  scripts run as ``python bench/x.py`` from a source tree. It only looks for the package
+  scripts run as ``python bench/perf/x.py`` from a source tree. It only looks for the package
   (``importlib.util.find_spec``) and never imports it.
+- A benchmark is a user of agenthold like any other: it uses the public API only (the test
+  tests/test_bench_layout.py says which), and a raw baseline writes its SQL itself, so that what
+  the baseline runs is on the page beside the figure it explains.
+- Every script takes ``--quick`` (a smoke run, too small to judge), ``--full`` (the largest
+  sizes it knows, where that differs from its default), ``--json`` (the results as JSON instead
+  of tables) and ``--output FILE`` (the results as JSON in FILE too); ``finish`` prints them.
 - Only what the scripts really do alike lives here. Each script keeps its own statistics where
   they differ (http_bench.py's nearest-rank p99, the key names of each summary), so no number a
   script prints changed when it moved here.
@@ -14,8 +26,11 @@ Decisions behind it:
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import hashlib
 import importlib.util
+import json
 import os
 import platform
 import socket
@@ -26,16 +41,60 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
 
 if importlib.util.find_spec("agenthold") is None:  # a source checkout without agenthold installed
     sys.path.insert(0, str(ROOT))
 
 # The keys of machine() that are not versions of something the script uses.
 _MACHINE_FACTS = ("cpus", "platform", "python", "sqlite", "load_average_at_start")
+
+
+# --------------------------------------------------------------------------------------------
+# The command line
+# --------------------------------------------------------------------------------------------
+
+
+def options(
+    doc: str | None,
+    *,
+    quick: str = "a smoke run of a few seconds (too small to judge)",
+    full: str | None = None,
+) -> argparse.ArgumentParser:
+    """A parser with the options every script takes: ``--quick`` and ``--full`` (one or
+    neither), ``--json`` and ``--output FILE``. ``doc``'s first paragraph is its description;
+    ``full`` is what --full does, where it differs from the default run."""
+    parser = argparse.ArgumentParser(description=(doc or "").split("\n\n")[0])
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help=quick)
+    size.add_argument(
+        "--full", action="store_true", help=full or "the full run (the default): sizes to judge"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print the results as JSON instead of tables"
+    )
+    parser.add_argument(
+        "--output", type=Path, metavar="FILE", help="also write the results as JSON to FILE"
+    )
+    return parser
+
+
+def finish(args: argparse.Namespace, results: Any, report: Callable[[Any], str] | None) -> None:
+    """Print ``report(results)`` (or the results as JSON with --json; ``report`` None: the
+    script printed its tables as it went), and write the results as JSON to --output's file
+    if given."""
+    text = json.dumps(results, indent=2, default=str)
+    if args.output is not None:
+        args.output.write_text(text + "\n")
+    if args.json:
+        print(text)
+    elif report is not None:
+        print(report(results))
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,7 +197,7 @@ def threads_cpu_seconds(pid: int) -> float:
 
 
 # --------------------------------------------------------------------------------------------
-# Measuring
+# Timing
 # --------------------------------------------------------------------------------------------
 
 Loop = Callable[[int], None]  # performs n operations
@@ -157,11 +216,27 @@ def best_rates(loops: dict[str, Loop], n: int, repeats: int) -> dict[str, float]
     return best
 
 
+def median_seconds(calls: dict[str, Callable[[], object]], runs: int) -> dict[str, float]:
+    """Median duration of each call over ``runs`` runs, the calls taking turns."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(runs):
+        for name, call in calls.items():
+            started = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def percentile(values: Sequence[float], p: int) -> float:
     """The ``p``-th percentile of ``values`` (inclusive method); a single value is its own."""
     if len(values) < 2:
         return values[0]
     return statistics.quantiles(values, n=100, method="inclusive")[p - 1]
+
+
+# --------------------------------------------------------------------------------------------
+# The raw baseline
+# --------------------------------------------------------------------------------------------
 
 
 def raw_connection(path: Path) -> sqlite3.Connection:
@@ -173,8 +248,20 @@ def raw_connection(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def pg_lock_key(name: str) -> int:
+    """The PostgreSQL advisory-lock key agenthold takes for ``name`` (a key, a namespace, the
+    claims): the signed 64-bit BLAKE2b of its UTF-8, the same in every process."""
+    digest = hashlib.blake2b(name.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def utc_iso() -> str:
+    """Now as agenthold stores times: ISO-8601 UTC with microseconds (fixed width)."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
 # --------------------------------------------------------------------------------------------
-# Reporting
+# Targets and tables
 # --------------------------------------------------------------------------------------------
 
 

@@ -1,8 +1,9 @@
 """What older-protocol sessions that are never closed cost an HTTP server, with and without the
 per-principal bound (sessions.py).
 
-    python bench/session_bench.py                  # 3,000 sessions opened by one token
-    python bench/session_bench.py --sessions 10000
+    python bench/perf/session_bench.py                  # 3,000 sessions opened by one token
+    python bench/perf/session_bench.py --sessions 10000
+    python bench/perf/session_bench.py --quick          # 300 sessions: a smoke run
 
 For each setting, one ``agenthold --transport http --json-response`` process with a token; one
 client opens ``--sessions`` sessions of the 2025-11-25 protocol (initialize, 8 at a time) and
@@ -16,7 +17,6 @@ back to the system, so the bounded figure is an upper bound.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import subprocess
@@ -26,11 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-from _common import free_port, machine, machine_line, table  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+from harness import finish, free_port, machine, machine_line, options, table
 
 TOKEN = "session-bench-token"
 ACCEPT = "application/json, text/event-stream"
@@ -122,19 +119,29 @@ async def one_setting(work: Path, limit: int, sessions: int) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sessions", type=int, default=3000, help="sessions to open (3000)")
+    parser = options(__doc__, quick="300 sessions: a smoke run")
+    parser.add_argument("--sessions", type=int, help="sessions to open (3000)")
     args = parser.parse_args(argv)
-    if not 0 < args.sessions <= 10_000:
-        parser.error(f"--sessions must be from 1 to 10000, got {args.sessions}")
-    print(f"{machine_line(machine())}\n", flush=True)
+    sessions = args.sessions if args.sessions is not None else 300 if args.quick else 3000
+    if not 0 < sessions <= 10_000:
+        parser.error(f"--sessions must be from 1 to 10000, got {sessions}")
+    facts = machine()
+    if not args.json:  # the machine first: the run takes minutes
+        print(f"{machine_line(facts)}\n", flush=True)
     with tempfile.TemporaryDirectory(prefix="agenthold-sb-") as work:
-        results = [
-            asyncio.run(one_setting(Path(work), limit, args.sessions)) for limit in (10_000, 256)
+        settings = [
+            asyncio.run(one_setting(Path(work), limit, sessions)) for limit in (10_000, 256)
         ]
+    bounded = settings[1]
+    ok = bounded["still_open"] <= 256 and bounded["newcomer"] == 200
+    finish(args, {"machine": facts, "settings": settings, "passed": ok}, report)
+    return 0 if ok else 1
+
+
+def report(results: dict[str, Any]) -> str:
     rows = [["--session-limit", "opened", "s", "RSS before MB", "after MB", "kB a session",
              "still open", "a new client"]]  # fmt: skip
-    for r in results:
+    for r in results["settings"]:
         grown = r["after"] - r["before"]
         name = f"{r['limit']:,}" + (" (the SDK's cap: baseline)" if r["limit"] == 10_000 else "")
         rows.append([
@@ -142,11 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['after'] / 1024:.0f}", f"{grown / max(1, r['opened']):.1f}",
             f"{r['still_open']:,}", str(r["newcomer"]),
         ])  # fmt: skip
-    print(table(rows))
-    bounded = results[1]
-    ok = bounded["still_open"] <= 256 and bounded["newcomer"] == 200
-    print(f"\n{'pass' if ok else 'FAIL'}: at most 256 stay open and a new client gets a session")
-    return 0 if ok else 1
+    verdict = "pass" if results["passed"] else "FAIL"
+    return f"{table(rows)}\n\n{verdict}: at most 256 stay open and a new client gets a session"
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
-"""The slow-loris scenario of bench/torture.py, and the attacking process it starts.
+"""The slow-loris scenario of bench/torture/torture.py, and the attacking process it starts.
 
-    python bench/torture.py --scenario loris                   # 5,000 slow connections
-    python bench/torture.py --scenario loris --connections 300 --seconds 4
-    python bench/torture_loris.py attack PORT COUNT SECONDS    # the attacker alone
+    python bench/torture/torture.py --scenario loris                   # 5,000 slow connections
+    python bench/torture/torture.py --scenario loris --connections 300 --seconds 4
+    python bench/torture/loris.py attack PORT COUNT SECONDS    # the attacker alone
 
 One ``agenthold --transport http`` server with a bearer token and its default bounds. A
 legitimate client (mcp.Client over HTTP with the token, the 2026-07-28 protocol) claims and
@@ -37,12 +37,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+sys.path.insert(1, str(Path(__file__).resolve().parent))  # the checkers, beside this
+from checks import Checks
+from harness import ServerOutput, free_port, percentile, process_cpu_seconds
 
-from _common import ServerOutput, free_port, percentile, process_cpu_seconds  # noqa: E402
-from torture_checks import Checks  # noqa: E402
+HERE = Path(__file__).resolve().parent
 
 TOKEN = "torture-loris-token"
 PACE = 0.02  # seconds between the legitimate client's calls
@@ -162,7 +162,7 @@ def attacker_main(argv: list[str]) -> None:
 
 
 # --------------------------------------------------------------------------------------------
-# The scenario (in bench/torture.py's process)
+# The scenario (in bench/torture/torture.py's process)
 # --------------------------------------------------------------------------------------------
 
 

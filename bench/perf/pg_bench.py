@@ -1,7 +1,7 @@
 """Throughput of StateStore on PostgreSQL beside raw psycopg running the same statements.
 
-    python bench/pg_bench.py --db postgresql://user@/dbname?host=/run/postgresql
-    python bench/pg_bench.py --db URL --quick      # a smoke run
+    python bench/perf/pg_bench.py --db postgresql://user@/dbname?host=/run/postgresql
+    python bench/perf/pg_bench.py --db URL --quick      # a smoke run
 
 Needs the ``agenthold[postgres]`` extra and a server (a Unix socket is what the targets mean).
 The database (or the schema named by ``options=-csearch_path=...``) must be empty or agenthold's;
@@ -37,7 +37,6 @@ locks (``PostgresDatabase.serialize``). The baseline sends them apart, as a plai
 
 from __future__ import annotations
 
-import argparse
 import json
 import multiprocessing
 import random
@@ -50,14 +49,51 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psycopg
-from _common import best_rates, check_line, load_average, percentile, table
 
-from agenthold import store as st
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/, for the harness
+from harness import (
+    best_rates,
+    check_line,
+    finish,
+    load_average,
+    options,
+    percentile,
+    pg_lock_key,
+    table,
+    utc_iso,
+)
+
 from agenthold.claims import Coordinator
-from agenthold.claims.names import Resolver, Workspace
-from agenthold.db.postgres import lock_key
+from agenthold.resources import Workspace, WorkspaceRegistry
+from agenthold.store import StateStore
+
+# What PostgresDatabase runs for a set and a get, as the baseline runs it: the clock read under
+# the namespace's shared and the key's exclusive advisory lock, the current version, the
+# history row, the live row.
+LOCKS = (
+    "SELECT extract(epoch FROM clock_timestamp())::float8 FROM (SELECT "
+    "pg_advisory_xact_lock_shared(%s::int8), pg_advisory_xact_lock(%s::int8)) AS l"
+)
+CURRENT = (
+    "SELECT version, deleted, value, updated_by, updated_at FROM state "
+    "WHERE namespace = %s AND key = %s"
+)
+GET = (
+    "SELECT value, version, updated_by, updated_at FROM state "
+    "WHERE namespace = %s AND key = %s AND deleted = 0"
+)
+INSERT_HISTORY = (
+    "INSERT INTO state_history (namespace, key, version, value, updated_by, updated_at, "
+    "event_type) VALUES (%s, %s, %s, %s, %s, %s, %s)"
+)
+UPSERT = (
+    "INSERT INTO state (namespace, key, value, version, updated_by, updated_at, deleted) "
+    "VALUES (%s, %s, %s, %s, %s, %s, 0) ON CONFLICT (namespace, key) DO UPDATE SET "
+    "value = excluded.value, version = excluded.version, updated_by = excluded.updated_by, "
+    "updated_at = excluded.updated_at, deleted = 0"
+)
+
 
 RESOURCE = "src/app.py"
 URI = "custom://bench/wake"  # the resource of the wake-ups through servers
@@ -65,7 +101,8 @@ RAW_CHANNEL = "agenthold_bench_raw"  # not agenthold's channel: its listeners ne
 
 
 def coordinator(url: str, root: str) -> Coordinator:
-    return Coordinator(st.StateStore(url), resolver=Resolver([Workspace("default", root)]))
+    registry = WorkspaceRegistry([Workspace("default", root)])
+    return Coordinator(StateStore(url), resolver=registry)
 
 
 def releaser(url: str, root: str, conn: Any) -> None:
@@ -225,27 +262,13 @@ async def wake_through_servers(url: str, trials: int) -> dict[str, list[float]]:
     return found
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--db", required=True, help="a postgresql:// URL")
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    n, repeats, trials = (200, 2, 10) if args.quick else (3000, 5, 200)
-    print(f"load average {load_average() or 0:.2f} at start (2 CPUs shared: see uptime)")
-
-    store = st.StateStore(args.db)
+def measure_rates(url: str, n: int, repeats: int) -> dict[str, dict[str, float]]:
+    """set and get per second through StateStore and through raw psycopg, taking turns."""
+    store = StateStore(url)
     store.set("bench", "occ", 0, updated_by="bench")
     store.set("bench", "raw", 0, updated_by="bench")
-    raw = psycopg.connect(args.db, autocommit=True)
-    current = st._CURRENT.replace("?", "%s")
-    get_sql = st._GET.replace("?", "%s")
-    history_sql = st._INSERT_HISTORY.replace("?", "%s")
-    upsert_sql = st._UPSERT.replace("?", "%s")
-    locks = (
-        "SELECT extract(epoch FROM clock_timestamp())::float8 FROM (SELECT "
-        "pg_advisory_xact_lock_shared(%s::int8), pg_advisory_xact_lock(%s::int8)) AS l"
-    )
-    ns_lock, key_lock = lock_key("state\x1fbench"), lock_key("state\x1fbench\x1fraw")
+    raw = psycopg.connect(url, autocommit=True)
+    ns_lock, key_lock = pg_lock_key("state\x1fbench"), pg_lock_key("state\x1fbench\x1fraw")
 
     def store_set(count: int) -> None:
         version = store.get("bench", "occ").version
@@ -257,14 +280,14 @@ def main() -> int:
     def raw_set(count: int) -> None:
         for i in range(count):
             text = json.dumps({"i": i}, separators=(",", ":"))
-            now = st.utc_iso()
+            now = utc_iso()
             raw.execute("BEGIN")
-            raw.execute(locks, (ns_lock, key_lock))
-            row = raw.execute(current, ("bench", "raw")).fetchone()
+            raw.execute(LOCKS, (ns_lock, key_lock))
+            row = raw.execute(CURRENT, ("bench", "raw")).fetchone()
             assert row is not None
             version = row[0] + 1
-            raw.execute(history_sql, ("bench", "raw", version, text, "bench", now, "write"))
-            raw.execute(upsert_sql, ("bench", "raw", text, version, "bench", now))
+            raw.execute(INSERT_HISTORY, ("bench", "raw", version, text, "bench", now, "write"))
+            raw.execute(UPSERT, ("bench", "raw", text, version, "bench", now))
             raw.execute("""NOTIFY agenthold, '[["k","bench","raw"]]'; COMMIT""")
 
     def store_get(count: int) -> None:
@@ -273,33 +296,38 @@ def main() -> int:
 
     def raw_get(count: int) -> None:
         for _ in range(count):
-            row = raw.execute(get_sql, ("bench", "raw")).fetchone()
+            row = raw.execute(GET, ("bench", "raw")).fetchone()
             json.loads(row[0])
 
-    sets = best_rates({"store": store_set, "raw": raw_set}, n, repeats)
-    gets = best_rates({"store": store_get, "raw": raw_get}, n * 3, repeats)
+    try:
+        sets = best_rates({"store": store_set, "raw": raw_set}, n, repeats)
+        gets = best_rates({"store": store_get, "raw": raw_get}, n * 3, repeats)
+    finally:
+        raw.close()
+        store.close()
+    return {"set (expected_version)": sets, "get": gets}
+
+
+def stats(seconds: list[float]) -> tuple[float, float, list[str]]:
+    """Median and p99 of ``seconds`` in ms, and the table cells: trials, median, p99, max."""
+    ms = sorted(x * 1000 for x in seconds)
+    median, p99 = statistics.median(ms), percentile(ms, 99)
+    return median, p99, [str(len(ms)), f"{median:.2f}", f"{p99:.2f}", f"{ms[-1]:.2f}"]
+
+
+def report(results: dict[str, Any]) -> str:
+    out = [f"load average {results['load_average_at_start'] or 0:.2f} at start "
+           "(2 CPUs shared: see uptime)"]  # fmt: skip
     rows = [["operation", "store/s", "raw psycopg/s", "ratio"]]
     checks = []
-    for name, rates in (("set (expected_version)", sets), ("get", gets)):
+    for name, rates in results["rates"].items():
         ratio = rates["store"] / rates["raw"]
         rows.append([name, f"{rates['store']:,.0f}", f"{rates['raw']:,.0f}", f"{ratio:.2f}"])
         checks.append(check_line(ratio >= 0.7, f"{name} at least 0.7 of raw", f"{ratio:.2f}"))
-    raw.close()
-    store.close()
-    latencies, notified, early = measure_wake(args.db, trials)
-    import anyio
-
-    through = anyio.run(wake_through_servers, args.db, trials)
-    print(table(rows))
-    print()
-
-    def stats(seconds: list[float]) -> tuple[float, float, list[str]]:
-        ms = sorted(x * 1000 for x in seconds)
-        median, p99 = statistics.median(ms), percentile(ms, 99)
-        return median, p99, [str(len(ms)), f"{median:.2f}", f"{p99:.2f}", f"{ms[-1]:.2f}"]
-
+    out += [table(rows), ""]
+    through, wake = results["through_servers"], results["wake"]
     median, p99, woken = stats(through["event"])
-    print(
+    out.append(
         table(
             [
                 ["wake-up of wait by a release elsewhere", "trials", "median ms", "p99 ms",
@@ -310,15 +338,15 @@ def main() -> int:
                 ["  reference: one agenthold_status call via server A, round trip",
                  *stats(through["call"])[2]],
                 ["baseline, library: release in another process -> wait returned",
-                 *stats(latencies)[2]],
+                 *stats(wake["library"])[2]],
                 ["baseline, raw psycopg: NOTIFY in another process -> LISTEN heard",
-                 *stats(notified)[2]],
+                 *stats(wake["raw"])[2]],
             ]
         )
     )  # fmt: skip
-    early += len(through["early"])
+    early = wake["early"] + len(through["early"])
     if early:
-        print(f"({early} trials released before the wait began; not counted)")
+        out.append(f"({early} trials released before the wait began; not counted)")
     checks.append(
         check_line(median <= 10, "wake-up through another server: median at most 10 ms",
                    f"{median:.2f} ms")
@@ -327,8 +355,25 @@ def main() -> int:
         check_line(p99 <= 30, "wake-up through another server: p99 at most 30 ms",
                    f"{p99:.2f} ms")
     )  # fmt: skip
-    print("\n".join(checks))
-    print(f"load average {load_average() or 0:.2f} at end")
+    out.append("\n".join(checks))
+    out.append(f"load average {results['load_average_at_end'] or 0:.2f} at end")
+    return "\n".join(out)
+
+
+def main() -> int:
+    parser = options(__doc__)
+    parser.add_argument("--db", required=True, help="a postgresql:// URL")
+    args = parser.parse_args()
+    n, repeats, trials = (200, 2, 10) if args.quick else (3000, 5, 200)
+    results: dict[str, Any] = {"load_average_at_start": load_average()}
+    results["rates"] = measure_rates(args.db, n, repeats)
+    latencies, notified, early = measure_wake(args.db, trials)
+    results["wake"] = {"library": latencies, "raw": notified, "early": early}
+    import anyio
+
+    results["through_servers"] = anyio.run(wake_through_servers, args.db, trials)
+    results["load_average_at_end"] = load_average()
+    finish(args, results, report)
     return 0
 
 
