@@ -113,6 +113,7 @@ def test_a_claims_agent_belongs_to_the_principal_that_registered_it(db_url: str)
         assert coord.agent(mine).principal == "alice"
 
 
+@pytest.mark.usefixtures("no_child_coverage")  # coverage itself loads what is counted
 def test_the_claims_schema_the_edit_hook_reads_loads_nothing_of_the_registry() -> None:
     """The edit hook runs at every edit and reads claims' schema, which keeps the agent tables'
     definitions: the registry (its records, checks and SQL, uuid, secrets) is not loaded."""

@@ -634,6 +634,7 @@ def importers(trace: list[str], module: str) -> list[str]:
     return chain
 
 
+@pytest.mark.usefixtures("no_child_coverage")  # coverage itself loads what is counted
 def test_the_hook_command_never_imports_mcp_nor_the_claims_coordinator(
     tmp_path: Path, root: Path
 ) -> None:
@@ -661,6 +662,7 @@ def test_the_hook_command_never_imports_mcp_nor_the_claims_coordinator(
     assert not {"agenthold.store", "sqlite3", "dataclasses"} & imported
 
 
+@pytest.mark.usefixtures("no_child_coverage")  # coverage itself loads what is counted
 def test_where_nothing_is_held_the_hook_answers_without_the_store(
     tmp_path: Path, root: Path
 ) -> None:

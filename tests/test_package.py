@@ -912,6 +912,7 @@ def test_the_one_file_store_copied_alone_works_where_agenthold_is_not_installed(
     ]
 
 
+@pytest.mark.usefixtures("no_child_coverage")  # coverage itself loads what is counted
 def test_opening_a_sqlite_store_loads_no_change_feed_watcher_or_postgres(tmp_path: Path) -> None:
     """The edit hook is a fresh process per edit: opening a SQLite file read/write, reading and
     writing must not import the change feed, the file watchers (ctypes), PostgreSQL's backend,
