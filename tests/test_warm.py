@@ -311,7 +311,7 @@ def test_the_front_imports_nothing_heavy_and_help_and_the_inspector_never_go_war
     assert SERVED in err and json.loads(done.stdout)["id"] == 0
     imported = {line.split("|")[-1].strip() for line in err.splitlines() if "|" in line}
     ours = {m for m in imported if m.split(".")[0] == "agenthold"}
-    assert ours == {"agenthold", "agenthold.serve", "agenthold.serve.front",
+    assert ours == {"agenthold", "agenthold.lazy", "agenthold.serve", "agenthold.serve.front",
                     "agenthold.serve.warm_protocol"}  # fmt: skip
     heavy = {m for m in imported if m.split(".")[0] in ("mcp", "pydantic", "anyio", "sqlite3")}
     assert not heavy and "agenthold.cli.main" not in imported and "argparse" not in imported
