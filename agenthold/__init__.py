@@ -7,9 +7,11 @@ does every name 0.10 exported here).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from agenthold.bus.messagebus import MessageBus
     from agenthold.claims.coordinator import Coordinator
     from agenthold.models import StateRecord, StateRecordHistory

@@ -10,8 +10,11 @@ face's imports without running it.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: every face loads this
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
 
 def loader(face: str, table: Mapping[str, str]) -> Callable[[str], Any]:

@@ -4,9 +4,9 @@ and read cursors. This face is the room's public API; names load on first use.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from agenthold.lazy import loader
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 
 if TYPE_CHECKING:
     from agenthold.bus.messagebus import (

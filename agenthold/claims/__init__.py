@@ -7,9 +7,9 @@ edit hook reads only patterns, names and the schema) does not pay for the whole 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from agenthold.lazy import loader
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 
 if TYPE_CHECKING:
     from agenthold.claims.coordinator import (

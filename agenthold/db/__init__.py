@@ -13,9 +13,9 @@ a process that needs one module (the edit hook opens a SQLite file) pays for no 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from agenthold.lazy import loader
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 
 if TYPE_CHECKING:
     from agenthold.db.backends import (

@@ -7,9 +7,9 @@ first use, so a command that reads tokens does not load the registry, nor the ot
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from agenthold.lazy import loader
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 
 if TYPE_CHECKING:
     from agenthold.identity.agents import (

@@ -11,9 +11,9 @@ bearer-token guard of HTTP.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from agenthold.lazy import loader
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (mypy reads the name)
 
 if TYPE_CHECKING:
     from agenthold.serve.app import (
