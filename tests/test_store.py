@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -570,6 +571,43 @@ def test_utc_iso_writes_fixed_width_utc_times() -> None:
     assert utc_iso(0) == "1970-01-01T00:00:00.000000+00:00"
     assert utc_iso(1.5) == "1970-01-01T00:00:01.500000+00:00"
     assert len(utc_iso()) == len(utc_iso(0))
+
+
+def _datetime_iso(timestamp: float) -> str | type[BaseException]:
+    try:
+        return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="microseconds")
+    except (OverflowError, ValueError, OSError) as exc:
+        return type(exc)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(
+    st.one_of(
+        st.floats(min_value=-1e12, max_value=1e12, allow_nan=False),
+        # a microsecond and a half: the rounding of a fraction that sits on the half
+        st.integers(0, 4_000_000_000).map(lambda s: s + 0.0000005),
+        st.integers(0, 4_000_000_000).map(lambda s: s + 0.9999995),
+        st.sampled_from([0.0, -0.0000005, 253402300799.9999995, 253402300800.0, -1.0]),
+    )
+)
+def test_utc_iso_formats_a_timestamp_exactly_as_datetime_does(timestamp: float) -> None:
+    # utc_iso keeps the whole-second text of its last call instead of building a datetime: it
+    # must still give datetime's text (and datetime's refusal) for every timestamp
+    expected = _datetime_iso(timestamp)
+    try:
+        got: str | type[BaseException] = utc_iso(timestamp)
+    except (OverflowError, ValueError, OSError) as exc:
+        got = type(exc)
+    assert got == expected
+    if isinstance(expected, str):
+        assert utc_iso(timestamp) == expected  # the kept second gives the same text again
+
+
+def test_utc_iso_of_now_reads_the_clock_it_is_called_at() -> None:
+    before = datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    now = utc_iso()
+    after = datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    assert before <= now <= after
 
 
 # --------------------------------------------------------------------------------------------
