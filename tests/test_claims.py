@@ -13,6 +13,7 @@ them.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import itertools
 import json
 import os
@@ -1357,11 +1358,61 @@ def test_claims_benchmark_quick_run_prints_its_tables(tmp_path: Path) -> None:
     assert "claim + release pairs" in run.stdout
     assert "wake-up latency" in run.stdout
     assert "raw sqlite3" in run.stdout
+    assert re.search(r"the statements the library runs today +[\d,]+ +\d+%", run.stdout)
+    assert re.search(r"70% of raw sqlite3 writing the same rows \(issue 24\): \d+%", run.stdout)
     assert re.search(r"by another process: median <= 10 ms: [\d.]+ ms", run.stdout), run.stdout
     assert re.search(r"globs held in the file's own directory +[\d,]+ +\d+%", run.stdout)
     assert re.search(r"a set of 20, against those of one +[\d,]+ +\d+%", run.stdout)
     assert re.search(r"20 resources at once \(resources lists\) +[\d.]+ ms +\d+%", run.stdout)
     assert re.search(r"\(one call over MCP\): at most 3x one claim: [\d.]+x", run.stdout)
+
+
+def _statement_pattern(sql: str) -> re.Pattern[str]:
+    """A statement with ``?`` parameters, as SQLite's trace shows it run: each a literal."""
+    literal = r"(?:'(?:[^']|'')*'|-?[\d.e+]+|NULL)"
+    return re.compile("".join(literal if part == "?" else re.escape(part)
+                              for part in re.split(r"(\?)", sql)))  # fmt: skip
+
+
+def test_the_claims_benchmarks_copies_of_the_library_statements_are_what_a_claim_runs(
+    tmp_path: Path, root: Path
+) -> None:
+    # bench/perf/claims_bench.py writes out the statements of a claim and a release to time
+    # them on a raw connection (a bench imports faces only): they must stay what a claim runs
+    spec = importlib.util.spec_from_file_location("claims_bench_copy", BENCH)
+    assert spec is not None and spec.loader is not None
+    sys.path[:0] = [str(BENCH.parent), str(BENCH.parent.parent)]
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(bench)
+    finally:
+        del sys.path[:2]
+        del sys.modules[spec.name]
+    coord = bench.coordinator(tmp_path / "traced.db", root)
+    try:
+        agent = coord.register("bench").agent_id
+        assert coord.claim(bench.RESOURCE, agent).status == "claimed"
+        coord.release(bench.RESOURCE, agent)  # the claim row exists: later pairs update it
+        ran: list[str] = []
+        with coord.store.db.write() as (conn, _):
+            conn.set_trace_callback(ran.append)  # this thread's write connection, reused
+        assert coord.claim(bench.RESOURCE, agent).status == "claimed"
+        coord.release(bench.RESOURCE, agent)
+        with coord.store.db.write() as (conn, _):
+            conn.set_trace_callback(None)
+    finally:
+        coord.store.close()
+    for name in ("LIBRARY_LOOK", "LIBRARY_TAKE", "LIBRARY_FREE", "LIBRARY_EVENT"):
+        pattern = _statement_pattern(getattr(bench, name))
+        assert any(pattern.fullmatch(sql) for sql in ran), (name, ran)
+    # and nothing else is written or read by the pair
+    shapes = [_statement_pattern(getattr(bench, n)) for n in
+              ("LIBRARY_LOOK", "LIBRARY_TAKE", "LIBRARY_FREE", "LIBRARY_EVENT")]  # fmt: skip
+    others = {sql for sql in ran if not any(p.fullmatch(sql) for p in shapes)}
+    # (a lease renewal writes the agent's row at most once a second: a slow machine may see one)
+    others = {sql for sql in others if not sql.startswith("UPDATE agents SET last_seen_at = ")}
+    assert others <= {"BEGIN IMMEDIATE", "COMMIT"}, others
 
 
 @pytest.mark.backends

@@ -11,11 +11,14 @@ and synchronous NORMAL):
    and again, through ``Coordinator`` (resolving the path, checking the agent id, renewing the
    lease, writing the claim and its event row). Once without a claim TTL and once with one (the
    ``--claim-ttl`` setting of an HTTP server). The baseline is a raw ``sqlite3`` connection on a
-   database of the same schema running the statements the claims code runs for the same pair,
-   written out below: per call BEGIN IMMEDIATE, the agent lookup, the claim row SELECT, the
-   UPDATE, the event INSERT and COMMIT. Rates are the best
-   of several runs, library and raw taking turns, because on a shared machine the best run is the
-   one least disturbed by other work.
+   database of the same schema writing the same rows, written out below: per call BEGIN
+   IMMEDIATE, the agent lookup, the claim row SELECT, the UPDATE, the event INSERT and COMMIT
+   (the statements the claims code ran when issue 24 set its target of 70% of this floor). A
+   second raw row runs the statements the claims code runs today, copied below as ``LIBRARY_*``
+   (the lookup and the rows in one SELECT; tests/test_claims.py keeps the copies equal to the
+   library's): it is what the SQL alone costs, without the checks and decisions around it.
+   Rates are the best of several runs, library and raw taking turns, because on a shared
+   machine the best run is the one least disturbed by other work.
 2. Wake-up latency of ``wait``: this process waits on a resource that another process holds;
    that process releases it after a short random delay. The latency is the waiter's time.time()
    when ``wait`` returns minus the releaser's time.time() right after its release committed
@@ -100,6 +103,28 @@ _FREE = (
 _EVENT = (
     "INSERT INTO claim_events (at, agent_id, event, resource, uri, outcome, moved_to, version) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+# The statements the claims code runs for the same pair today (agenthold.claims.schema and
+# ClaimWrite.touch_and_look), kept equal to the library's by tests/test_claims.py.
+LIBRARY_LOOK = (
+    "SELECT t.last_seen_at, t.lease_ends_at, t.lease_end_outcome, EXISTS (SELECT 1 FROM "
+    "claim_waiters), EXISTS (SELECT 1 FROM claim_shares), (SELECT token FROM claim_patterns), "
+    "c.resource, c.uri, c.holder, c.claimed_at, c.version, c.last_outcome, c.last_holder, "
+    "c.last_outcome_at, c.moved_to, a.name, a.model, a.lease_ends_at, a.lease_end_outcome, "
+    "c.scope, c.file_id FROM agents AS t LEFT JOIN claims AS c ON (c.resource IN (?)) "
+    "LEFT JOIN agents AS a ON a.agent_id = c.holder WHERE t.agent_id = ?"
+)
+LIBRARY_TAKE = (
+    "UPDATE claims SET holder = ?, claimed_at = ?, version = ?, uri = ?, file_id = ?, scope = ? "
+    "WHERE resource = ?"
+)
+LIBRARY_FREE = (
+    "UPDATE claims SET holder = NULL, claimed_at = NULL, version = ?, last_outcome = ?, "
+    "last_holder = ?, last_outcome_at = ?, moved_to = ? WHERE resource = ?"
+)
+LIBRARY_EVENT = (
+    "INSERT INTO claim_events (at, agent_id, event, resource, uri, outcome, moved_to, version, "
+    "principal, mode) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 # A set of (3): the same, one statement per table for all the rows (as a claim write batches
 # them), with the lookup that also asks whether any wait, share or pattern exists.
@@ -211,6 +236,38 @@ class RawClaims:
         return int(version)
 
 
+class RawLibraryClaims(RawClaims):
+    """The statements the claims code runs today for one claim and one release (``LIBRARY_*``),
+    on one plain sqlite3 connection."""
+
+    def claim(self) -> int:
+        cur, at = self.cur, utc_iso()
+        cur.execute("BEGIN IMMEDIATE")
+        row = cur.execute(LIBRARY_LOOK, (self.key, self.agent_id)).fetchall()[0]
+        version = row[10] + 1
+        cur.execute(LIBRARY_TAKE, (self.agent_id, at, version, self.uri, None, None, self.key))
+        cur.execute(
+            LIBRARY_EVENT,
+            (at, self.agent_id, "claimed", self.key, self.uri, None, None, version, None, None),
+        )
+        cur.execute("COMMIT")
+        return int(version)
+
+    def release(self) -> int:
+        cur, at = self.cur, utc_iso()
+        cur.execute("BEGIN IMMEDIATE")
+        row = cur.execute(LIBRARY_LOOK, (self.key, self.agent_id)).fetchall()[0]
+        version = row[10] + 1
+        cur.execute(LIBRARY_FREE, (version, "released", self.agent_id, at, None, self.key))
+        cur.execute(
+            LIBRARY_EVENT,
+            (at, self.agent_id, "released", self.key, self.uri, "released", None, version, None,
+             None),
+        )  # fmt: skip
+        cur.execute("COMMIT")
+        return int(version)
+
+
 def library_loop(coord: Coordinator, agent_id: str) -> Loop:
     def run(n: int) -> None:
         claim, release = coord.claim, coord.release
@@ -246,13 +303,20 @@ def measure_pairs(tmp: Path, sizes: Sizes) -> dict[str, float]:
     raw_db.release(RESOURCE, raw_agent)
     raw = RawClaims(tmp / "pairs-raw.db", resource.key, resource.uri, raw_agent)
     loops["raw"] = raw_loop(raw)
+    same_db = coordinator(tmp / "pairs-raw-library.db", root)
+    same_agent = same_db.register("raw").agent_id
+    same_db.claim(RESOURCE, same_agent)
+    same_db.release(RESOURCE, same_agent)
+    same = RawLibraryClaims(tmp / "pairs-raw-library.db", resource.key, resource.uri, same_agent)
+    loops["raw_library"] = raw_loop(same)
     try:
         for loop in loops.values():
             loop(min(100, sizes.pairs))  # warm up connections and statement caches
         rates = best_rates(loops, sizes.pairs, sizes.repeats)
     finally:
         raw.close()
-        for coord in (plain, timed, raw_db):
+        same.close()
+        for coord in (plain, timed, raw_db, same_db):
             coord.store.close()
     return rates
 
@@ -601,6 +665,11 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             f"{sets['set_of_20'] / sets['one']:.2f}x",
         ),
         (
+            "claim + release >= 70% of raw sqlite3 writing the same rows (issue 24)",
+            pairs["library"] >= 0.7 * pairs["raw"],
+            f"{pairs['library'] / pairs['raw']:.0%}",
+        ),
+        (
             "claim + release >= 5,000 pairs/s",
             pairs["library"] >= 5_000,
             f"{pairs['library']:,.0f}/s",
@@ -645,7 +714,12 @@ def report(results: dict[str, Any]) -> str:
                     f"{pairs['library_ttl']:,.0f}",
                     f"{pairs['library_ttl'] / raw:.0%}",
                 ],
-                ["raw sqlite3, the same statements", f"{raw:,.0f}", "100%"],
+                ["raw sqlite3, the same rows (the floor of issue 24)", f"{raw:,.0f}", "100%"],
+                [
+                    "raw sqlite3, the statements the library runs today",
+                    f"{pairs['raw_library']:,.0f}",
+                    f"{pairs['raw_library'] / raw:.0%}",
+                ],
             ]
         ),
         "",
