@@ -671,7 +671,6 @@ class ClaimWrite:
 
 
 @functools.lru_cache(maxsize=256)
-@functools.lru_cache(maxsize=256)
 def _touch_look(condition: str) -> str:
     """One statement of ``TOUCH`` and the Prefetched read of ``condition``: the agent's row (6
     columns) beside each claim row the condition picks (``LOOK_ROW``'s 15), or beside NULLs
