@@ -519,6 +519,7 @@ def _not_text(stored: object) -> str:
 # The whole-second part of the last time utc_iso formatted (a write formats several times a
 # second, and building a datetime for each cost about half of a claim's bookkeeping).
 _last_second: tuple[int, str] = (-1, "")
+_LAST_SECOND = 253402300799  # 9999-12-31T23:59:59Z, the last second an ISO year of 4 digits has
 
 
 def utc_iso(timestamp: float | None = None) -> str:
@@ -544,9 +545,6 @@ def utc_iso(timestamp: float | None = None) -> str:
         prefix = time.strftime("%Y-%m-%dT%H:%M:%S.", time.gmtime(whole))
         _last_second = (whole, prefix)
     return f"{prefix}{us:06d}+00:00"
-
-
-_LAST_SECOND = 253402300799  # 9999-12-31T23:59:59Z, the last second an ISO year of 4 digits has
 
 
 def refused_name(what: str, value: object, max_length: int) -> InvalidInputError | None:
