@@ -1403,13 +1403,12 @@ def test_the_claims_benchmarks_copies_of_the_library_statements_are_what_a_claim
             conn.set_trace_callback(None)
     finally:
         coord.store.close()
-    for name in ("LIBRARY_LOOK", "LIBRARY_TAKE", "LIBRARY_FREE", "LIBRARY_EVENT"):
-        pattern = _statement_pattern(getattr(bench, name))
+    shapes = {n: _statement_pattern(getattr(bench, n)) for n in
+              ("LIBRARY_LOOK", "LIBRARY_TAKE", "LIBRARY_FREE", "LIBRARY_EVENT")}  # fmt: skip
+    for name, pattern in shapes.items():
         assert any(pattern.fullmatch(sql) for sql in ran), (name, ran)
     # and nothing else is written or read by the pair
-    shapes = [_statement_pattern(getattr(bench, n)) for n in
-              ("LIBRARY_LOOK", "LIBRARY_TAKE", "LIBRARY_FREE", "LIBRARY_EVENT")]  # fmt: skip
-    others = {sql for sql in ran if not any(p.fullmatch(sql) for p in shapes)}
+    others = {sql for sql in ran if not any(p.fullmatch(sql) for p in shapes.values())}
     # (a lease renewal writes the agent's row at most once a second: a slow machine may see one)
     others = {sql for sql in others if not sql.startswith("UPDATE agents SET last_seen_at = ")}
     assert others <= {"BEGIN IMMEDIATE", "COMMIT"}, others

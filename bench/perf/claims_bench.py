@@ -268,6 +268,16 @@ class RawLibraryClaims(RawClaims):
         return int(version)
 
 
+def raw_pair_database(path: Path, root: Path) -> tuple[Coordinator, str]:
+    """A database for a raw loop: the library's schema, an agent, and the claim row of
+    RESOURCE made by one claim and release (the raw loop then reuses it)."""
+    coord = coordinator(path, root)
+    agent = coord.register("raw").agent_id
+    coord.claim(RESOURCE, agent)
+    coord.release(RESOURCE, agent)
+    return coord, agent
+
+
 def library_loop(coord: Coordinator, agent_id: str) -> Loop:
     def run(n: int) -> None:
         claim, release = coord.claim, coord.release
@@ -293,20 +303,14 @@ def measure_pairs(tmp: Path, sizes: Sizes) -> dict[str, float]:
     root.mkdir(exist_ok=True)
     plain = coordinator(tmp / "pairs.db", root)
     timed = coordinator(tmp / "pairs-ttl.db", root, claim_ttl=TTL)
-    raw_db = coordinator(tmp / "pairs-raw.db", root)
     loops: dict[str, Loop] = {}
     for name, coord in (("library", plain), ("library_ttl", timed)):
         loops[name] = library_loop(coord, coord.register(name).agent_id)
-    raw_agent = raw_db.register("raw").agent_id
-    resource = raw_db.resolver.resolve(RESOURCE)
-    raw_db.claim(RESOURCE, raw_agent)  # create the claim row; the raw loop then reuses it
-    raw_db.release(RESOURCE, raw_agent)
+    resource = plain.resolver.resolve(RESOURCE)
+    raw_db, raw_agent = raw_pair_database(tmp / "pairs-raw.db", root)
     raw = RawClaims(tmp / "pairs-raw.db", resource.key, resource.uri, raw_agent)
     loops["raw"] = raw_loop(raw)
-    same_db = coordinator(tmp / "pairs-raw-library.db", root)
-    same_agent = same_db.register("raw").agent_id
-    same_db.claim(RESOURCE, same_agent)
-    same_db.release(RESOURCE, same_agent)
+    same_db, same_agent = raw_pair_database(tmp / "pairs-raw-library.db", root)
     same = RawLibraryClaims(tmp / "pairs-raw-library.db", resource.key, resource.uri, same_agent)
     loops["raw_library"] = raw_loop(same)
     try:
